@@ -1,0 +1,162 @@
+"""The engine contract: one small Protocol, a request and a batch of samples.
+
+An engine turns a :class:`SampleRequest` into a :class:`SampleBatch`. It knows nothing of
+statistics. Rows are laid out by :func:`row_layout`: ``n`` samples of every prompt,
+interleaved (prompt 0, prompt 1, ..., prompt 0, prompt 1, ...), then cut into batches of
+``batch_size`` rows, so that each batch mixes prompts of different lengths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from harness.errors import EngineError
+from harness.params import SamplingParams
+
+#: Fill value of ``SampleBatch.tokens`` after the end of a row.
+PAD_OUT = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleRequest:
+    """What an engine is asked to sample.
+
+    prompts: token-id lists; ``n`` samples are drawn for each. ``seed`` fixes every random
+    draw of the request. ``batch_size`` is the number of rows per forward batch.
+    """
+
+    prompts: tuple[tuple[int, ...], ...]
+    params: SamplingParams
+    n: int
+    seed: int
+    batch_size: int = 1
+
+    def rows(self) -> np.ndarray:
+        """Prompt index of every row, in the order the engine must return them."""
+        return row_layout(len(self.prompts), self.n)
+
+
+def row_layout(num_prompts: int, n: int) -> np.ndarray:
+    """Prompt index per row: n rounds of (0, 1, ..., num_prompts-1)."""
+    return np.tile(np.arange(num_prompts, dtype=np.int64), n)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleBatch:
+    """Samples returned by an engine.
+
+    tokens: int64 ``[rows, max_new_tokens]``, generated ids only (no prompt), filled with
+    ``PAD_OUT`` after each row's end; an EOS token, when generated, is the last counted token.
+    lengths: int64 ``[rows]``, generated tokens per row (EOS included).
+    prompt_index: int64 ``[rows]``, which request prompt each row continues.
+    drafted_tokens / accepted_tokens: speculative engines only, totals over the request.
+    wall_time_s: seconds spent sampling (engine's own clock), when measured.
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    prompt_index: np.ndarray
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+    verify_steps: int | None = None
+    wall_time_s: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        if not self.drafted_tokens or self.accepted_tokens is None:
+            return None
+        return self.accepted_tokens / self.drafted_tokens
+
+    def row_tokens(self, i: int) -> list[int]:
+        return [int(t) for t in self.tokens[i, : int(self.lengths[i])]]
+
+
+def batch_from_lists(
+    rows: list[list[int]], prompt_index: np.ndarray, max_new_tokens: int, **extra: Any
+) -> SampleBatch:
+    """Pack per-row token lists into a padded SampleBatch."""
+    tokens = np.full((len(rows), max_new_tokens), PAD_OUT, dtype=np.int64)
+    lengths = np.zeros(len(rows), dtype=np.int64)
+    for i, r in enumerate(rows):
+        if len(r) > max_new_tokens:
+            raise EngineError(f"row {i} has {len(r)} tokens, more than max_new_tokens={max_new_tokens}")
+        tokens[i, : len(r)] = r
+        lengths[i] = len(r)
+    return SampleBatch(tokens=tokens, lengths=lengths, prompt_index=np.asarray(prompt_index, dtype=np.int64), **extra)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A sampler under test (or the baseline).
+
+    ``name`` identifies it in results; ``vocab_size`` and ``eos_token_id`` let the harness
+    validate output; ``describe()`` returns a JSON-able configuration for provenance (no
+    secrets); ``sample()`` draws the samples of one request.
+    """
+
+    name: str
+    vocab_size: int
+    eos_token_id: int | None
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def sample(self, request: SampleRequest) -> SampleBatch: ...
+
+
+def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, case_id: str | None = None) -> None:
+    """Check an engine's output against the contract; raise EngineError saying what broke."""
+    name = getattr(engine, "name", type(engine).__name__)
+    expected_rows = len(request.prompts) * request.n
+    L = request.params.max_new_tokens
+
+    def fail(msg: str) -> EngineError:
+        return EngineError(msg, engine=name, case_id=case_id)
+
+    if not isinstance(batch, SampleBatch):
+        raise fail(f"sample() returned {type(batch).__name__}, expected SampleBatch")
+    tok, lens = batch.tokens, batch.lengths
+    if not (isinstance(tok, np.ndarray) and tok.ndim == 2 and np.issubdtype(tok.dtype, np.integer)):
+        raise fail(f"tokens must be a 2-D integer array, got {getattr(tok, 'shape', None)} {getattr(tok, 'dtype', type(tok))}")
+    if tok.shape != (expected_rows, L):
+        raise fail(f"tokens has shape {tok.shape}, expected ({expected_rows}, {L}) = (prompts x n, max_new_tokens)")
+    if not (isinstance(lens, np.ndarray) and lens.shape == (expected_rows,)):
+        raise fail(f"lengths has shape {getattr(lens, 'shape', None)}, expected ({expected_rows},)")
+    if not np.array_equal(np.asarray(batch.prompt_index), request.rows()):
+        raise fail("prompt_index does not follow the row layout (n rounds of every prompt in order)")
+    if (lens < 1).any() or (lens > L).any():
+        i = int(np.flatnonzero((lens < 1) | (lens > L))[0])
+        raise fail(f"row {i} has length {int(lens[i])}, expected 1..{L}")
+    pos = np.arange(L)[None, :]
+    inside = pos < lens[:, None]
+    body = tok[inside]
+    if body.size and ((body < 0).any() or (body >= engine.vocab_size).any()):
+        bad = np.argwhere(inside & ((tok < 0) | (tok >= engine.vocab_size)))[0]
+        raise fail(
+            f"row {bad[0]} position {bad[1]} holds token {int(tok[bad[0], bad[1]])}, outside the vocabulary [0, {engine.vocab_size})"
+        )
+    if (tok[~inside] != PAD_OUT).any():
+        raise fail(f"tokens after each row's length must be {PAD_OUT}")
+    eos = engine.eos_token_id
+    if eos is not None:
+        is_eos = (tok == eos) & inside
+        if request.params.ignore_eos and is_eos.any():
+            r = int(np.argwhere(is_eos)[0][0])
+            raise fail(f"row {r} contains EOS although ignore_eos is set")
+        if not request.params.ignore_eos:
+            last = tok[np.arange(expected_rows), lens - 1]
+            early = (lens < L) & (last != eos)
+            if early.any():
+                r = int(np.flatnonzero(early)[0])
+                raise fail(f"row {r} stops after {int(lens[r])} tokens without EOS (truncated output?)")
+            eos_before_end = is_eos & (pos < (lens[:, None] - 1))
+            if eos_before_end.any():
+                r = int(np.argwhere(eos_before_end)[0][0])
+                raise fail(f"row {r} continues after EOS")

@@ -1,0 +1,1 @@
+"""Verdicts: run-level decisions (Holm across primary tests) and the result objects."""

@@ -1,0 +1,204 @@
+"""Result objects of a run: frozen, JSON round-trippable, convertible to pandas.
+
+These are the format every face reads: the CLI's table, the pytest plugin's report
+section, the HTML report (which renders a saved ``result.json``) and the DataFrame.
+Numbers are plain Python floats/ints (``None`` when not applicable) so that
+``RunResult.from_dict(json.loads(r.to_json())) == r``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Verdict = Literal["equivalent", "shifted", "inconclusive"]
+VERDICTS: tuple[str, ...] = ("equivalent", "shifted", "inconclusive")
+
+#: CLI / CI exit codes per run verdict; 2 is a usage or engine error.
+EXIT_CODES: dict[str, int] = {"equivalent": 0, "shifted": 1, "inconclusive": 3}
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestOutcome:
+    """One statistical test of a case, as it enters the decision.
+
+    name: e.g. ``"chi2 position 0"``, ``"PIT Anderson-Darling"``, ``"z argmax leak"``.
+    family: ``"two-sample"``, ``"oracle"`` or ``"sequence"``.
+    primary: whether it is one of the primary tests fixed before the data (Holm family).
+    adjusted_pvalue: Holm-adjusted over every primary test of the run (primary only).
+    qvalue: Benjamini-Hochberg q-value over every test of the run (diagnostic).
+    """
+
+    name: str
+    family: str
+    primary: bool
+    statistic: float
+    pvalue: float
+    dof: float | None = None
+    n: int | None = None
+    adjusted_pvalue: float | None = None
+    qvalue: float | None = None
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenFrequency:
+    """Counts of one token at one position, for the frequency bars."""
+
+    position: int
+    token: int
+    text: str
+    baseline_count: int
+    candidate_count: int
+    oracle_prob: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GreedyDivergence:
+    """First divergence of a greedy row pair.
+
+    margin: the target's top-1 minus top-2 log-probability at that prefix (nats).
+    classification: ``"near-tie"`` when margin <= the near-tie threshold, else ``"mismatch"``.
+    """
+
+    prompt_index: int
+    position: int
+    baseline_token: int
+    candidate_token: int
+    margin: float | None
+    classification: str
+    prefix_text: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GreedySummary:
+    rows_compared: int
+    rows_equal: int
+    near_tie_threshold: float
+    divergences: tuple[GreedyDivergence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleText:
+    engine: str  # "baseline" | "candidate"
+    prompt_index: int
+    text: str
+    token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseResult:
+    """Verdict and evidence of one case."""
+
+    case_id: str
+    case: dict[str, Any]
+    verdict: str
+    reason: str
+    tolerance: float
+    n_baseline: int
+    n_candidate: int
+    tests: tuple[TestOutcome, ...] = ()
+    tv_estimate: float | None = None
+    tv_upper_bound: float | None = None
+    tv_reference: str = "two-sample"  # or "oracle"
+    required_n: int | None = None
+    candidate_tokens: int = 0
+    acceptance_rate: float | None = None
+    baseline_tokens_per_s: float | None = None
+    candidate_tokens_per_s: float | None = None
+    speedup_per_token: float | None = None
+    top_tokens: tuple[TokenFrequency, ...] = ()
+    pit_histogram: tuple[int, ...] = ()
+    greedy: GreedySummary | None = None
+    samples: tuple[SampleText, ...] = ()
+    hard_failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        """One line: id, verdict, reason."""
+        return f"{self.case_id}: {self.verdict.upper()} — {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """All cases of one run, with the settings and provenance that produced them."""
+
+    verdict: str
+    alpha: float
+    tolerance: float
+    seed: int
+    engines: dict[str, Any]
+    cases: tuple[CaseResult, ...]
+    oracle: dict[str, Any] | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def summary(self) -> str:
+        counts = {v: sum(c.verdict == v for c in self.cases) for v in VERDICTS}
+        parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, tolerance TV<{self.tolerance:g})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True, allow_nan=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunResult":
+        cases = tuple(_case_from_dict(c) for c in d["cases"])
+        return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ()))})
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunResult":
+        return cls.from_dict(json.loads(text))
+
+    def to_dataframe(self) -> "Any":
+        """One row per (case, test): case id, verdict, test name, statistic, p, Holm p, q, TV."""
+        import pandas as pd
+
+        rows = []
+        for c in self.cases:
+            base = {
+                "case_id": c.case_id,
+                "verdict": c.verdict,
+                "tv_estimate": c.tv_estimate,
+                "tv_upper_bound": c.tv_upper_bound,
+                "required_n": c.required_n,
+                "n_baseline": c.n_baseline,
+                "n_candidate": c.n_candidate,
+                "acceptance_rate": c.acceptance_rate,
+            }
+            if not c.tests:
+                rows.append(base)
+            for t in c.tests:
+                rows.append({**base, "test": t.name, "family": t.family, "primary": t.primary,
+                             "statistic": t.statistic, "pvalue": t.pvalue,
+                             "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
+        return pd.DataFrame(rows)
+
+
+def _case_from_dict(d: dict[str, Any]) -> CaseResult:
+    g = d.get("greedy")
+    greedy = None
+    if g is not None:
+        greedy = GreedySummary(**{**g, "divergences": tuple(GreedyDivergence(**x) for x in g["divergences"])})
+    return CaseResult(
+        **{
+            **d,
+            "tests": tuple(TestOutcome(**t) for t in d.get("tests", ())),
+            "top_tokens": tuple(TokenFrequency(**t) for t in d.get("top_tokens", ())),
+            "pit_histogram": tuple(d.get("pit_histogram", ())),
+            "greedy": greedy,
+            "samples": tuple(SampleText(**{**s, "token_ids": tuple(s.get("token_ids", ()))}) for s in d.get("samples", ())),
+            "hard_failures": tuple(d.get("hard_failures", ())),
+            "notes": tuple(d.get("notes", ())),
+        }
+    )
