@@ -1,0 +1,76 @@
+"""Per-token oracle scores: the interface between the oracle (torch) and the pure tests.
+
+The oracle scores every generated token of a sample set by teacher forcing with the
+target model and the same logit processing as the engines, and reduces each position's
+processed distribution ``p_t`` to the few numbers the oracle tests need. Everything here
+is numpy; 1 M tokens take ~100 MB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenScores:
+    """Flattened per-token arrays, all of length N (generated tokens, EOS included).
+
+    row, position: which sample row and which generated position (0-based) the token is.
+    token: the emitted token id x_t.
+    prob: p_t(x_t) under the processed target (0 means a hard failure).
+    cdf_before: F_t(x_t-), the processed mass of tokens ranked before x_t when the
+        vocabulary is sorted by descending p_t (ties by ascending token id).
+    argmax_prob: max p_t; is_argmax: x_t is the argmax (ties to the lowest id).
+    logp: log p_t(x_t) (natural log; -inf when prob == 0).
+    logp_mean, logp_var: E_{p_t}[log p] (= -entropy, nats) and Var_{p_t}[log p] over the support.
+    raw_top2_margin: log-prob of the raw (unprocessed, T=1) top-1 minus top-2 token (nats),
+        used to classify greedy divergences as numerical near-ties.
+    draft_llr, draft_llr_mean, draft_llr_var: f = log q_t(x) - log p_t(x) with q_t the
+        processed draft distribution (q floored at 1e-30), and its mean and variance under
+        p_t. ``None`` when no draft model is given to the oracle.
+    """
+
+    row: np.ndarray
+    position: np.ndarray
+    token: np.ndarray
+    prob: np.ndarray
+    cdf_before: np.ndarray
+    argmax_prob: np.ndarray
+    is_argmax: np.ndarray
+    logp: np.ndarray
+    logp_mean: np.ndarray
+    logp_var: np.ndarray
+    raw_top2_margin: np.ndarray
+    draft_llr: np.ndarray | None = None
+    draft_llr_mean: np.ndarray | None = None
+    draft_llr_var: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.token)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None and len(v) != n:
+                raise ValueError(f"`{f.name}` has length {len(v)}, expected {n} (length of `token`)")
+
+    def __len__(self) -> int:
+        return len(self.token)
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft_llr is not None
+
+    def select(self, mask: np.ndarray) -> "TokenScores":
+        """Subset of tokens (boolean mask or index array)."""
+        return TokenScores(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[mask]) for f in fields(self)})
+
+    @staticmethod
+    def concatenate(parts: "list[TokenScores]") -> "TokenScores":
+        if not parts:
+            raise ValueError("`parts` is empty")
+        out = {}
+        for f in fields(TokenScores):
+            vals = [getattr(p, f.name) for p in parts]
+            out[f.name] = None if any(v is None for v in vals) else np.concatenate(vals)
+        return TokenScores(**out)
