@@ -2,4 +2,66 @@
 
 Functions take arrays and return frozen result objects with ``statistic``, ``pvalue``,
 an effect size where one applies, ``summary()`` and ``to_dict()``.
+
+- counting (black-box): :func:`position_symbols`, :func:`joint_symbols`, :func:`paired_counts`
+- two-sample: :func:`chisquare_homogeneity` (pooled-count binning), :func:`ks_2samp_jittered`,
+  :func:`cramervonmises_2samp_permutation`
+- oracle: :func:`randomized_pit` + :func:`pit_uniformity`, the martingale z-tests,
+  :func:`support_violations`, :func:`chisquare_gof`
+- effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds
+- multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
 """
+
+from harness.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
+from harness.stats.goodness import chisquare_gof, probability_bins
+from harness.stats.martingale import (
+    argmax_leak_z,
+    draft_drift_z,
+    martingale_z,
+    support_violations,
+    temperature_drift_z,
+)
+from harness.stats.multitest import benjamini_hochberg, holm
+from harness.stats.pit import (
+    anderson_darling_uniform_sf,
+    anderson_darling_uniform_statistic,
+    pit_uniformity,
+    randomized_pit,
+)
+from harness.stats.power import (
+    noncentrality_for_power,
+    required_n_equivalence_oracle,
+    required_n_equivalence_two_sample,
+    required_n_oracle,
+    required_n_two_sample,
+)
+from harness.stats.results import (
+    ConfidenceInterval,
+    GoodnessOfFitResult,
+    HomogeneityResult,
+    PITResult,
+    SupportResult,
+    TwoSampleResult,
+    UniformityResult,
+    ZTestResult,
+)
+from harness.stats.scores import TokenScores
+from harness.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
+from harness.stats.tv import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
+from harness.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, pooled_bins
+
+__all__ = [
+    "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
+    "chisquare_gof", "probability_bins",
+    "argmax_leak_z", "draft_drift_z", "martingale_z", "support_violations", "temperature_drift_z",
+    "benjamini_hochberg", "holm",
+    "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",
+    "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
+    "required_n_oracle", "required_n_two_sample",
+    "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "SupportResult",
+    "TwoSampleResult", "UniformityResult", "ZTestResult",
+    "TokenScores",
+    "cramervonmises_2samp_permutation", "ks_2samp_jittered",
+    "tv_distance", "tv_to_oracle", "tv_upper_bound_oracle", "tv_upper_bound_two_sample",
+    "DEFAULT_MC_SAMPLES", "chisquare_homogeneity", "pooled_bins",
+]

@@ -1,0 +1,145 @@
+"""Loading Hugging Face causal LMs for the project's own engines and the oracle.
+
+A model is given as ``None`` (the bundled target or draft), a folder path, or an already
+loaded ``PreTrainedModel``. Loading is offline (local folders only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import torch
+
+from harness.engines._torch import first_eos_id, resolve_dtype
+from harness.errors import ConfigError
+
+
+def load_causal_lm(
+    model: str | Path | Any | None,
+    *,
+    role: Literal["target", "draft"],
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+) -> Any:
+    """Return an eval-mode causal LM on ``device`` in ``dtype``.
+
+    ``None`` loads the bundled model of ``role``; a string or Path loads that local folder;
+    a loaded model is moved to ``device``/``dtype`` and put in eval mode (not copied).
+    """
+    torch_dtype = resolve_dtype(dtype)
+    if model is None:
+        from harness import models
+
+        loader = models.load_target if role == "target" else models.load_draft
+        return loader(dtype=torch_dtype, device=device)
+    if isinstance(model, (str, Path)):
+        from harness.models import load_model
+
+        return load_model(model, dtype=torch_dtype, device=device)
+    if not (isinstance(model, torch.nn.Module) and hasattr(model, "config")):
+        raise ConfigError(
+            f"expected None, a model folder or a transformers PreTrainedModel, got {type(model).__name__}", where=role
+        )
+    model = model.to(device=device, dtype=torch_dtype)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def model_vocab_size(model: Any) -> int:
+    """Number of logits the model emits per position (its output vocabulary)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and hasattr(head, "out_features"):
+        return int(head.out_features)
+    return int(model.config.vocab_size)
+
+
+def model_eos_id(model: Any, override: int | None) -> int | None:
+    """EOS id: ``override`` when given, else the model config's."""
+    return int(override) if override is not None else first_eos_id(model.config)
+
+
+def model_pad_id(model: Any) -> int:
+    """A token id to put in padded slots (masked out, so any valid id works)."""
+    pad = getattr(model.config, "pad_token_id", None)
+    return int(pad) if isinstance(pad, int) else 0
+
+
+def describe_model(model: Any) -> dict[str, Any]:
+    """JSON-able provenance of a model: path, class, parameter count, dtype, device."""
+    param = next(model.parameters())
+    return {
+        "path": str(getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")) or None,
+        "class": type(model).__name__,
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "dtype": str(param.dtype).removeprefix("torch."),
+        "device": str(param.device),
+        "vocab_size": model_vocab_size(model),
+    }
+
+
+def check_prompts(prompts: Sequence[Sequence[int]], vocab_size: int, engine: str) -> None:
+    """Raise ConfigError naming the prompt when it is empty or holds ids outside the vocabulary."""
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ConfigError("empty prompt: the model needs at least one token", where=f"{engine} prompt {i}")
+        bad = [t for t in p if not (0 <= int(t) < vocab_size)]
+        if bad:
+            raise ConfigError(
+                f"token {bad[0]} is outside the model's vocabulary [0, {vocab_size})", where=f"{engine} prompt {i}"
+            )
+
+
+def left_padded(
+    seqs: Sequence[Sequence[int]], pad_id: int, device: str | torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists: ids ``[rows, width]`` int64 and valid ``[rows, width]`` bool."""
+    width = max((len(s) for s in seqs), default=0)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for r, s in enumerate(seqs):
+        if len(s):
+            ids[r, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
+            valid[r, width - len(s) :] = True
+    return ids.to(device), valid.to(device)
+
+
+def tiny_random_llama(
+    seed: int = 0,
+    *,
+    hidden_size: int = 32,
+    layers: int = 2,
+    heads: int = 4,
+    init_std: float = 0.02,
+    vocab_size: int = 259,
+    eos_token_id: int = 257,
+    pad_token_id: int = 258,
+) -> Any:
+    """A tiny random-init ``LlamaForCausalLM`` (eval mode, float32) for tests and demos.
+
+    The bundled byte vocabulary by default (259 ids, EOS 257, PAD 258). ``init_std`` scales
+    the initial weights: larger values give peakier (lower-entropy) next-token laws.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=512,
+        initializer_range=init_std,
+        bos_token_id=256,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    model.requires_grad_(False)
+    return model

@@ -1,0 +1,146 @@
+"""The baseline engine: plain batched ancestral sampling of the target with a KV cache.
+
+Rows follow :meth:`SampleRequest.rows` and are cut into batches of ``request.batch_size``.
+A batch is left-padded, with an attention mask and explicit per-row position ids, so each
+row is computed exactly as if it were alone (up to float rounding). Every step applies
+:func:`harness.processing.process_logits` and draws with
+:func:`harness.processing.sample_from_probs` from one ``torch.Generator`` per batch,
+seeded from ``(request.seed, batch index)``. A row ends at EOS (unless ``ignore_eos``) or
+after ``max_new_tokens``; finished rows leave the batch.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.engines._hf_utils import (
+    check_prompts,
+    describe_model,
+    left_padded,
+    load_causal_lm,
+    model_eos_id,
+    model_pad_id,
+    model_vocab_size,
+)
+from harness.engines._kv import SlotCache
+from harness.engines._torch import batch_generator, configure_threads
+from harness.engines.base import PAD_OUT, SampleBatch, SampleRequest
+from harness.params import SamplingParams
+from harness.processing import process_logits, sample_from_probs
+
+
+class BaselineEngine:
+    """Plain sampling of the target: the reference law every candidate is compared with.
+
+    Parameters
+    ----------
+    target : None (the bundled target), a local model folder, or a loaded causal LM.
+    device, dtype : where and in which precision the model runs.
+    name : the engine's name in results.
+    eos_token_id : overrides the model config's EOS id.
+    threads : torch intra-op threads (see :func:`configure_threads`; default 1).
+    trace : when true, ``SampleBatch.info["trace_probs"]`` holds the processed distribution
+        each token was drawn from, float32 ``[rows, max_new_tokens, vocab]`` (zeros after a
+        row's end). For tests; costs memory.
+    """
+
+    def __init__(
+        self,
+        target: str | Path | Any | None = None,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        name: str = "baseline",
+        eos_token_id: int | None = None,
+        threads: int | None = None,
+        trace: bool = False,
+    ) -> None:
+        self.threads = configure_threads(threads)
+        self.model = load_causal_lm(target, role="target", device=device, dtype=dtype)
+        self.name = name
+        self.device = device
+        self.dtype = dtype
+        self.vocab_size = model_vocab_size(self.model)
+        self.eos_token_id = model_eos_id(self.model, eos_token_id)
+        self.pad_id = model_pad_id(self.model)
+        self.trace = trace
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": "baseline",
+            "name": self.name,
+            "model": describe_model(self.model),
+            "eos_token_id": self.eos_token_id,
+            "threads": self.threads,
+        }
+
+    def process(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        """Processed next-token probabilities ``[rows, vocab]`` from logits ``[rows, vocab]``."""
+        return process_logits(logits, params, eos_token_id=self.eos_token_id)
+
+    def sample(self, request: SampleRequest) -> SampleBatch:
+        """Draw ``request.n`` continuations of every prompt."""
+        check_prompts(request.prompts, self.vocab_size, self.name)
+        start = time.perf_counter()
+        layout = request.rows()
+        L = request.params.max_new_tokens
+        tokens = np.full((len(layout), L), PAD_OUT, dtype=np.int64)
+        lengths = np.zeros(len(layout), dtype=np.int64)
+        trace = np.zeros((len(layout), L, self.vocab_size), dtype=np.float32) if self.trace else None
+        with torch.inference_mode():
+            for b, lo in enumerate(range(0, len(layout), request.batch_size)):
+                rows = np.arange(lo, min(lo + request.batch_size, len(layout)))
+                prompts = [request.prompts[int(layout[r])] for r in rows]
+                gen = batch_generator(request.seed, b, self.device)
+                self._sample_batch(prompts, request.params, gen, rows, tokens, lengths, trace)
+        info: dict[str, Any] = {}
+        if trace is not None:
+            info["trace_probs"] = trace
+        return SampleBatch(
+            tokens=tokens,
+            lengths=lengths,
+            prompt_index=layout.astype(np.int64),
+            wall_time_s=time.perf_counter() - start,
+            info=info,
+        )
+
+    def _sample_batch(
+        self,
+        prompts: list[tuple[int, ...]],
+        params: SamplingParams,
+        gen: torch.Generator,
+        out_rows: np.ndarray,  # [batch] row index of each batch row in the output
+        tokens: np.ndarray,  # [rows, L] output, filled in place
+        lengths: np.ndarray,  # [rows] output, filled in place
+        trace: np.ndarray | None,  # [rows, L, vocab] output, filled in place
+    ) -> None:
+        L = params.max_new_tokens
+        slots = SlotCache(self.model, len(prompts), self.device)
+        ids, valid = left_padded(prompts, self.pad_id, self.device)
+        logits = slots.forward(ids, valid)[:, -1]  # [active, vocab]
+        active = torch.as_tensor(out_rows, dtype=torch.long)  # output row of each active batch row
+        for t in range(L):
+            probs = self.process(logits, params)  # [active, vocab]
+            tok = sample_from_probs(probs, gen)  # [active]
+            rows_np = active.numpy()
+            tokens[rows_np, t] = tok.cpu().numpy()
+            lengths[rows_np] = t + 1
+            if trace is not None:
+                trace[rows_np, t] = probs.float().cpu().numpy()
+            if t == L - 1:
+                break
+            if self.eos_token_id is not None and not params.ignore_eos:
+                going = tok != self.eos_token_id
+                if not bool(going.all()):
+                    if not bool(going.any()):
+                        break
+                    keep = torch.nonzero(going).squeeze(1)
+                    slots.select_rows(keep)
+                    active, tok = active[keep.cpu()], tok[keep]
+            ones = torch.ones((len(tok), 1), dtype=torch.bool, device=self.device)
+            logits = slots.forward(tok[:, None], ones)[:, -1]

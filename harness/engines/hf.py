@@ -1,0 +1,436 @@
+"""Hugging Face transformers ``generate()`` as engines: plain sampling, assisted generation, prompt lookup.
+
+Three engines wrap real third-party samplers:
+
+- :class:`HFSampleEngine`: ``generate(do_sample=True)``, batched with left padding (the HF baseline);
+- :class:`HFAssistedEngine`: ``generate(assistant_model=draft, do_sample=True)``, transformers'
+  speculative sampling (Leviathan et al. Algorithm 1);
+- :class:`HFPromptLookupEngine`: ``generate(prompt_lookup_num_tokens=k, do_sample=True)``, drafts
+  copied from the prompt, kept while the target's own samples match them.
+
+Parameter mapping (every field is passed explicitly; transformers 5.24 fills an *unset* ``top_k``
+with 50 from ``GenerationConfig._get_default_generation_params``, so ``top_k=0`` is always sent):
+temperature -> ``temperature`` (0 -> ``do_sample=False``, greedy), top_k -> ``top_k`` (0 = off),
+top_p -> ``top_p``, max_new_tokens -> ``max_new_tokens``; ``ignore_eos`` -> ``suppress_tokens=[eos]``
+plus ``min_new_tokens=max_new_tokens``. Penalties, min-p, typical-p, epsilon/eta cut-offs are set to
+their neutral values.
+
+Processing compared with :func:`harness.processing.process_logits` (checked by
+``tests/engines/test_hf.py``). transformers applies ``SuppressTokens`` (EOS -> -inf) before the
+warpers, then ``Temperature -> TopK -> TopP``, the same order as ours, and its top-p keeps a token
+when the mass of the tokens ranked strictly above it is < top_p (it removes tokens whose ascending
+cumulative mass is <= 1 - top_p), the same rule. Boundary differences:
+
+- top-k ties: transformers keeps *every* token whose logit equals the k-th largest (so it may keep
+  more than k); ours keeps exactly k, ties broken towards the lowest token id.
+- top-p ties and rounding: transformers sorts with an unstable sort and evaluates ``1 - top_p``
+  against a cumulative sum from the least likely end; ours uses a stable sort (ties by token id)
+  and a cumulative sum from the most likely end. Only exact probability ties at the cut, or a cut
+  within float32 rounding (~1e-7) of ``top_p``, can keep a different set.
+- ``min_tokens_to_keep`` is 1 in both (the most likely token always survives top-p).
+- greedy: both take the first maximal logit.
+
+Batch size: transformers runs assisted generation and prompt lookup only at batch size 1
+(``ValueError: assisted generate is only supported for batch_size = 1``), so those engines loop
+over rows; ``describe()`` and ``SampleBatch.info`` say so. Acceptance counts: transformers does not
+report them; these engines count them by wrapping the candidate generator of each call (drafted
+tokens from ``get_candidates``, accepted tokens and verify steps from ``update_candidate_strategy``).
+
+Seeds: transformers samples from torch's global generator. Each generate call runs inside
+``torch.random.fork_rng`` (the caller's global state is restored) seeded by
+``derive_seed(request.seed, first row of the call, ...)``, so a row's tokens depend only on the
+request seed and its place in the layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from harness.errors import ConfigError, EngineError
+from harness.params import SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+    import transformers
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed derived from integers (request seed, row, ...), stable across platforms."""
+    state = np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+def as_int(value: Any, option: str, *, minimum: int = 0) -> int:
+    """Coerce a CLI option (possibly a string) to an int >= minimum, or raise ConfigError naming it."""
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", where=option) from None
+    if isinstance(value, bool) or out < minimum or (isinstance(value, float) and value != out):
+        raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", where=option)
+    return out
+
+
+def load_causal_lm(spec: Any, role: str, *, device: str, dtype: str) -> transformers.PreTrainedModel:
+    """A model instance as given, a local folder path, or None for the bundled model of ``role``."""
+    import torch
+
+    import harness.models as models
+
+    if dtype not in _DTYPES:
+        raise ConfigError(f"expected one of {list(_DTYPES)}, got {dtype!r}", where="dtype")
+    torch_dtype = getattr(torch, dtype)
+    if spec is None:
+        spec = models.TARGET_DIR if role == "target" else models.DRAFT_DIR
+    if isinstance(spec, (str, Path)):
+        return models.load_model(spec, dtype=torch_dtype, device=device)
+    if not hasattr(spec, "generate"):
+        raise ConfigError(f"expected a model folder or a transformers model, got {type(spec).__name__}", where=role)
+    return spec.to(device=device, dtype=torch_dtype).eval()
+
+
+def _model_label(spec: Any, model: Any) -> str:
+    if isinstance(spec, (str, Path)):
+        return str(spec)
+    if spec is None:
+        return f"bundled {type(model).__name__}"
+    return f"in-memory {type(model).__name__}"
+
+
+def generation_kwargs(params: SamplingParams, *, eos_token_id: int | None, pad_token_id: int) -> dict[str, Any]:
+    """Keyword arguments of ``generate()`` that reproduce ``params`` exactly (every field explicit)."""
+    kw: dict[str, Any] = {
+        "max_new_tokens": params.max_new_tokens,
+        "num_beams": 1,
+        "num_return_sequences": 1,
+        "repetition_penalty": 1.0,
+        "no_repeat_ngram_size": 0,
+        "bad_words_ids": None,
+        "min_p": None,
+        "top_h": None,
+        "typical_p": 1.0,
+        "epsilon_cutoff": 0.0,
+        "eta_cutoff": 0.0,
+        "renormalize_logits": False,
+        "remove_invalid_values": False,
+        "forced_bos_token_id": None,
+        "forced_eos_token_id": None,
+        "begin_suppress_tokens": None,
+        "exponential_decay_length_penalty": None,
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+        "use_cache": True,
+    }
+    if params.greedy:
+        kw.update(do_sample=False, temperature=1.0, top_k=0, top_p=1.0)
+    else:
+        kw.update(do_sample=True, temperature=float(params.temperature), top_k=int(params.top_k), top_p=float(params.top_p))
+    if params.ignore_eos and eos_token_id is not None:
+        kw.update(suppress_tokens=[eos_token_id], min_new_tokens=params.max_new_tokens)
+    else:
+        # min_length only without min_new_tokens: giving both makes transformers warn at every call
+        kw.update(suppress_tokens=None, min_new_tokens=None, min_length=0)
+    # Older transformers (e.g. 5.17 on the GPU machine) lack some neutral fields such as top_h:
+    # an unknown key would be taken for a model input, so only known fields are sent.
+    from transformers import GenerationConfig
+
+    known = GenerationConfig()
+    return {k: v for k, v in kw.items() if hasattr(known, k)}
+
+
+class _HFEngine:
+    """Shared loading, parameter mapping, seeding and output cutting of the HF engines."""
+
+    name: str
+    vocab_size: int
+    eos_token_id: int | None
+
+    def __init__(self, target: Any, *, name: str, device: str, dtype: str, eos_token_id: Any) -> None:
+        import torch
+
+        self.name = str(name)
+        self.device = str(device)
+        self.dtype = str(dtype)
+        self._torch = torch
+        self.target = load_causal_lm(target, "target", device=self.device, dtype=self.dtype)
+        self._target_label = _model_label(target, self.target)
+        config = self.target.config
+        self.vocab_size = int(config.vocab_size)
+        eos = eos_token_id if eos_token_id is not None else getattr(self.target.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = getattr(config, "eos_token_id", None)
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+        self.eos_token_id = None if eos is None else as_int(eos, "eos_token_id")
+        pad = getattr(config, "pad_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else (self.eos_token_id if self.eos_token_id is not None else 0)
+
+    def describe(self) -> dict[str, Any]:
+        import transformers
+
+        return {
+            "engine": self.name,
+            "class": f"{type(self).__module__}:{type(self).__qualname__}",
+            "transformers": transformers.__version__,
+            "torch": self._torch.__version__,
+            "target": self._target_label,
+            "target_parameters": int(sum(p.numel() for p in self.target.parameters())),
+            "device": self.device,
+            "dtype": self.dtype,
+            "vocab_size": self.vocab_size,
+            "eos_token_id": self.eos_token_id,
+        }
+
+    def _kwargs(self, params: SamplingParams) -> dict[str, Any]:
+        return generation_kwargs(params, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id)
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int) -> Iterator[None]:
+        devices = [self._torch.cuda.current_device()] if self.device.startswith("cuda") else []
+        with self._torch.random.fork_rng(devices=devices):
+            self._torch.manual_seed(seed)
+            yield
+
+    def _cut(self, generated: list[int], params: SamplingParams, row: int) -> list[int]:
+        """Generated ids up to and including the first EOS; check the length contract."""
+        if not params.ignore_eos and self.eos_token_id is not None and self.eos_token_id in generated:
+            return generated[: generated.index(self.eos_token_id) + 1]
+        if len(generated) != params.max_new_tokens:
+            raise EngineError(
+                f"row {row}: generate() returned {len(generated)} new tokens without EOS, expected {params.max_new_tokens}",
+                engine=self.name,
+            )
+        return generated
+
+    def _check_prompts(self, request: SampleRequest) -> None:
+        for j, prompt in enumerate(request.prompts):
+            if not prompt:
+                raise EngineError(f"prompt {j} is empty", engine=self.name)
+            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+            if bad:
+                raise EngineError(f"prompt {j} holds token {bad[0]} outside [0, {self.vocab_size})", engine=self.name)
+
+
+class HFSampleEngine(_HFEngine):
+    """Plain ``generate(do_sample=True)`` of the target, ``request.batch_size`` rows per call (left padded)."""
+
+    def __init__(
+        self,
+        target: Any = None,
+        *,
+        name: str = "hf-sample",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "method": "generate(do_sample=True), batched, left padding"}
+
+    def sample(self, request: SampleRequest) -> SampleBatch:
+        torch = self._torch
+        self._check_prompts(request)
+        params = request.params
+        prompt_of_row = request.rows()
+        kwargs = self._kwargs(params)
+        rows: list[list[int]] = []
+        started = time.perf_counter()
+        bs = max(1, int(request.batch_size))
+        for start in range(0, len(prompt_of_row), bs):
+            prompts = [request.prompts[int(j)] for j in prompt_of_row[start : start + bs]]
+            width = max(len(p) for p in prompts)
+            ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(prompts), width), dtype=torch.long)
+            for i, p in enumerate(prompts):
+                ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+                mask[i, width - len(p) :] = 1
+            with self._seeded(derive_seed(request.seed, start, bs)), torch.inference_mode():
+                out = self.target.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+            new = out[:, width:].cpu().tolist()
+            rows.extend(self._cut(r, params, start + i) for i, r in enumerate(new))
+        wall = time.perf_counter() - started
+        info = {"engine": self.name, "batch_size": bs, "generate_calls": -(-len(prompt_of_row) // bs)}
+        return batch_from_lists(rows, prompt_of_row, params.max_new_tokens, wall_time_s=wall, info=info)
+
+
+class _Counts:
+    """Draft/accept counters filled by wrapping one call's candidate generator."""
+
+    def __init__(self) -> None:
+        self.drafted = 0
+        self.accepted = 0
+        self.steps = 0
+
+
+class _RowLoopEngine(_HFEngine):
+    """Engines that transformers runs at batch size 1 only: one generate call per row."""
+
+    _limitation = "transformers runs assisted generation / prompt lookup at batch size 1 only; rows run one by one"
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _counting(self) -> Iterator[_Counts | None]:
+        """Count drafted/accepted tokens by wrapping the candidate generator that generate() builds.
+
+        Uses the private ``_get_candidate_generator`` hook of transformers (5.x); when it is absent
+        the counts are unavailable (None) rather than guessed.
+        """
+        original = getattr(self.target, "_get_candidate_generator", None)
+        if original is None:
+            yield None
+            return
+        counts = _Counts()
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            gen = original(*args, **kwargs)
+            get_candidates, update = gen.get_candidates, gen.update_candidate_strategy
+
+            def counted_get(input_ids: Any, **kw: Any) -> Any:
+                cand_ids, cand_logits = get_candidates(input_ids, **kw)
+                counts.drafted += int(cand_ids.shape[-1] - input_ids.shape[-1])
+                return cand_ids, cand_logits
+
+            def counted_update(input_ids: Any, scores: Any, num_matches: Any) -> Any:
+                counts.accepted += int(num_matches)
+                counts.steps += 1
+                return update(input_ids, scores, num_matches)
+
+            gen.get_candidates, gen.update_candidate_strategy = counted_get, counted_update
+            return gen
+
+        self.target._get_candidate_generator = wrapped
+        try:
+            yield counts
+        finally:
+            del self.target._get_candidate_generator
+
+    def sample(self, request: SampleRequest) -> SampleBatch:
+        torch = self._torch
+        self._check_prompts(request)
+        params = request.params
+        prompt_of_row = request.rows()
+        kwargs = {**self._kwargs(params), **self._extra_kwargs()}
+        rows: list[list[int]] = []
+        drafted = accepted = steps = 0
+        counted = True
+        started = time.perf_counter()
+        for i, j in enumerate(prompt_of_row):
+            ids = torch.tensor([request.prompts[int(j)]], dtype=torch.long, device=self.device)
+            with self._counting() as counts, self._seeded(derive_seed(request.seed, i)), torch.inference_mode():
+                out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+            rows.append(self._cut(out[0, ids.shape[1] :].cpu().tolist(), params, i))
+            if counts is None:
+                counted = False
+            else:
+                drafted, accepted, steps = drafted + counts.drafted, accepted + counts.accepted, steps + counts.steps
+        wall = time.perf_counter() - started
+        info: dict[str, Any] = {
+            "engine": self.name,
+            "batch_size": 1,
+            "requested_batch_size": int(request.batch_size),
+            "limitation": self._limitation,
+            "generate_calls": len(prompt_of_row),
+            "acceptance_counts": "counted by wrapping transformers' candidate generator" if counted else "unavailable",
+        }
+        return batch_from_lists(
+            rows,
+            prompt_of_row,
+            params.max_new_tokens,
+            drafted_tokens=drafted if counted else None,
+            accepted_tokens=accepted if counted else None,
+            verify_steps=steps if counted else None,
+            wall_time_s=wall,
+            info=info,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "batch_size_limit": 1, "limitation": self._limitation}
+
+
+class HFAssistedEngine(_RowLoopEngine):
+    """``generate(assistant_model=draft, do_sample=True)``: transformers' speculative sampling, k drafts per step."""
+
+    def __init__(
+        self,
+        target: Any = None,
+        draft: Any = None,
+        *,
+        num_assistant_tokens: Any = 4,
+        name: str = "hf-assisted",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+        self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
+        self.draft = load_causal_lm(draft, "draft", device=self.device, dtype=self.dtype)
+        self._draft_label = _model_label(draft, self.draft)
+        if int(self.draft.config.vocab_size) != self.vocab_size:
+            raise ConfigError(
+                f"draft vocabulary has {self.draft.config.vocab_size} tokens, the target's {self.vocab_size}", where="draft"
+            )
+        # The candidate generator reads these from the assistant's own generation config. A constant
+        # schedule and no confidence cut-off make every step draft exactly k tokens (fewer only at the
+        # length limit or when the draft samples EOS).
+        gc = self.draft.generation_config
+        gc.num_assistant_tokens = self.num_assistant_tokens
+        gc.num_assistant_tokens_schedule = "constant"
+        gc.assistant_confidence_threshold = 0.0
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {"assistant_model": self.draft}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "method": "generate(assistant_model=draft): speculative sampling",
+            "draft": self._draft_label,
+            "draft_parameters": int(sum(p.numel() for p in self.draft.parameters())),
+            "num_assistant_tokens": self.num_assistant_tokens,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+        }
+
+
+class HFPromptLookupEngine(_RowLoopEngine):
+    """``generate(prompt_lookup_num_tokens=k, do_sample=True)``: n-gram drafts from the context."""
+
+    def __init__(
+        self,
+        target: Any = None,
+        *,
+        prompt_lookup_num_tokens: Any = 3,
+        max_matching_ngram_size: Any = 2,
+        name: str = "hf-prompt-lookup",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+        self.prompt_lookup_num_tokens = as_int(prompt_lookup_num_tokens, "prompt_lookup_num_tokens", minimum=1)
+        self.max_matching_ngram_size = as_int(max_matching_ngram_size, "max_matching_ngram_size", minimum=1)
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {
+            "prompt_lookup_num_tokens": self.prompt_lookup_num_tokens,
+            "max_matching_ngram_size": self.max_matching_ngram_size,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "method": "generate(prompt_lookup_num_tokens=k): prompt lookup decoding",
+            "prompt_lookup_num_tokens": self.prompt_lookup_num_tokens,
+            "max_matching_ngram_size": self.max_matching_ngram_size,
+        }

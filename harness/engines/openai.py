@@ -1,0 +1,366 @@
+"""Any OpenAI-compatible ``/v1/completions`` server as an engine (vLLM, SGLang, llama.cpp, TGI).
+
+Prompts go out as token ids; sampled tokens come back as token ids without detokenising:
+``token_ids_mode="vllm"`` reads ``logprobs.tokens`` written as ``"token_id:207"`` (vLLM's
+``return_tokens_as_token_ids``); ``"token_ids"`` reads ``choices[i].token_ids`` (vLLM's
+``return_token_ids`` and servers that copy it). Every sampling field is sent explicitly
+(temperature, top_p, top_k, min_p, penalties) so the server's model-specific defaults (vLLM reads
+``generation_config.json``) never apply; ``ignore_eos`` and ``min_tokens`` are sent for servers that
+have them.
+
+Requests: each prompt's ``n`` samples are split into calls of at most ``max_n_per_request``
+(``n=1`` per call when greedy: vLLM refuses ``n > 1`` with temperature 0). Call ``k`` of a request
+gets seed ``((request.seed mod 2**31) * 2**16 + k) * seed_stride``. vLLM seeds the i-th of ``n``
+samples of a call with ``seed + i``, so calls with nearby seeds share random streams and are NOT
+independent (ENGINES.md: 16 calls, seeds 0..15, n=16 gave 28 distinct first tokens out of 256);
+spacing seeds by ``seed_stride >= max_n_per_request`` gives every call a disjoint block.
+
+Faults: HTTP 5xx/408/429, timeouts, dropped connections, unparseable JSON, a wrong number of
+choices, tokens outside the vocabulary and truncated outputs are retried with exponential backoff
+(``backoff_s * 2**attempt``, at most 30 s) up to ``max_retries`` times and counted in
+``SampleBatch.info["retries"]``; a fault that persists raises :class:`EngineError` naming the call
+(prompt index, seed, n) and stops the other calls of the request, so the run stops without
+hanging and keeps the chunks already stored. Other 4xx answers are not retried.
+
+Speculation counters: when the server exposes Prometheus ``/metrics`` with vLLM's
+``vllm:spec_decode_*`` counters, their increase during ``sample()`` is reported as
+``drafted_tokens``/``accepted_tokens``/``verify_steps`` (exact only when no other client uses the
+server meanwhile).
+
+HTTP: the standard library (:mod:`harness.engines._http`), threads from :mod:`concurrent.futures`
+for bounded concurrency. The API key is read from the environment variable ``api_key_env`` at
+each call and never appears in ``describe()``, ``SampleBatch.info``, exceptions or logs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from harness.engines._http import TransportFault, get_text, parse_prometheus, request_json
+from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from harness.engines.hf import as_int
+from harness.errors import ConfigError, EngineError
+from harness.params import SamplingParams
+
+TOKEN_IDS_MODES = ("vllm", "token_ids")
+_TOKEN_PREFIX = "token_id:"
+_MAX_BACKOFF_S = 30.0
+_SPEC_COUNTERS = {
+    "drafted": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "steps": "vllm:spec_decode_num_drafts_total",
+}
+
+
+def call_seed(request_seed: int, call_index: int, seed_stride: int) -> int:
+    """Seed of call ``call_index``: disjoint blocks ``[s, s + seed_stride)`` for distinct (seed mod 2**31, call)."""
+    if not 0 <= call_index < 2**16:
+        raise ConfigError(f"call index {call_index} outside [0, 65536): too many calls in one request", where="n")
+    return ((int(request_seed) % 2**31) * 2**16 + call_index) * seed_stride
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One HTTP request: ``n`` samples of prompt ``prompt_index`` filling sample rounds ``rounds``."""
+
+    index: int
+    prompt_index: int
+    rounds: tuple[int, ...]
+    seed: int
+
+    def label(self) -> str:
+        return f"call {self.index} (prompt index {self.prompt_index}, seed {self.seed}, n={len(self.rounds)})"
+
+
+class _BadReply(Exception):
+    """A reply that breaks the completions contract; retried like a transport fault."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"{kind}: {detail}")
+
+
+class OpenAICompletionsEngine:
+    """Samples from an OpenAI-compatible completions server; see the module docstring."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        vocab_size: Any = 259,
+        eos_token_id: Any = 257,
+        max_concurrency: Any = 4,
+        timeout_s: Any = 60,
+        max_retries: Any = 5,
+        backoff_s: Any = 0.5,
+        seed_stride: Any = 1024,
+        max_n_per_request: Any = 16,
+        token_ids_mode: str = "vllm",
+        spec_metrics: Any = True,
+        name: str = "openai",
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"expected an http(s) URL, got {base_url!r}", where="base_url")
+        root = base_url.rstrip("/")
+        self.api_root = root if root.endswith("/v1") else root + "/v1"
+        self.server_root = self.api_root[: -len("/v1")]
+        self.model = model
+        self.api_key_env = str(api_key_env)
+        self.vocab_size = as_int(vocab_size, "vocab_size", minimum=1)
+        self.eos_token_id = None if eos_token_id in (None, "", "none", "None") else as_int(eos_token_id, "eos_token_id")
+        self.max_concurrency = as_int(max_concurrency, "max_concurrency", minimum=1)
+        self.max_retries = as_int(max_retries, "max_retries")
+        self.seed_stride = as_int(seed_stride, "seed_stride", minimum=1)
+        self.max_n_per_request = as_int(max_n_per_request, "max_n_per_request", minimum=1)
+        if self.max_n_per_request > self.seed_stride:
+            raise ConfigError(
+                f"max_n_per_request={self.max_n_per_request} exceeds seed_stride={self.seed_stride}: calls would share seeds",
+                where="seed_stride",
+            )
+        if self.seed_stride > 2**15:
+            raise ConfigError(f"expected at most {2**15}, got {self.seed_stride}", where="seed_stride")
+        try:
+            self.timeout_s = float(timeout_s)
+            self.backoff_s = float(backoff_s)
+        except (TypeError, ValueError):
+            raise ConfigError(f"expected numbers, got timeout_s={timeout_s!r} backoff_s={backoff_s!r}", where="timeout_s") from None
+        if not self.timeout_s > 0 or self.backoff_s < 0:
+            raise ConfigError(f"expected timeout_s > 0 and backoff_s >= 0, got {self.timeout_s}, {self.backoff_s}", where="timeout_s")
+        if token_ids_mode not in TOKEN_IDS_MODES:
+            raise ConfigError(f"expected one of {list(TOKEN_IDS_MODES)}, got {token_ids_mode!r}", where="token_ids_mode")
+        self.token_ids_mode = token_ids_mode
+        self.spec_metrics = str(spec_metrics).lower() not in ("false", "0", "no", "off")
+        self.name = str(name)
+
+    # -- provenance -------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "class": f"{type(self).__module__}:{type(self).__qualname__}",
+            "api_root": self.api_root,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+            "api_key_set": bool(os.environ.get(self.api_key_env)),
+            "vocab_size": self.vocab_size,
+            "eos_token_id": self.eos_token_id,
+            "max_concurrency": self.max_concurrency,
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "backoff_s": self.backoff_s,
+            "seed_stride": self.seed_stride,
+            "max_n_per_request": self.max_n_per_request,
+            "token_ids_mode": self.token_ids_mode,
+            "http_client": "urllib (standard library)",
+        }
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _scrub(self, text: str) -> str:
+        """Remove the API key from a message, in case a server echoes request headers."""
+        key = os.environ.get(self.api_key_env)
+        return text.replace(key, "***") if key else text
+
+    def _error(self, message: str) -> EngineError:
+        return EngineError(self._scrub(message), engine=self.name)
+
+    def _model_name(self) -> str:
+        if self.model is None:
+            try:
+                listing = request_json(self.api_root + "/models", body=None, headers=self._headers(), timeout_s=self.timeout_s)
+                self.model = str(listing["data"][0]["id"])
+            except TransportFault as exc:
+                raise self._error(f"cannot list models at {self.api_root}/models: {exc}") from None
+            except (KeyError, IndexError, TypeError):
+                raise self._error(f"{self.api_root}/models lists no model; pass model=...") from None
+        return self.model
+
+    def _spec_counters(self) -> dict[str, float] | None:
+        if not self.spec_metrics:
+            return None
+        try:
+            values = parse_prometheus(get_text(self.server_root + "/metrics", headers=self._headers(), timeout_s=self.timeout_s))
+        except TransportFault:
+            return None
+        if not all(name in values for name in _SPEC_COUNTERS.values()):
+            return None
+        return {key: values[name] for key, name in _SPEC_COUNTERS.items()}
+
+    def plan(self, request: SampleRequest) -> list[_Call]:
+        """The HTTP calls of a request: per prompt, rounds split into calls of at most max_n_per_request."""
+        per_call = 1 if request.params.greedy else self.max_n_per_request
+        calls: list[_Call] = []
+        for j in range(len(request.prompts)):
+            for start in range(0, request.n, per_call):
+                k = len(calls)
+                rounds = tuple(range(start, min(request.n, start + per_call)))
+                calls.append(_Call(index=k, prompt_index=j, rounds=rounds, seed=call_seed(request.seed, k, self.seed_stride)))
+        return calls
+
+    def body(self, call: _Call, prompt: tuple[int, ...], params: SamplingParams, model: str) -> dict[str, Any]:
+        """The JSON body of one call."""
+        out: dict[str, Any] = {
+            "model": model,
+            "prompt": list(prompt),
+            "n": len(call.rounds),
+            "seed": call.seed,
+            "max_tokens": params.max_new_tokens,
+            "temperature": float(params.temperature),
+            "top_p": float(params.top_p) if not params.greedy else 1.0,
+            "top_k": int(params.top_k) if not params.greedy else 0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
+            "logprobs": 1,
+            "echo": False,
+            "stream": False,
+            "ignore_eos": bool(params.ignore_eos),
+            "min_tokens": params.max_new_tokens if params.ignore_eos else 0,
+            "skip_special_tokens": False,
+        }
+        if self.token_ids_mode == "vllm":
+            out["return_tokens_as_token_ids"] = True
+        else:
+            out["return_token_ids"] = True
+        return out
+
+    # -- parsing ----------------------------------------------------------------------------
+    def _choice_tokens(self, choice: Any) -> list[int]:
+        if self.token_ids_mode == "token_ids":
+            ids = choice.get("token_ids") if isinstance(choice, dict) else None
+            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise _BadReply("bad_tokens", f"choice has no integer list `token_ids`: {str(choice)[:120]}")
+            return ids
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        strings = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+        if not isinstance(strings, list):
+            raise _BadReply("bad_tokens", "choice has no `logprobs.tokens` (is return_tokens_as_token_ids supported?)")
+        ids = []
+        for s in strings:
+            if not (isinstance(s, str) and s.startswith(_TOKEN_PREFIX) and s[len(_TOKEN_PREFIX) :].isdigit()):
+                raise _BadReply("bad_tokens", f"token {s!r} is not of the form 'token_id:<int>'")
+            ids.append(int(s[len(_TOKEN_PREFIX) :]))
+        return ids
+
+    def parse(self, reply: Any, call: _Call, params: SamplingParams) -> list[list[int]]:
+        """Token ids of each choice of ``reply``, checked against the request; raise _BadReply."""
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list):
+            raise _BadReply("bad_reply", f"no `choices` list in the reply: {str(reply)[:120]}")
+        n = len(call.rounds)
+        if len(choices) != n:
+            raise _BadReply("wrong_choices", f"{len(choices)} choices, expected n={n}")
+        indices = sorted(c.get("index", -1) if isinstance(c, dict) else -1 for c in choices)
+        if indices != list(range(n)):
+            raise _BadReply("wrong_choices", f"choice indices {indices[:8]}, expected 0..{n - 1}")
+        L, eos = params.max_new_tokens, self.eos_token_id
+        rows: list[list[int]] = [[] for _ in range(n)]
+        for c in choices:
+            i = c["index"]
+            ids = self._choice_tokens(c)
+            bad = [t for t in ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise _BadReply("out_of_vocab", f"choice {i} holds token {bad[0]}, outside [0, {self.vocab_size})")
+            finish = c.get("finish_reason")
+            ends_with_eos = eos is not None and bool(ids) and ids[-1] == eos
+            if len(ids) > L:
+                raise _BadReply("too_long", f"choice {i} has {len(ids)} tokens, more than max_tokens={L}")
+            if eos is not None and eos in ids[:-1]:
+                raise _BadReply("after_eos", f"choice {i} continues after EOS at position {ids.index(eos)}")
+            if params.ignore_eos and (len(ids) != L or ends_with_eos):
+                raise _BadReply("truncated", f"choice {i} has {len(ids)} tokens (EOS {ends_with_eos}), expected exactly {L} with ignore_eos")
+            if len(ids) < L and not ends_with_eos:
+                raise _BadReply("truncated", f"choice {i} stops after {len(ids)} of {L} tokens without EOS (finish_reason {finish!r})")
+            if finish == "length" and len(ids) != L:
+                raise _BadReply("truncated", f"choice {i} has finish_reason 'length' with {len(ids)} of {L} tokens")
+            if finish not in ("length", "stop", None):
+                raise _BadReply("truncated", f"choice {i} finished with {finish!r}")
+            rows[i] = ids
+        return rows
+
+    # -- sampling ---------------------------------------------------------------------------
+    def _run_call(self, call: _Call, request: SampleRequest, model: str, stop: threading.Event, retries: dict[str, int],
+                  lock: threading.Lock) -> list[list[int]]:
+        body = self.body(call, request.prompts[call.prompt_index], request.params, model)
+        url = self.api_root + "/completions"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if stop.is_set():
+                raise self._error(f"{call.label()}: abandoned after another call failed")
+            try:
+                reply = request_json(url, body=body, headers=self._headers(), timeout_s=self.timeout_s)
+                return self.parse(reply, call, request.params)
+            except TransportFault as exc:
+                if not exc.retriable:
+                    raise self._error(f"{call.label()}: {exc.detail} (not retried)") from None
+                kind, last = exc.kind, exc.detail
+            except _BadReply as exc:
+                kind, last = exc.kind, exc.detail
+            if attempt == self.max_retries:
+                break
+            with lock:
+                retries[kind] = retries.get(kind, 0) + 1
+            stop.wait(min(_MAX_BACKOFF_S, self.backoff_s * 2**attempt))
+        raise self._error(f"{call.label()}: {last} (persisted over {self.max_retries + 1} attempts)")
+
+    def sample(self, request: SampleRequest) -> SampleBatch:
+        for j, prompt in enumerate(request.prompts):
+            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+            if not prompt or bad:
+                raise self._error(f"prompt {j} is empty or holds token ids outside [0, {self.vocab_size})")
+        model = self._model_name()
+        calls = self.plan(request)
+        before = self._spec_counters()
+        retries: dict[str, int] = {}
+        lock, stop = threading.Lock(), threading.Event()
+        started = time.perf_counter()
+        num_prompts = len(request.prompts)
+        rows: list[list[int]] = [[] for _ in range(num_prompts * request.n)]
+        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(calls)), thread_name_prefix=f"{self.name}-http")
+        try:
+            futures = {pool.submit(self._run_call, c, request, model, stop, retries, lock): c for c in calls}
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in done if f.exception() is not None]
+            if failed:
+                stop.set()
+                raise failed[0].exception()  # type: ignore[misc]
+            for fut, call in futures.items():
+                for rnd, ids in zip(call.rounds, fut.result()):
+                    rows[rnd * num_prompts + call.prompt_index] = ids
+        finally:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+        wall = time.perf_counter() - started
+        after = self._spec_counters()
+        spec = {k: int(round(after[k] - before[k])) for k in _SPEC_COUNTERS} if before and after else None
+        info: dict[str, Any] = {
+            "engine": self.name,
+            "requests": len(calls),
+            "retries": sum(retries.values()),
+            "retries_by_kind": dict(sorted(retries.items())),
+            "seed_stride": self.seed_stride,
+            "first_call_seed": calls[0].seed,
+            "model": model,
+            "spec_decode_counters": "server /metrics delta (shared server: approximate)" if spec else "unavailable",
+        }
+        return batch_from_lists(
+            rows,
+            request.rows(),
+            request.params.max_new_tokens,
+            drafted_tokens=spec["drafted"] if spec else None,
+            accepted_tokens=spec["accepted"] if spec else None,
+            verify_steps=spec["steps"] if spec else None,
+            wall_time_s=wall,
+            info=info,
+        )

@@ -1,0 +1,241 @@
+"""Resolve an engine from a name, a ``module:attr`` / ``file.py:attr`` string, an entry point,
+an Engine instance or a plain function.
+
+Built-in names are lazy ``"module:attr"`` strings: importing this module imports no torch.
+Third-party engines register in the entry-point group ``speceq.engines``::
+
+    [project.entry-points."speceq.engines"]
+    my-engine = "my_package.engines:MyEngine"
+
+The resolved attribute may be an Engine instance, a class or factory (called with
+``**options``), or a plain sampling function ``fn(prompt_ids, n, params, seed)`` (wrapped
+by :class:`~harness.engines.function.FunctionEngine` with ``options``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from harness.engines.base import Engine
+from harness.engines.function import FunctionEngine
+from harness.errors import ConfigError, EngineNotFound
+
+#: Entry-point group of third-party engines.
+ENTRY_POINT_GROUP = "speceq.engines"
+
+#: Built-in engines, loaded on first use.
+BUILTIN_ENGINES: dict[str, str] = {
+    "baseline": "harness.engines.baseline:BaselineEngine",
+    "reference": "harness.engines.reference:ReferenceSpeculativeEngine",
+    "hf-sample": "harness.engines.hf:HFSampleEngine",
+    "hf-assisted": "harness.engines.hf:HFAssistedEngine",
+    "hf-prompt-lookup": "harness.engines.hf:HFPromptLookupEngine",
+    "openai": "harness.engines.openai:OpenAICompletionsEngine",
+}
+
+#: ``mutant:<name>`` resolves to ``make_mutant(name, **options)`` of this module.
+MUTANT_PREFIX = "mutant:"
+MUTANT_FACTORY = "harness.engines.mutants:make_mutant"
+
+#: Number of required positional parameters of a plain sampling function.
+_SAMPLE_FN_ARITY = 4
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def list_engines() -> list[str]:
+    """Names ``resolve_engine`` knows: built-ins, ``mutant:<name>``, then entry points (sorted)."""
+    plugins = sorted(n for n in _entry_points() if n not in BUILTIN_ENGINES)
+    return [*BUILTIN_ENGINES, f"{MUTANT_PREFIX}<name>", *plugins]
+
+
+def resolve_engine(
+    spec: str | Engine | Callable[..., Any], *, options: Mapping[str, Any] | None = None
+) -> Engine:
+    """Return the engine ``spec`` names, built with ``options``.
+
+    ``spec``: a built-in name (see :func:`list_engines`), ``"mutant:<name>"``,
+    ``"package.module:attr"``, ``"path/to/file.py:attr"``, an entry-point name of group
+    ``speceq.engines``, an Engine instance, or a callable (class, factory or plain function).
+    Raises EngineNotFound (unknown name, with "did you mean"; import failure, naming what
+    failed) or ConfigError (options that do not fit).
+    """
+    opts = dict(options or {})
+    if isinstance(spec, str):
+        label = spec
+        if spec.startswith(MUTANT_PREFIX):
+            factory = _load_target(MUTANT_FACTORY, label)
+            return _check_engine(factory(spec[len(MUTANT_PREFIX) :], **opts), label)
+        if spec in BUILTIN_ENGINES:
+            obj = _load_target(BUILTIN_ENGINES[spec], label)
+        elif ":" in spec:
+            obj = _load_target(spec, label)
+        else:
+            plugins = _entry_points()
+            if spec not in plugins:
+                raise _unknown(spec, list(BUILTIN_ENGINES) + sorted(plugins))
+            try:
+                obj = plugins[spec].load()
+            except Exception as exc:  # any import-time failure of third-party code
+                raise EngineNotFound(
+                    f"engine {spec!r}: entry point {plugins[spec].value!r} failed to load: {type(exc).__name__}: {exc}"
+                ) from exc
+    else:
+        label = getattr(spec, "name", None) or getattr(spec, "__qualname__", type(spec).__name__)
+        obj = spec
+    return _instantiate(obj, opts, str(label))
+
+
+def _unknown(name: str, known: list[str]) -> EngineNotFound:
+    close = difflib.get_close_matches(name, known + [f"{MUTANT_PREFIX}<name>"], n=3, cutoff=0.5)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return EngineNotFound(
+        f"unknown engine {name!r}.{hint} Known engines: {', '.join(known)}, {MUTANT_PREFIX}<name>; "
+        "or give 'package.module:attr' or 'path/to/file.py:attr'."
+    )
+
+
+def _load_target(target: str, label: str) -> Any:
+    """Import ``module:attr`` or ``file.py:attr`` and return the attribute."""
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not attr:
+        raise EngineNotFound(f"engine {label!r}: expected 'module:attr' or 'path/to/file.py:attr'")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        module = _import_file(Path(where), label)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as exc:  # ImportError, or any error raised while the module runs
+            raise EngineNotFound(f"engine {label!r}: cannot import module {where!r}: {type(exc).__name__}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            public = sorted(n for n in dir(module) if not n.startswith("_"))
+            close = difflib.get_close_matches(part, public, n=3)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise EngineNotFound(f"engine {label!r}: {where!r} has no attribute {attr!r}.{hint}") from None
+    return obj
+
+
+def _import_file(path: Path, label: str) -> Any:
+    path = path.expanduser().resolve()
+    if not path.is_file():
+        raise EngineNotFound(f"engine {label!r}: file {str(path)!r} does not exist")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    name = f"speceq_user_engine_{path.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise EngineNotFound(f"engine {label!r}: cannot import {str(path)!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # any error raised while the user's file runs
+        del sys.modules[name]
+        raise EngineNotFound(f"engine {label!r}: importing {str(path)!r} failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _is_engine(obj: Any) -> bool:
+    return not inspect.isclass(obj) and isinstance(obj, Engine)
+
+
+def _is_sample_function(obj: Any) -> bool:
+    """A plain ``fn(prompt_ids, n, params, seed)``: exactly 4 required positional parameters."""
+    if inspect.isclass(obj) or not callable(obj):
+        return False
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return False
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(required) == _SAMPLE_FN_ARITY
+
+
+def _instantiate(obj: Any, options: dict[str, Any], label: str) -> Engine:
+    if _is_engine(obj):
+        if options:
+            raise ConfigError(
+                f"options {sorted(options)} given, but {label!r} is an engine instance already; "
+                "point at a class or factory to pass options",
+                where=f"engine {label!r}",
+            )
+        return obj
+    if _is_sample_function(obj):
+        allowed = {"vocab_size", "eos_token_id", "name"}
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ConfigError(
+                f"unknown option(s) {unknown} for a plain sampling function; expected some of {sorted(allowed)}",
+                where=f"engine {label!r}",
+            )
+        return FunctionEngine(obj, **options)
+    if not callable(obj):
+        raise ConfigError(
+            f"{label!r} is a {type(obj).__name__}: expected an Engine, a class, a factory or a function "
+            "fn(prompt_ids, n, params, seed)",
+            where=f"engine {label!r}",
+        )
+    try:
+        inspect.signature(obj).bind(**options)
+    except TypeError as exc:
+        raise ConfigError(f"options {options} do not fit {label}{inspect.signature(obj)}: {exc}", where=f"engine {label!r}") from None
+    except ValueError:  # no signature (builtins): let the call decide
+        pass
+    return _check_engine(obj(**options), label)
+
+
+def _check_engine(engine: Any, label: str) -> Engine:
+    if not _is_engine(engine):
+        missing = [a for a in ("name", "vocab_size", "eos_token_id", "describe", "sample") if not hasattr(engine, a)]
+        raise ConfigError(
+            f"{label!r} produced a {type(engine).__name__}, not an Engine (missing: {', '.join(missing) or '?'})",
+            where=f"engine {label!r}",
+        )
+    return engine
+
+
+def parse_engine_options(items: list[str]) -> dict[str, Any]:
+    """Parse CLI ``key=value`` strings: JSON values (numbers, true/false/null, lists, objects)
+    are decoded, ``True``/``False``/``None`` accepted, anything else stays a string.
+    Dashes in keys become underscores.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise ConfigError("expected key=value with a Python identifier as key", where=f"engine option {item!r}")
+        if key in out:
+            raise ConfigError(f"option {key!r} given twice", where=f"engine option {item!r}")
+        out[key] = _parse_value(raw.strip())
+    return out
+
+
+def _parse_value(raw: str) -> Any:
+    words = {"True": True, "False": False, "None": None}
+    if raw in words:
+        return words[raw]
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

@@ -1,0 +1,244 @@
+"""The oracle: teacher-forced scoring of samples with the target model.
+
+For every generated token of a sample set, the oracle computes the processed next-token
+law p_t of the target at that token's prefix, with exactly the logit processing the engines
+use (:func:`harness.processing.process_logits`), and reduces it to the per-token numbers of
+:class:`harness.stats.scores.TokenScores`. Rows are scored in batches (one forward pass per
+batch of rows, right-padded, rows sorted by length to limit padding).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from harness.engines._hf_utils import describe_model, load_causal_lm, model_pad_id, model_vocab_size
+from harness.engines._torch import configure_threads
+from harness.engines.base import SampleBatch
+from harness.errors import ConfigError
+from harness.params import SamplingParams
+from harness.processing import process_logits
+from harness.stats.scores import TokenScores
+
+#: Floor of the draft probability inside log q (TokenScores.draft_llr).
+DRAFT_PROB_FLOOR = 1e-30
+#: Most logits (floats) one forward pass may produce: 2**25 floats = 128 MiB.
+LOGITS_BUDGET = 2**25
+_FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "raw_top2_margin")
+_DRAFT_FIELDS = ("draft_llr", "draft_llr_mean", "draft_llr_var")
+
+
+class TargetOracle:
+    """Exact processed next-token laws of the target (and optionally a draft) for any prefix.
+
+    Parameters
+    ----------
+    target, draft : None (bundled target; no draft), a local model folder or a loaded model.
+        With a draft, :meth:`score` also fills the ``draft_llr*`` fields.
+    device, dtype : where and in which precision the models run.
+    threads : torch intra-op threads (default 1, see ``configure_threads``).
+    """
+
+    def __init__(
+        self,
+        target: str | Path | Any | None = None,
+        *,
+        draft: str | Path | Any | None = None,
+        device: str = "cpu",
+        dtype: str = "float32",
+        threads: int | None = None,
+    ) -> None:
+        self.threads = configure_threads(threads)
+        self.model = load_causal_lm(target, role="target", device=device, dtype=dtype)
+        self.draft = None if draft is None else load_causal_lm(draft, role="draft", device=device, dtype=dtype)
+        self.device = device
+        self.vocab_size = model_vocab_size(self.model)
+        self.pad_id = model_pad_id(self.model)
+        if self.draft is not None and model_vocab_size(self.draft) != self.vocab_size:
+            raise ConfigError(
+                f"draft vocabulary {model_vocab_size(self.draft)} differs from the target's {self.vocab_size}",
+                where="oracle.draft",
+            )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": describe_model(self.model),
+            "draft": None if self.draft is None else describe_model(self.draft),
+            "threads": self.threads,
+        }
+
+    # ---- low level ------------------------------------------------------------------------
+    def _iter_logits(
+        self, models: list[Any], seqs: list[list[int]], wanted: list[np.ndarray], max_batch_rows: int
+    ) -> Iterator[tuple[np.ndarray, list[torch.Tensor]]]:
+        """Per batch of rows: (flat indices [n], logits [n, vocab] float32 of each model).
+
+        Flat index j of sequence i's position ``wanted[i][m]`` is ``offset(i) + m``, offsets in
+        the order of ``seqs``: the next-token logits after ``seqs[i][:wanted[i][m] + 1]``.
+        One forward pass per model and batch, right-padded, rows sorted by length.
+        """
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+        offsets = np.concatenate([[0], np.cumsum([len(w) for w in wanted])]).astype(np.int64)
+        budget = max(1, LOGITS_BUDGET // self.vocab_size)
+        with torch.inference_mode():
+            for chunk in _chunks(order, [len(s) for s in seqs], max_batch_rows, budget):
+                width = max(len(seqs[i]) for i in chunk)
+                ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for j, i in enumerate(chunk):
+                    ids[j, : len(seqs[i])] = torch.as_tensor(seqs[i], dtype=torch.long)
+                    mask[j, : len(seqs[i])] = 1
+                rows = torch.as_tensor(np.concatenate([np.full(len(wanted[i]), j) for j, i in enumerate(chunk)]))
+                cols = torch.as_tensor(np.concatenate([wanted[i] for i in chunk]))
+                dest = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in chunk])
+                picked = []
+                for model in models:
+                    logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+                    picked.append(logits[rows, cols].float().cpu())
+                yield dest, picked
+
+    def _check(self, seqs: Sequence[Sequence[int]], what: str) -> list[list[int]]:
+        out = []
+        for i, s in enumerate(seqs):
+            s = [int(t) for t in s]
+            if not s:
+                raise ConfigError("empty prefix: the target needs at least one token", where=f"oracle {what} {i}")
+            bad = [t for t in s if not (0 <= t < self.vocab_size)]
+            if bad:
+                raise ConfigError(
+                    f"token {bad[0]} is outside the vocabulary [0, {self.vocab_size})", where=f"oracle {what} {i}"
+                )
+            out.append(s)
+        return out
+
+    def _last_logits(self, prefixes: Sequence[Sequence[int]], max_batch_rows: int) -> torch.Tensor:
+        """Raw next-token logits ``[rows, vocab]`` after each prefix."""
+        seqs = self._check(prefixes, "prefix")
+        out = torch.empty((len(seqs), self.vocab_size), dtype=torch.float32)
+        for dest, (logits,) in self._iter_logits([self.model], seqs, [np.array([len(s) - 1]) for s in seqs], max_batch_rows):
+            out[torch.as_tensor(dest)] = logits
+        return out
+
+    # ---- public ---------------------------------------------------------------------------
+    def next_token_probs(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        eos_token_id: int | None = 257,
+        max_batch_rows: int = 256,
+    ) -> np.ndarray:  # [rows, vocab] float32
+        """Processed next-token law of the target after each prefix."""
+        return process_logits(self._last_logits(prefixes, max_batch_rows), params, eos_token_id=eos_token_id).numpy()
+
+    def raw_top2_margin(self, prefixes: Sequence[Sequence[int]], *, max_batch_rows: int = 256) -> np.ndarray:
+        """Raw (T=1, unprocessed) log-prob of the top-1 minus the top-2 next token, nats, per prefix."""
+        return _top2_margin(self._last_logits(prefixes, max_batch_rows)).numpy()
+
+    def score(
+        self,
+        prompts: Sequence[Sequence[int]],
+        batch: SampleBatch,
+        params: SamplingParams,
+        *,
+        eos_token_id: int | None = 257,
+        max_batch_rows: int = 256,
+    ) -> TokenScores:
+        """Score every generated token of ``batch`` (rows continue ``prompts[batch.prompt_index]``)."""
+        prompt_lists = self._check(prompts, "prompt")
+        lengths = np.asarray(batch.lengths, dtype=np.int64)
+        seqs: list[list[int]] = []
+        wanted: list[np.ndarray] = []
+        for r in range(batch.rows):
+            pi = int(batch.prompt_index[r])
+            if not 0 <= pi < len(prompt_lists):
+                raise ConfigError(f"prompt_index {pi} is outside the {len(prompt_lists)} prompts", where=f"oracle row {r}")
+            gen = batch.row_tokens(r)
+            bad = [t for t in gen if not (0 <= t < self.vocab_size)]
+            if bad:
+                raise ConfigError(
+                    f"generated token {bad[0]} is outside the vocabulary [0, {self.vocab_size})", where=f"oracle row {r}"
+                )
+            P = len(prompt_lists[pi])
+            seqs.append(prompt_lists[pi] + gen[:-1])  # the last token's logits are never needed
+            wanted.append(np.arange(P - 1, P - 1 + len(gen)))
+        flat = [np.asarray(batch.tokens[r, : lengths[r]], dtype=np.int64) for r in range(batch.rows)]
+        tokens = np.concatenate([np.zeros(0, np.int64), *flat])  # [N]
+        models = [self.model] if self.draft is None else [self.model, self.draft]
+        fields: dict[str, np.ndarray] = {}
+        for dest, logits in self._iter_logits(models, seqs, wanted, max_batch_rows):
+            x = torch.as_tensor(tokens[dest])
+            probs = process_logits(logits[0], params, eos_token_id=eos_token_id)  # [n, V]
+            part = _token_fields(probs, x)
+            part["raw_top2_margin"] = _top2_margin(logits[0]).numpy()
+            if self.draft is not None:
+                part.update(_draft_fields(probs, process_logits(logits[1], params, eos_token_id=eos_token_id), x))
+            for name, values in part.items():
+                if name not in fields:
+                    fields[name] = np.empty(len(tokens), dtype=values.dtype)
+                fields[name][dest] = values
+        if not fields:  # no generated token at all
+            names = _FIELDS + (_DRAFT_FIELDS if self.draft is not None else ())
+            fields = {f: np.zeros(0, dtype=bool if f == "is_argmax" else np.float64) for f in names}
+        return TokenScores(
+            row=np.repeat(np.arange(batch.rows, dtype=np.int64), lengths),
+            position=np.concatenate([np.zeros(0, np.int64), *(np.arange(n, dtype=np.int64) for n in lengths)]),
+            token=tokens,
+            **fields,
+        )
+
+
+def _chunks(order: list[int], sizes: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Cut ``order`` (sorted by size) into chunks of at most ``max_rows`` rows and ``max_tokens`` padded tokens."""
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) >= max_rows or (len(current) + 1) * sizes[i] > max_tokens):
+            chunks.append(current)
+            current = []
+        current.append(i)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _top2_margin(logits: torch.Tensor) -> torch.Tensor:  # logits [N, V] -> [N] float64 nats
+    top = torch.topk(torch.log_softmax(logits.double(), dim=-1), 2, dim=-1).values
+    return top[:, 0] - top[:, 1]
+
+
+def _token_fields(probs: torch.Tensor, tokens: torch.Tensor) -> dict[str, np.ndarray]:
+    """Per-token numbers of p (``probs`` [N, V]) at the emitted ``tokens`` [N]."""
+    p = probs.double()
+    px = p.gather(1, tokens[:, None])  # [N, 1]
+    ids = torch.arange(p.shape[1])[None, :]
+    before = (p > px) | ((p == px) & (ids < tokens[:, None]))  # ranked before x: larger p, ties by lower id
+    logp_all = torch.where(p > 0, torch.log(p.clamp(min=1e-300)), torch.zeros_like(p))
+    mean = (p * logp_all).sum(dim=1)
+    var = (p * logp_all.square()).sum(dim=1) - mean.square()
+    argmax = p.argmax(dim=1)  # first maximal index: ties to the lowest id
+    return {
+        "prob": px[:, 0].numpy(),
+        "cdf_before": (p * before).sum(dim=1).clamp(max=1.0).numpy(),
+        "argmax_prob": p.max(dim=1).values.numpy(),
+        "is_argmax": (argmax == tokens).numpy(),
+        "logp": torch.log(px[:, 0]).numpy(),
+        "logp_mean": mean.numpy(),
+        "logp_var": var.clamp(min=0.0).numpy(),
+    }
+
+
+def _draft_fields(probs: torch.Tensor, draft_probs: torch.Tensor, tokens: torch.Tensor) -> dict[str, np.ndarray]:
+    """f = log q(x) - log p(x) at the emitted tokens, and its mean and variance under p."""
+    p = probs.double()
+    logq = torch.log(draft_probs.double().clamp(min=DRAFT_PROB_FLOOR))
+    logp = torch.where(p > 0, torch.log(p.clamp(min=1e-300)), torch.zeros_like(p))
+    f = torch.where(p > 0, logq - logp, torch.zeros_like(p))  # over p's support
+    mean = (p * f).sum(dim=1)
+    var = (p * f.square()).sum(dim=1) - mean.square()
+    px = p.gather(1, tokens[:, None])[:, 0]
+    llr = logq.gather(1, tokens[:, None])[:, 0] - torch.log(px)
+    return {"draft_llr": llr.numpy(), "draft_llr_mean": mean.numpy(), "draft_llr_var": var.clamp(min=0.0).numpy()}

@@ -1,0 +1,414 @@
+"""One equivalence run: plan -> collect -> analyse -> write.
+
+- **plan**: every case is cut into seed slices of at most ``chunk_size`` samples; one chunk
+  = (role, case, slice). Its seed is :func:`chunk_seed` of (run seed, role, case id, slice).
+- **collect**: chunks already in the store (same fingerprint) are reused; the others are
+  sampled, checked with :func:`~harness.engines.base.validate_batch` and stored atomically.
+  A failure stops the run and keeps every finished chunk. Ctrl-C stops after the chunk being
+  sampled is stored (a second Ctrl-C stops at once) and says how to resume.
+- **analyse**: :func:`harness.analysis.analyse_run` on every case's rows (chunks joined in
+  slice order) and, when on, the target oracle.
+- **write**: ``result.json`` and ``provenance.json`` in the output folder, next to the
+  store's ``chunks/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from harness.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
+from harness.errors import ConfigError, EngineError, SpeceqError
+from harness.params import Case
+from harness.provenance import collect_provenance, utc_now
+from harness.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
+from harness.verdicts.result import RunResult
+
+#: Samples of each case's prompt per engine in a default run (companions get as many).
+DEFAULT_SAMPLES = 2000
+DEFAULT_CHUNK_SIZE = 500
+RESULT_FILE = "result.json"
+PROVENANCE_FILE = "provenance.json"
+_ROLE_CODES = {"baseline": 1, "candidate": 2}
+
+
+def chunk_seed(run_seed: int, role: str, case_id: str, slice_index: int) -> int:
+    """The 63-bit seed of one chunk.
+
+    ``numpy.random.SeedSequence(entropy=run_seed, spawn_key=(role code, 4 words of
+    SHA-256(case id), slice_index))``, first two 32-bit words of its state, top 63 bits.
+    Baseline and candidate get independent streams (role code 1 and 2), so the two-sample
+    tests compare independent draws; every chunk's seed is far from every other one (nearby
+    integer seeds are not always independent, e.g. vLLM with ``n > 1``).
+    """
+    digest = hashlib.sha256(case_id.encode("utf-8")).digest()
+    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
+    ss = np.random.SeedSequence(entropy=run_seed, spawn_key=(_ROLE_CODES[role], *words, slice_index))
+    lo, hi = (int(x) for x in ss.generate_state(2, dtype=np.uint32))
+    return ((hi << 32) | lo) >> 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """Settings of one run (all validated; errors name the field).
+
+    baseline / candidate: engine specs (registry names or ``module:attr``); *_options:
+    keyword options for each. oracle: score the candidate's tokens with the target
+    (``oracle_model``: a model folder; None = the baseline engine's loaded target model when
+    it exposes one as ``.model``, else the bundled target). oracle_draft: the draft the
+    oracle scores for the draft-drift test: ``"auto"`` (the candidate engine's loaded
+    ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). samples: samples of each
+    case's prompt per engine; chunk_size: samples per stored chunk. alpha: family-wise
+    false-alarm level; tolerance: TV below which a case may be called equivalent.
+    out_dir: store, result and provenance folder. resume: reuse stored chunks (False
+    discards them first). threads: torch threads (None: ``$SPECEQ_TORCH_THREADS`` or 1).
+    progress: progress bar on a terminal.
+    """
+
+    baseline: str = "baseline"
+    candidate: str = "reference"
+    baseline_options: Mapping[str, Any] = field(default_factory=dict)
+    candidate_options: Mapping[str, Any] = field(default_factory=dict)
+    oracle: bool = True
+    oracle_model: str | None = None
+    oracle_draft: str | None = "auto"
+    samples: int = DEFAULT_SAMPLES
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    seed: int = 0
+    alpha: float = 1e-3
+    tolerance: float = 0.05
+    out_dir: Path = Path("speceq-out")
+    resume: bool = True
+    threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ConfigError:
+            return ConfigError(f"expected {expected}, got {getattr(self, name)!r}", where=f"run.{name}")
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        for name in ("baseline", "candidate"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise bad(name, "a non-empty engine spec")
+            if not isinstance(getattr(self, f"{name}_options"), Mapping):
+                raise bad(f"{name}_options", "a mapping of option names to values")
+        if not is_int(self.samples) or self.samples < 1:
+            raise bad("samples", "an integer >= 1")
+        if not is_int(self.chunk_size) or self.chunk_size < 1:
+            raise bad("chunk_size", "an integer >= 1")
+        if not is_int(self.seed) or self.seed < 0:
+            raise bad("seed", "an integer >= 0")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:
+            raise bad("alpha", "a number in (0, 1)")
+        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) or not 0 < self.tolerance <= 1:
+            raise bad("tolerance", "a total-variation distance in (0, 1]")
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
+            raise bad("threads", "an integer >= 1 or None")
+        if self.oracle_model is not None and not isinstance(self.oracle_model, str):
+            raise bad("oracle_model", "a model folder path or None")
+        if self.oracle_draft is not None and (not isinstance(self.oracle_draft, str) or not self.oracle_draft):
+            raise bad("oracle_draft", "'auto', 'bundled', a model folder path or None")
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+
+    def settings(self) -> dict[str, Any]:
+        """JSON-able settings for provenance."""
+        return {
+            "baseline": self.baseline, "candidate": self.candidate,
+            "baseline_options": dict(self.baseline_options), "candidate_options": dict(self.candidate_options),
+            "oracle": self.oracle, "oracle_model": self.oracle_model, "oracle_draft": self.oracle_draft,
+            "samples": self.samples,
+            "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
+            "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """One chunk to collect: which engine role, case and seed slice, and its store key."""
+
+    role: str
+    case: Case
+    slice_index: int
+    n: int
+    seed: int
+    key: ChunkKey
+
+    def request(self) -> SampleRequest:
+        return SampleRequest(prompts=tuple(tuple(p) for p in self.case.prompts), params=self.case.params,
+                             n=self.n, seed=self.seed, batch_size=self.case.batch_size)
+
+    def label(self) -> str:
+        return f"{self.role} · {self.case.case_id} · slice {self.slice_index}"
+
+
+def slice_sizes(samples: int, chunk_size: int) -> list[int]:
+    """Samples per slice: full chunks, then the remainder."""
+    full, rest = divmod(samples, chunk_size)
+    return [chunk_size] * full + ([rest] if rest else [])
+
+
+def engine_identity(spec: str, options: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
+    return {"spec": spec, "options": dict(options), "name": engine.name, "config": engine.describe()}
+
+
+def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:
+    """Every chunk of the run, case by case, baseline before candidate, slices in order."""
+    ident = {
+        "baseline": engine_identity(config.baseline, config.baseline_options, engines["baseline"]),
+        "candidate": engine_identity(config.candidate, config.candidate_options, engines["candidate"]),
+    }
+    chunks = []
+    for case in cases:
+        case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}  # text is display only
+        for role in ROLES:
+            for i, n in enumerate(slice_sizes(config.samples, config.chunk_size)):
+                seed = chunk_seed(config.seed, role, case.case_id, i)
+                identity = {"format": STORE_FORMAT, "role": role, "engine": ident[role], "case": case_doc,
+                            "run_seed": config.seed, "seed": seed, "slice": i, "n": n}
+                chunks.append(ChunkPlan(role, case, i, n, seed, ChunkKey.build(role, case.case_id, i, identity)))
+    return chunks
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during collection: finished chunks are stored; rerunning resumes."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _StopRequest:
+    """While active (main thread only), the first SIGINT only asks to stop after the current chunk."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.requested = True
+        sys.stderr.write("\nspeceq: stopping after the current chunk is stored (Ctrl-C again to stop now)\n")
+
+    def __enter__(self) -> "_StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """Outcome of collection: every case's rows per role, and chunk counts."""
+
+    baseline: dict[str, SampleBatch]
+    candidate: dict[str, SampleBatch]
+    chunks_total: int
+    chunks_reused: int
+    chunks_sampled: int
+
+
+def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
+    """Rows of several chunks in order; counts and times summed (None if any chunk lacks them)."""
+
+    def total(name: str) -> Any:
+        vals = [getattr(b, name) for b in batches]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    return SampleBatch(
+        tokens=np.concatenate([b.tokens for b in batches]),
+        lengths=np.concatenate([b.lengths for b in batches]),
+        prompt_index=np.concatenate([b.prompt_index for b in batches]),
+        drafted_tokens=total("drafted_tokens"), accepted_tokens=total("accepted_tokens"),
+        verify_steps=total("verify_steps"), wall_time_s=total("wall_time_s"),
+        info={"chunks": len(batches)},
+    )
+
+
+def _progress_bar(enabled: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
+                    disable=not (enabled and console.is_terminal))
+
+
+def _sample_chunk(chunk: ChunkPlan, engine: Engine) -> tuple[SampleBatch, float]:
+    request = chunk.request()
+    name = getattr(engine, "name", chunk.role)
+    where = f"case {chunk.case.case_id!r}, {chunk.role} engine {name!r}, slice {chunk.slice_index}"
+    t0 = time.perf_counter()
+    try:
+        batch = engine.sample(request)
+    except EngineError as e:
+        if e.case_id is None:
+            raise EngineError(f"slice {chunk.slice_index}: {e}", engine=name, case_id=chunk.case.case_id) from e
+        raise
+    except ConfigError as e:
+        raise ConfigError(str(e), where=where) from e
+    except SpeceqError:
+        raise
+    except Exception as e:  # third-party engine code: report it with the chunk it failed on
+        raise EngineError(f"sample() failed on slice {chunk.slice_index}: {type(e).__name__}: {e}",
+                          engine=name, case_id=chunk.case.case_id) from e
+    elapsed = time.perf_counter() - t0
+    validate_batch(batch, request, engine, case_id=chunk.case.case_id)
+    return batch, elapsed
+
+
+def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> Collected:
+    """Sample every chunk not yet in ``config.out_dir``'s store; return every case's rows."""
+    for role in ROLES:
+        for case in cases:
+            try:
+                case.check_vocab(engines[role].vocab_size)
+            except ConfigError as e:
+                raise ConfigError(f"{e} ({role} engine {engines[role].name!r})") from None
+    chunks = plan_chunks(config, cases, engines)
+    store = SampleStore(config.out_dir)
+    store.acquire_writer_lock()
+    try:
+        if not config.resume:
+            store.discard_all()
+        (config.out_dir / RESULT_FILE).unlink(missing_ok=True)  # never leave a stale result beside new samples
+        reused = sampled = 0
+        with _StopRequest() as stop, _progress_bar(config.progress) as bar:
+            task = bar.add_task("collecting", total=len(chunks))
+            for chunk in chunks:
+                bar.update(task, description=chunk.label())
+                if store.has(chunk.key):
+                    reused += 1
+                else:
+                    try:
+                        batch, elapsed = _sample_chunk(chunk, engines[chunk.role])
+                    except KeyboardInterrupt:
+                        raise RunInterrupted(_interrupted_message(config, reused + sampled, len(chunks))) from None
+                    store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
+                    sampled += 1
+                bar.advance(task)
+                if stop.requested and reused + sampled < len(chunks):
+                    raise RunInterrupted(_interrupted_message(config, reused + sampled, len(chunks)))
+        per_case: dict[str, dict[str, list[SampleBatch]]] = {r: {c.case_id: [] for c in cases} for r in ROLES}
+        for chunk in chunks:
+            per_case[chunk.role][chunk.case.case_id].append(store.get(chunk.key))
+    finally:
+        store.release_writer_lock()
+    joined = {r: {cid: concat_batches(bs) for cid, bs in per_case[r].items()} for r in ROLES}
+    return Collected(joined["baseline"], joined["candidate"], len(chunks), reused, sampled)
+
+
+def _interrupted_message(config: RunConfig, done: int, total: int) -> str:
+    return (f"interrupted: {done} of {total} chunks are stored in {config.out_dir}; run the same command "
+            f"again (with the same --out, without --fresh) to resume where it stopped")
+
+
+def resolve_engines(config: RunConfig) -> dict[str, Engine]:
+    """The baseline and candidate engines of ``config`` from the engine registry."""
+    from harness.engines.registry import resolve_engine
+
+    return {
+        "baseline": resolve_engine(config.baseline, options=dict(config.baseline_options)),
+        "candidate": resolve_engine(config.candidate, options=dict(config.candidate_options)),
+    }
+
+
+def _loaded_model(engine: Engine, attribute: str) -> Any | None:
+    """``engine.<attribute>`` when it is a loaded transformers model, else None."""
+    model = getattr(engine, attribute, None)
+    return model if model is not None and hasattr(model, "config") and hasattr(model, "forward") else None
+
+
+def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
+    """The target oracle of ``config`` (None when off); see :class:`RunConfig` for the defaults."""
+    if not config.oracle:
+        return None
+    from harness.oracle import TargetOracle
+
+    target = config.oracle_model if config.oracle_model is not None else _loaded_model(engines["baseline"], "model")
+    if config.oracle_draft == "auto":
+        draft = _loaded_model(engines["candidate"], "draft")
+    elif config.oracle_draft == "bundled":
+        from harness.models import DRAFT_DIR
+
+        draft = DRAFT_DIR
+    else:
+        draft = config.oracle_draft
+    return TargetOracle(target, draft=draft)
+
+
+def _apply_threads(threads: int | None) -> None:
+    """Make ``threads`` the torch thread count of this process and of every engine built afterwards.
+
+    None leaves it to the engines (``$SPECEQ_TORCH_THREADS``, else 1; see
+    :func:`harness.engines._torch.configure_threads`) and does not import torch.
+    """
+    if threads is None:
+        return
+    from harness.engines._torch import THREADS_ENV, configure_threads
+
+    os.environ[THREADS_ENV] = str(threads)  # read by the project's engines and the oracle
+    configure_threads(threads)
+
+
+def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engine] | None = None) -> RunResult:
+    """Plan, collect, analyse and write one run; return its result.
+
+    ``engines`` ({"baseline": ..., "candidate": ...}) replaces resolving the specs of
+    ``config`` (for library use and tests); the specs are still recorded.
+    """
+    if not cases:
+        raise ConfigError("no cases to run", where="cases")
+    ids = [c.case_id for c in cases]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(f"duplicate case ids {dup}", where="cases")
+    _apply_threads(config.threads)
+    engines = dict(engines) if engines is not None else resolve_engines(config)
+    described = {r: engine_identity(getattr(config, r), getattr(config, f"{r}_options"), engines[r]) for r in ROLES}
+    seeds = {"run_seed": config.seed, "derivation": "harness.run.chunk_seed(run_seed, role, case_id, slice)"}
+    provenance = collect_provenance(seeds=seeds, engines=described, settings=config.settings(),
+                                    extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)
+    collected = collect(config, cases, engines)
+    provenance = {**provenance, "status": "complete", "finished": utc_now(),
+                  "chunks": {"total": collected.chunks_total, "reused": collected.chunks_reused,
+                             "sampled": collected.chunks_sampled}}
+    oracle = make_oracle(config, engines)
+    if oracle is not None:
+        provenance["oracle"] = oracle.describe()
+    result = _analyse(config, cases, collected, engines, oracle, provenance)
+    result_json = (result.to_json() + "\n").encode("utf-8")
+    atomic_write(config.out_dir / RESULT_FILE, lambda f: f.write(result_json))
+    write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)
+    return result
+
+
+def _analyse(config: RunConfig, cases: Sequence[Case], collected: Collected, engines: Mapping[str, Engine],
+             oracle: Any | None, provenance: Mapping[str, Any]) -> RunResult:
+    """The one call into the analysis."""
+    from harness.analysis import analyse_run
+
+    return analyse_run(
+        cases, collected.baseline, collected.candidate, oracle=oracle, alpha=config.alpha,
+        tolerance=config.tolerance, seed=config.seed, engines={r: engines[r].describe() for r in ROLES},
+        provenance=provenance, progress=config.progress,
+    )

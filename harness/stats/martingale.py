@@ -1,0 +1,122 @@
+"""Martingale z-tests on oracle scores, and the support check.
+
+Z = sum_t (f(x_t) - E_{p_t} f) / sqrt(sum_t Var_{p_t} f). The increments are martingale
+differences under H0 whatever the dependence across positions, so Z -> N(0, 1) by the
+martingale CLT. f may depend only on the prefix and the emitted token x_t, never on the
+draft's proposal at position t: under correct speculative sampling x_t is coupled to the
+draft token, so such a statistic would reject a correct engine (STATISTICS.md section 2).
+Every f used here (argmax indicator, log p, log q_draft - log p) is a function of the prefix
+distributions and x_t alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from harness.stats.results import SupportResult, ZTestResult
+from harness.stats.scores import TokenScores
+
+
+def _martingale_z_iv(f: object, mean: object, var: object, name: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"`name` must be a non-empty string, got {name!r}")
+    arrays = []
+    for label, x in (("f", f), ("mean", mean), ("var", var)):
+        arr = np.asarray(x, dtype=np.float64)
+        if arr.ndim != 1:
+            raise ValueError(f"`{label}` must be 1-D, got shape {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise ValueError(f"`{label}` must be finite, found {arr[bad]} at index {bad} ({name})")
+        arrays.append(arr)
+    fa, ma, va = arrays
+    if not (fa.size == ma.size == va.size):
+        raise ValueError(f"`f`, `mean` and `var` must have equal lengths, got {fa.size}, {ma.size}, {va.size}")
+    if fa.size == 0:
+        raise ValueError(f"`f` is empty ({name}): no tokens to test")
+    if va.min() < 0:
+        raise ValueError(f"`var` must be non-negative, found {va.min()} at index {int(np.argmin(va))} ({name})")
+    return fa, ma, va, name
+
+
+def martingale_z(f: np.ndarray, mean: np.ndarray, var: np.ndarray, *, name: str, excluded: int = 0) -> ZTestResult:
+    """Z = sum(f - mean) / sqrt(sum var) with a two-sided normal p-value.
+
+    If sum(var) == 0, f is deterministic under H0: Z = 0, p = 1 when every f equals its
+    mean (to rounding), else Z = +-inf, p = 0. ``excluded`` is only recorded.
+    """
+    fa, ma, va, name = _martingale_z_iv(f, mean, var, name)
+    excess = float(np.sum(fa - ma))
+    total_var = float(np.sum(va))
+    if total_var <= 1e-15 * fa.size:  # rounding-level variance: f is deterministic under H0
+        scale = max(1.0, float(np.sum(np.abs(fa)) + np.sum(np.abs(ma))))
+        if abs(excess) <= 1e-9 * scale:
+            z, p = 0.0, 1.0
+        else:
+            z, p = float(np.copysign(np.inf, excess)), 0.0
+    else:
+        z = excess / float(np.sqrt(total_var))
+        p = float(2.0 * stats.norm.sf(abs(z)))
+    return ZTestResult(
+        name=name, statistic=float(z), pvalue=p, n=fa.size,
+        observed_mean=float(fa.mean()), expected_mean=float(ma.mean()), excluded=int(excluded),
+    )
+
+
+def _scores_iv(scores: object) -> TokenScores:
+    if not isinstance(scores, TokenScores):
+        raise TypeError(f"`scores` must be a TokenScores, got {type(scores).__name__}")
+    if len(scores) == 0:
+        raise ValueError("`scores` holds no tokens")
+    return scores
+
+
+def argmax_leak_z(scores: TokenScores) -> ZTestResult:
+    """Greedy leak: f = 1{x = argmax p}, E f = max p, Var f = m(1 - m)."""
+    s = _scores_iv(scores)
+    m = np.asarray(s.argmax_prob, dtype=np.float64)
+    return martingale_z(np.asarray(s.is_argmax, dtype=np.float64), m, m * (1.0 - m), name="argmax leak")
+
+
+def temperature_drift_z(scores: TokenScores) -> ZTestResult:
+    """Temperature drift: f = log p(x), E f = -H(p), Var f = Var_p log p (nats).
+
+    Tokens with p(x) = 0 (log p = -inf) are excluded and counted; :func:`support_violations`
+    reports them as hard failures.
+    """
+    s = _scores_iv(scores)
+    ok = np.asarray(s.prob) > 0
+    if not ok.any():
+        raise ValueError("every token of `scores` has probability 0: temperature drift is undefined")
+    return martingale_z(s.logp[ok], s.logp_mean[ok], s.logp_var[ok], name="temperature drift", excluded=int((~ok).sum()))
+
+
+def draft_drift_z(scores: TokenScores) -> ZTestResult:
+    """Drift toward the draft: f = log q_draft(x) - log p(x), with mean and variance under p.
+
+    Positive Z: emitted tokens are likelier under the draft than the target implies.
+    Tokens with p(x) = 0 are excluded and counted.
+    """
+    s = _scores_iv(scores)
+    if not s.has_draft or s.draft_llr_mean is None or s.draft_llr_var is None:
+        raise ValueError("`scores` has no draft scores (draft_llr is None): score with a draft model to run this test")
+    ok = np.asarray(s.prob) > 0
+    if not ok.any():
+        raise ValueError("every token of `scores` has probability 0: draft drift is undefined")
+    return martingale_z(
+        s.draft_llr[ok], s.draft_llr_mean[ok], s.draft_llr_var[ok], name="drift toward draft", excluded=int((~ok).sum())
+    )
+
+
+def support_violations(scores: TokenScores) -> SupportResult:
+    """Tokens emitted with p(x) = 0 under the processed target (outside top-k/top-p): hard failures.
+
+    The 1-df martingale test of f = 1{p(x) = 0} has mean and variance 0, so any such token
+    is impossible under H0: p = 0 when there is one, else 1. ``indices`` index the scores.
+    """
+    s = _scores_iv(scores)
+    bad = np.flatnonzero(np.asarray(s.prob) <= 0)
+    return SupportResult(
+        statistic=int(bad.size), pvalue=0.0 if bad.size else 1.0, n=len(s), indices=tuple(int(i) for i in bad)
+    )

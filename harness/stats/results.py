@@ -1,0 +1,243 @@
+"""Result objects of the statistical tests: one style for all of them.
+
+Every result is a ``@dataclass(frozen=True, slots=True, kw_only=True)`` holding plain Python
+numbers (never numpy scalars), with ``statistic`` and ``pvalue`` where it is a single test,
+``n`` (and ``dof`` where a chi-square law is used), effect sizes where they mean something,
+``summary() -> str`` (one line) and ``to_dict()`` (JSON-able).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+def _fmt_p(p: float) -> str:
+    return f"{p:.3g}"
+
+
+def _to_builtin(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_builtin(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_to_builtin(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalar
+        return value.item()
+    return value
+
+
+class _Result:
+    """Mixin: ``to_dict()`` for the frozen result dataclasses."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Field name -> JSON-able value (nested results become dicts, tuples lists)."""
+        return _to_builtin(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfidenceInterval(_Result):
+    """A confidence interval [low, high] at ``level`` (one-sided bounds use 0 or 1 as the open end)."""
+
+    low: float
+    high: float
+    level: float
+
+    def summary(self) -> str:
+        return f"[{self.low:.4g}, {self.high:.4g}] ({self.level:.0%})"
+
+
+def _tv_bound_two_sample(tv: float, n_a: int, n_b: int, alpha: float) -> float:
+    return min(1.0, tv + math.sqrt((1.0 / n_a + 1.0 / n_b) * math.log(1.0 / alpha) / 2.0))
+
+
+def _tv_bound_oracle(tv: float, n: int, alpha: float) -> float:
+    return min(1.0, tv + math.sqrt(math.log(1.0 / alpha) / (2.0 * n)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HomogeneityResult(_Result):
+    """Pearson chi-square homogeneity test of two count vectors (2 x K table).
+
+    method: ``"asymptotic"`` (chi2 law, Cochran's rule holds), ``"monte-carlo"`` (margins
+    fixed, ``mc_samples`` null tables) or ``"degenerate"`` (fewer than 2 non-empty bins: no
+    information, p = 1). n_bins: bins after merging; merged_labels: input labels merged into
+    the one ``other`` bin. tv: plug-in total variation distance on the UNMERGED labels;
+    tv_upper_bound: its distribution-free upper confidence bound at level 1 - ``tv_alpha``.
+    largest_cells: input indices of the bins contributing most to X^2 (-1 = the merged bin).
+    """
+
+    statistic: float
+    pvalue: float
+    dof: int
+    n: int
+    n_a: int
+    n_b: int
+    method: str
+    n_bins: int
+    merged_labels: int
+    mc_samples: int | None
+    tv: float
+    tv_upper_bound: float
+    tv_alpha: float
+    largest_cells: tuple[int, ...] = ()
+
+    def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
+        """One-sided upper confidence bound on TV at ``level`` (McDiarmid + Jensen bias)."""
+        return ConfidenceInterval(low=0.0, high=_tv_bound_two_sample(self.tv, self.n_a, self.n_b, 1.0 - level), level=level)
+
+    def summary(self) -> str:
+        mc = f", {self.mc_samples} MC tables" if self.method == "monte-carlo" else ""
+        return (
+            f"chi2 homogeneity X2={self.statistic:.4g}, dof={self.dof}, p={_fmt_p(self.pvalue)} "
+            f"({self.method}{mc}; {self.n_bins} bins, {self.merged_labels} merged); "
+            f"TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} ({1 - self.tv_alpha:.0%}); n={self.n_a}+{self.n_b}"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GoodnessOfFitResult(_Result):
+    """Pearson chi-square goodness of fit of counts against known probabilities.
+
+    Bins are chosen from the probabilities alone. support_violations: observations on labels
+    with probability 0 (any makes X^2 infinite and p = 0). tv: plug-in TV(p_hat, p) on the
+    unbinned labels; tv_upper_bound: its one-sample upper bound at level 1 - ``tv_alpha``.
+    """
+
+    statistic: float
+    pvalue: float
+    dof: int
+    n: int
+    n_bins: int
+    support_violations: int
+    tv: float
+    tv_upper_bound: float
+    tv_alpha: float
+
+    def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
+        """One-sided upper confidence bound on TV(p_hat law, p) at ``level``."""
+        return ConfidenceInterval(low=0.0, high=_tv_bound_oracle(self.tv, self.n, 1.0 - level), level=level)
+
+    def summary(self) -> str:
+        sv = f", {self.support_violations} outside the support" if self.support_violations else ""
+        return (
+            f"chi2 goodness of fit X2={self.statistic:.4g}, dof={self.dof}, p={_fmt_p(self.pvalue)} "
+            f"({self.n_bins} bins{sv}); TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} ({1 - self.tv_alpha:.0%}); n={self.n}"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TwoSampleResult(_Result):
+    """A two-sample test of a scalar (KS with jitter, Cramér-von Mises by permutation).
+
+    statistic: the KS distance sup|F_a - F_b| or the CvM T statistic (midranks).
+    method: how the p-value was obtained; n_resamples: permutations used, if any.
+    """
+
+    name: str
+    statistic: float
+    pvalue: float
+    n_a: int
+    n_b: int
+    method: str
+    n_resamples: int | None = None
+
+    @property
+    def n(self) -> int:
+        return self.n_a + self.n_b
+
+    def summary(self) -> str:
+        return f"{self.name} statistic={self.statistic:.4g}, p={_fmt_p(self.pvalue)} ({self.method}); n={self.n_a}+{self.n_b}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UniformityResult(_Result):
+    """One test of u_1..u_n against the fully specified Uniform(0, 1)."""
+
+    name: str
+    statistic: float
+    pvalue: float
+    n: int
+    dof: int | None = None
+
+    def summary(self) -> str:
+        dof = f", dof={self.dof}" if self.dof is not None else ""
+        return f"{self.name} statistic={self.statistic:.4g}{dof}, p={_fmt_p(self.pvalue)}; n={self.n}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PITResult(_Result):
+    """Uniformity of randomized PIT values: KS, Cramér-von Mises, Anderson-Darling, and a
+    chi-square on the ``len(histogram)``-bin histogram of u (bin counts kept for the report).
+
+    A bundle of four single tests; ``tests()`` lists them for the decision layer.
+    """
+
+    n: int
+    ks: UniformityResult
+    cramervonmises: UniformityResult
+    anderson_darling: UniformityResult
+    histogram_chi2: UniformityResult
+    histogram: tuple[int, ...]
+
+    def tests(self) -> tuple[UniformityResult, ...]:
+        return (self.ks, self.cramervonmises, self.anderson_darling, self.histogram_chi2)
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{t.name} p={_fmt_p(t.pvalue)}" for t in self.tests())
+        return f"PIT uniformity over {self.n} tokens: {parts}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZTestResult(_Result):
+    """Martingale z-test Z = sum(f - E_p f) / sqrt(sum Var_p f), two-sided normal p-value.
+
+    observed_mean / expected_mean: mean of f and of E_p f over the n tokens used; effect is
+    their difference (per-token bias of f, in f's units). excluded: tokens left out because
+    f is undefined there (e.g. log p = -inf on a support violation, reported separately).
+    """
+
+    name: str
+    statistic: float
+    pvalue: float
+    n: int
+    observed_mean: float
+    expected_mean: float
+    excluded: int = 0
+
+    @property
+    def effect(self) -> float:
+        return self.observed_mean - self.expected_mean
+
+    def summary(self) -> str:
+        ex = f", {self.excluded} excluded" if self.excluded else ""
+        return (
+            f"z {self.name} Z={self.statistic:.4g}, p={_fmt_p(self.pvalue)}; mean f {self.observed_mean:.5g} "
+            f"vs expected {self.expected_mean:.5g} (n={self.n}{ex})"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupportResult(_Result):
+    """Tokens emitted with probability 0 under the processed target: a hard failure.
+
+    statistic: how many; pvalue: 0 if any (impossible under H0), else 1; indices: their
+    positions in the TokenScores arrays, so the caller can show each prefix.
+    """
+
+    statistic: int
+    pvalue: float
+    n: int
+    indices: tuple[int, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.statistic > 0
+
+    def summary(self) -> str:
+        if not self.failed:
+            return f"support: all {self.n} tokens have positive target probability"
+        return f"support: {self.statistic} of {self.n} tokens have target probability 0 (hard failure)"

@@ -1,0 +1,18 @@
+"""Append-only, atomically written store of engine samples (see :mod:`harness.store.chunks`)."""
+
+from harness.store.atomic import atomic_write, write_json_atomic
+from harness.store.chunks import ROLES, STORE_FORMAT, ChunkKey, SampleStore, canonical_json, diff_identities
+from harness.store.frame import FRAME_COLUMNS, load_samples_frame
+
+__all__ = [
+    "ROLES",
+    "STORE_FORMAT",
+    "FRAME_COLUMNS",
+    "ChunkKey",
+    "SampleStore",
+    "atomic_write",
+    "canonical_json",
+    "diff_identities",
+    "load_samples_frame",
+    "write_json_atomic",
+]

@@ -1,0 +1,240 @@
+"""Render a saved :class:`~harness.verdicts.result.RunResult` as one self-contained HTML page.
+
+The page has no script and makes no request: CSS is inline, charts are inline SVG built from
+numbers (:mod:`reports.svg`), and a Content-Security-Policy meta tag forbids any script,
+image, font or connection anyway. Jinja2 autoescaping is on for every template; data is never
+marked safe. The output depends only on the result, so the same result gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import jinja2
+from markupsafe import Markup
+
+from harness.errors import ConfigError
+from harness.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
+from reports import svg
+from reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
+
+#: At most this many sample texts per engine are shown per case (the result may hold more).
+MAX_SAMPLES_PER_ENGINE = 4
+#: Frequency charts of the first positions are open; later positions sit in a closed <details>.
+OPEN_POSITIONS = 2
+#: Pointwise coverage of the uniform band drawn on PIT histograms.
+PIT_BAND_LEVEL = 0.99
+
+
+@dataclass(frozen=True, slots=True)
+class TestRow:
+    test: TestOutcome
+    rejects: bool  # primary and Holm-adjusted p <= alpha
+
+
+@dataclass(frozen=True, slots=True)
+class PositionChart:
+    position: int
+    chart: Markup
+    moved: int  # tokens beyond svg.MOVED_Z
+
+
+@dataclass(frozen=True, slots=True)
+class PitView:
+    chart: Markup
+    band: svg.PitBand
+    axis_start: float  # the count axis starts here (zoomed), not necessarily at 0
+
+
+@dataclass(frozen=True, slots=True)
+class CaseView:
+    """One case plus what the template needs precomputed (charts, grouping, anchors)."""
+
+    case: CaseResult
+    anchor: str
+    prompt_text: str | None
+    prompt_ids: str
+    params: list[tuple[str, str]]
+    context: list[tuple[str, str]]
+    tests: list[TestRow]
+    positions: list[PositionChart]
+    pit: PitView | None
+    tv_chart: Markup | None
+    samples: dict[str, list[SampleText]] = field(default_factory=dict)
+    samples_hidden: int = 0
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("reports", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=finalize,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(p=fmt_p, num=fmt_num, pct=fmt_pct, value=fmt_value)
+    return env
+
+
+_ENV = _environment()
+
+
+def _where(case: CaseResult, name: str) -> str:
+    return f"case {case.case_id!r}.{name}"
+
+
+def _check_count(value: object, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"expected a non-negative integer count, got {value!r}", where=where)
+
+
+def _render_report_iv(result: RunResult) -> None:
+    """Refuse results the page cannot show truthfully (wrong type, unknown verdict, bad counts)."""
+    if not isinstance(result, RunResult):
+        raise TypeError(f"`result` must be a RunResult, got {type(result).__name__}")
+    if result.verdict not in VERDICTS:
+        raise ConfigError(f"unknown verdict {result.verdict!r}; expected one of {VERDICTS}", where="result.verdict")
+    for case in result.cases:
+        if case.verdict not in VERDICTS:
+            raise ConfigError(f"unknown verdict {case.verdict!r}; expected one of {VERDICTS}", where=_where(case, "verdict"))
+        _check_count(case.n_baseline, _where(case, "n_baseline"))
+        _check_count(case.n_candidate, _where(case, "n_candidate"))
+        for i, c in enumerate(case.pit_histogram):
+            _check_count(c, _where(case, f"pit_histogram[{i}]"))
+        for i, t in enumerate(case.top_tokens):
+            _check_count(t.baseline_count, _where(case, f"top_tokens[{i}].baseline_count"))
+            _check_count(t.candidate_count, _where(case, f"top_tokens[{i}].candidate_count"))
+
+
+def _rows(mapping: Any) -> list[tuple[str, str]]:
+    """Key/value rows of a mapping, keys sorted so that the page does not depend on dict order."""
+    if not isinstance(mapping, dict):
+        return [("value", fmt_value(mapping))]
+    return [(str(k), fmt_value(mapping[k])) for k in sorted(mapping, key=str)]
+
+
+def _engine_blocks(engines: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Baseline first, candidate second, any other entry after, each as key/value rows."""
+    order = {"baseline": 0, "candidate": 1}
+    names = sorted(engines, key=lambda k: (order.get(str(k), 2), str(k)))
+    return [(str(name), _rows(engines[name])) for name in names]
+
+
+def _test_rows(tests: Sequence[TestOutcome], alpha: float) -> list[TestRow]:
+    return [TestRow(test=t, rejects=bool(t.primary and t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha))
+            for t in tests]
+
+
+def _position_charts(case: CaseResult) -> list[PositionChart]:
+    by_position: dict[int, list[TokenFrequency]] = {}
+    for t in case.top_tokens:
+        by_position.setdefault(t.position, []).append(t)
+    charts = []
+    for position in sorted(by_position):
+        toks = sorted(by_position[position], key=lambda t: (-(t.baseline_count + t.candidate_count), t.token))
+        moved = sum(abs(svg.shift_z(t.baseline_count, t.candidate_count, case.n_baseline, case.n_candidate)) >= svg.MOVED_Z
+                    for t in toks)
+        charts.append(PositionChart(position, svg.frequency_chart(toks, case.n_baseline, case.n_candidate), moved))
+    return charts
+
+
+def _case_view(index: int, case: CaseResult, alpha: float) -> CaseView:
+    spec = case.case if isinstance(case.case, dict) else {}
+    params = spec.get("params")
+    ids = spec.get("prompt_ids")
+    ids_text = ""
+    if isinstance(ids, (list, tuple)):
+        shown = ", ".join(str(i) for i in ids[:24])
+        ids_text = f"{len(ids)} tokens: [{shown}{', …' if len(ids) > 24 else ''}]"
+    known = {"id", "prompt_ids", "text", "params"}
+    context = [(k, v) for k, v in _rows(spec) if k not in known]
+    samples: dict[str, list[SampleText]] = {"baseline": [], "candidate": []}
+    hidden = 0
+    for s in case.samples:
+        group = samples.setdefault(s.engine, [])
+        if len(group) < MAX_SAMPLES_PER_ENGINE:
+            group.append(s)
+        else:
+            hidden += 1
+    pit = None
+    if case.pit_histogram and sum(case.pit_histogram) > 0:
+        band = svg.pit_band(case.pit_histogram, PIT_BAND_LEVEL)
+        pit = PitView(svg.pit_histogram(case.pit_histogram, band), band, svg.pit_axis(case.pit_histogram, band)[0])
+    tolerance_ok = isinstance(case.tolerance, (int, float)) and math.isfinite(case.tolerance) and case.tolerance > 0
+    tv_chart = None
+    if tolerance_ok and (case.tv_estimate is not None or case.tv_upper_bound is not None):
+        tv_chart = svg.tv_scale(case.tv_estimate, case.tv_upper_bound, float(case.tolerance))
+    return CaseView(
+        case=case,
+        anchor=f"case-{index + 1}",
+        prompt_text=spec.get("text") if isinstance(spec.get("text"), str) else None,
+        prompt_ids=ids_text,
+        params=_rows(params) if params is not None else [],
+        context=context,
+        tests=_test_rows(case.tests, alpha),
+        positions=_position_charts(case),
+        pit=pit,
+        tv_chart=tv_chart,
+        samples=samples,
+        samples_hidden=hidden,
+    )
+
+
+def render_report(result: RunResult) -> str:
+    """The HTML page of ``result``: one self-contained document, same result -> same string.
+
+    Raises ConfigError naming the case and field when the result holds an unknown verdict or
+    a negative/non-integer count, and TypeError when ``result`` is not a RunResult.
+    """
+    _render_report_iv(result)
+    views = [_case_view(i, c, result.alpha) for i, c in enumerate(result.cases)]
+    counts = {verdict: sum(c.verdict == verdict for c in result.cases) for verdict in VERDICTS}
+    totals = {
+        "baseline": sum(c.n_baseline for c in result.cases),
+        "candidate": sum(c.n_candidate for c in result.cases),
+        "candidate_tokens": sum(c.candidate_tokens for c in result.cases),
+        "primary_tests": sum(t.primary for c in result.cases for t in c.tests),
+        "tests": sum(len(c.tests) for c in result.cases),
+    }
+    return _ENV.get_template("report.html.j2").render(
+        run=result,
+        cases=views,
+        counts=counts,
+        totals=totals,
+        engines=_engine_blocks(result.engines),
+        oracle=_rows(result.oracle) if result.oracle else [],
+        provenance=_rows(result.provenance),
+        moved_z=svg.MOVED_Z,
+        open_positions=OPEN_POSITIONS,
+        pit_level=PIT_BAND_LEVEL,
+    )
+
+
+def write_report(result: RunResult, path: str | os.PathLike[str]) -> Path:
+    """Render ``result`` and write it to ``path`` atomically (temp file + rename); return the path.
+
+    Parent folders are created. A reader never sees a half-written page: the file appears
+    complete or not at all.
+    """
+    html = render_report(result).encode("utf-8")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(html)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

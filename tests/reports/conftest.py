@@ -1,0 +1,35 @@
+"""Fixtures of the report tests: the stored example result and its rendered page."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.verdicts.result import RunResult
+from reports import render_report
+from report_example import DATA_FILE
+from chromium_cdp import CHROMIUM, Chromium
+
+
+@pytest.fixture(scope="session")
+def example_result() -> RunResult:
+    """The fixed example, read from disk the way ``speceq report`` reads a saved result."""
+    return RunResult.from_json(DATA_FILE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def example_html(example_result: RunResult) -> str:
+    return render_report(example_result)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Chromium:
+    """A headless Chromium; skipped when Debian's chromium is absent, except under CI=true (then it fails)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing but CI=true: install it with `apt-get install -y chromium`")
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install -y chromium); browser tests run in CI")
+    with Chromium() as browser:
+        yield browser

@@ -1,0 +1,77 @@
+"""Chi-square goodness of fit with bins from p."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from harness.stats import chisquare_gof, probability_bins, tv_to_oracle
+
+
+def test_matches_scipy_chisquare_when_no_merge() -> None:
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    counts = np.random.default_rng(0).multinomial(500, p)
+    res = chisquare_gof(counts, p)
+    ref = stats.chisquare(counts, f_exp=500 * p)
+    assert (res.statistic, res.pvalue, res.dof) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue), 3)
+
+
+def test_tail_is_merged_by_p() -> None:
+    p = np.array([0.5, 0.3, 0.1, 0.06, 0.04])
+    # n = 50: expected 25, 15, 5, 3, 2 -> bins {0}, {1}, {2}, tail {3, 4} (expected 5)
+    assert probability_bins(p, 50).tolist() == [0, 1, 2, 3, 3]
+    # n = 40: expected 20, 12, 4, 2.4, 1.6 -> tail {2, 3, 4} has 8 -> own bin
+    assert probability_bins(p, 40).tolist() == [0, 1, 2, 2, 2]
+    # n = 20: expected 10, 6, 2, 1.2, 0.8 -> tail 4 < 5 -> folded into the smallest kept bin
+    assert probability_bins(p, 20).tolist() == [0, 1, 1, 1, 1]
+    counts = np.array([26, 14, 4, 4, 2])
+    ref = stats.chisquare([26, 14, 4, 6], f_exp=[25, 15, 5, 5])
+    res = chisquare_gof(counts, p)
+    assert res.n_bins == 4 and res.statistic == pytest.approx(ref.statistic)
+    assert res.tv == pytest.approx(tv_to_oracle(counts, p))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=12), st.integers(1, 300), st.data())
+def test_bins_are_a_function_of_p_and_n_only(weights: list[float], n: int, data: st.DataObject) -> None:
+    w = np.array(weights)
+    if w.sum() <= 0:
+        return
+    p = w / w.sum()
+    counts = np.array(data.draw(st.lists(st.integers(0, n), min_size=p.size, max_size=p.size)))
+    counts[np.argmax(p)] += 1  # at least one observation
+    bins = probability_bins(p, int(counts.sum()))
+    assert np.all(bins[p == 0] == -1) and np.all(bins[p > 0] >= 0)
+    res = chisquare_gof(counts, p)
+    assert res.n_bins == (bins.max() + 1 if (bins >= 0).any() else 0)
+    assert res.tv_upper_bound >= res.tv
+
+
+def test_support_violation_gives_p_zero() -> None:
+    res = chisquare_gof(np.array([10, 5, 1]), np.array([0.6, 0.4, 0.0]))
+    assert res.support_violations == 1 and res.pvalue == 0.0 and res.statistic == np.inf
+
+
+def test_detects_a_shift() -> None:
+    p = np.array([0.5, 0.25, 0.15, 0.1])
+    q = np.array([0.42, 0.3, 0.18, 0.1])
+    res = chisquare_gof(np.random.default_rng(1).multinomial(2000, q), p)
+    assert res.pvalue < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: chisquare_gof([1, 2], [0.5, 0.6]), "`probs` sums"),
+        (lambda: chisquare_gof([1, 2], [1.0]), "`probs` has length"),
+        (lambda: chisquare_gof([0, 0], [0.5, 0.5]), "at least one"),
+        (lambda: chisquare_gof([1, 2], [0.5, 0.5], min_expected=0), "`min_expected`"),
+        (lambda: probability_bins([0.5, 0.5], 0), "`n`"),
+    ],
+)
+def test_invalid_input_names_the_parameter(call, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()

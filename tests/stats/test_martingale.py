@@ -1,0 +1,95 @@
+"""Martingale z-tests and the support check."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from harness.stats import (
+    argmax_leak_z,
+    draft_drift_z,
+    martingale_z,
+    support_violations,
+    temperature_drift_z,
+)
+from harness.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs, tempered
+
+
+def test_martingale_z_formula() -> None:
+    f = np.array([1.0, 0.0, 1.0, 1.0])
+    mean = np.array([0.5, 0.5, 0.2, 0.9])
+    var = mean * (1 - mean)
+    res = martingale_z(f, mean, var, name="demo")
+    z = (f - mean).sum() / math.sqrt(var.sum())
+    assert res.statistic == pytest.approx(z)
+    assert res.pvalue == pytest.approx(2 * stats.norm.sf(abs(z)))
+    assert res.effect == pytest.approx((f - mean).mean()) and res.n == 4
+
+
+def test_zero_variance_is_deterministic() -> None:
+    ones = np.ones(3)
+    assert martingale_z(ones, ones, np.zeros(3), name="d").pvalue == 1.0
+    res = martingale_z(ones, np.zeros(3), np.zeros(3), name="d")
+    assert res.pvalue == 0.0 and res.statistic == math.inf
+
+
+def test_argmax_leak_is_detected() -> None:
+    rng = np.random.default_rng(0)
+    probs = random_target_probs(rng, 2000, 20)
+    tokens = sample_categorical(probs, rng)
+    leak = rng.random(2000) < 0.1  # 10% of tokens replaced by the argmax
+    tokens[leak] = probs[leak].argmax(axis=1)
+    res = argmax_leak_z(scores_from_probs(probs, tokens))
+    assert res.statistic > 0 and res.pvalue < 1e-6
+
+
+def test_temperature_drift_sign() -> None:
+    rng = np.random.default_rng(1)
+    probs = random_target_probs(rng, 2000, 20)
+    hot = temperature_drift_z(scores_from_probs(probs, sample_categorical(tempered(probs, 1.3), rng)))
+    cold = temperature_drift_z(scores_from_probs(probs, sample_categorical(tempered(probs, 0.8), rng)))
+    assert hot.statistic < -5 and cold.statistic > 5  # hotter -> less likely tokens -> lower log p
+
+
+def test_draft_drift_detects_mixture_toward_draft() -> None:
+    rng = np.random.default_rng(2)
+    probs = random_target_probs(rng, 3000, 20)
+    draft = random_target_probs(rng, 3000, 20)
+    tokens = sample_categorical(0.8 * probs + 0.2 * draft, rng)
+    res = draft_drift_z(scores_from_probs(probs, tokens, draft_probs=draft))
+    assert res.statistic > 0 and res.pvalue < 1e-6
+
+
+def test_support_violation_indices_and_exclusion() -> None:
+    rng = np.random.default_rng(3)
+    probs = random_target_probs(rng, 50, 10, top_k=3)
+    tokens = sample_categorical(probs, rng)
+    outside = np.flatnonzero(probs[7] == 0)[0]
+    tokens[7] = outside
+    scores = scores_from_probs(probs, tokens)
+    res = support_violations(scores)
+    assert res.failed and res.indices == (7,) and res.pvalue == 0.0
+    assert temperature_drift_z(scores).excluded == 1 and temperature_drift_z(scores).n == 49
+    clean = support_violations(scores.select(np.arange(50) != 7))
+    assert not clean.failed and clean.pvalue == 1.0
+
+
+def test_validation() -> None:
+    rng = np.random.default_rng(4)
+    probs = random_target_probs(rng, 10, 5)
+    scores = scores_from_probs(probs, sample_categorical(probs, rng))
+    with pytest.raises(ValueError, match="no draft scores"):
+        draft_drift_z(scores)
+    with pytest.raises(ValueError, match="`f` must be finite"):
+        martingale_z(np.array([np.inf]), np.zeros(1), np.ones(1), name="x")
+    with pytest.raises(ValueError, match="equal lengths"):
+        martingale_z(np.zeros(2), np.zeros(1), np.ones(1), name="x")
+    with pytest.raises(ValueError, match="`var`"):
+        martingale_z(np.zeros(1), np.zeros(1), -np.ones(1), name="x")
+    with pytest.raises(TypeError, match="`name`"):
+        martingale_z(np.zeros(1), np.zeros(1), np.ones(1), name="")
+    with pytest.raises(TypeError, match="`scores`"):
+        argmax_leak_z(probs)

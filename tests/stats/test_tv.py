@@ -1,0 +1,72 @@
+"""TV distance and its upper confidence bounds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.stats import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
+
+counts = st.lists(st.integers(0, 50), min_size=2, max_size=12)
+
+
+def test_plug_in_values() -> None:
+    assert tv_distance([10, 0], [0, 5]) == 1.0
+    assert tv_distance([1, 1, 2], [2, 2, 4]) == 0.0
+    assert tv_distance([3, 1], [1, 1]) == pytest.approx(0.25)
+    assert tv_to_oracle([3, 1], [0.5, 0.5]) == pytest.approx(0.25)
+
+
+def test_bound_formulas() -> None:
+    assert tv_upper_bound_two_sample(0.1, 100, 400, 0.05) == pytest.approx(0.1 + math.sqrt((0.01 + 0.0025) * math.log(20) / 2))
+    assert tv_upper_bound_oracle(0.1, 100, 0.01) == pytest.approx(0.1 + math.sqrt(math.log(100) / 200))
+    assert tv_upper_bound_two_sample(0.9, 5, 5, 0.01) == 1.0  # capped: TV never exceeds 1
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(counts, st.data())
+def test_tv_invariant_to_relabelling_and_bound_never_below_plug_in(ca: list[int], data: st.DataObject) -> None:
+    cb = data.draw(st.lists(st.integers(0, 50), min_size=len(ca), max_size=len(ca)))
+    if sum(ca) == 0 or sum(cb) == 0:
+        return
+    perm = np.array(data.draw(st.permutations(range(len(ca)))))
+    a, b = np.array(ca), np.array(cb)
+    tv = tv_distance(a, b)
+    assert tv == pytest.approx(tv_distance(a[perm], b[perm]), abs=1e-12)
+    assert tv == pytest.approx(tv_distance(b, a), abs=1e-12)
+    alpha = data.draw(st.floats(1e-6, 0.5))
+    assert tv_upper_bound_two_sample(tv, int(a.sum()), int(b.sum()), alpha) >= tv
+    assert tv_upper_bound_oracle(tv, int(a.sum()), alpha) >= tv
+
+
+def test_two_sample_bound_covers_the_true_tv() -> None:
+    """Coverage of the 95% bound for a known TV = 0.1 (it is conservative: expect ~100%)."""
+    rng = np.random.default_rng(11)
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    q = np.array([0.5, 0.3, 0.1, 0.1])  # TV = 0.1
+    reps, n = 400, 300
+    a = rng.multinomial(n, p, size=reps)
+    b = rng.multinomial(n, q, size=reps)
+    covered = [tv_upper_bound_two_sample(tv_distance(x, y), n, n, 0.05) >= 0.1 for x, y in zip(a, b)]
+    assert np.mean(covered) >= 0.95
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: tv_distance([1, 2], [1, 2, 3]), "aligned"),
+        (lambda: tv_distance([0, 0], [1, 2]), "at least one"),
+        (lambda: tv_distance([-1, 2], [1, 2]), "`counts_a`"),
+        (lambda: tv_to_oracle([1, 2], [0.5, 0.6]), "`probs` sums"),
+        (lambda: tv_upper_bound_two_sample(0.1, 0, 5, 0.05), "`n1`"),
+        (lambda: tv_upper_bound_oracle(0.1, 5, 1.5), "`alpha`"),
+        (lambda: tv_upper_bound_oracle(1.5, 5, 0.05), "`tv`"),
+    ],
+)
+def test_invalid_input_names_the_parameter(call, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()

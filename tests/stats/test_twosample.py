@@ -1,0 +1,133 @@
+"""Chi-square homogeneity with pooled-count binning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from harness.stats import chisquare_homogeneity, pooled_bins, tv_distance
+
+
+def test_matches_scipy_chi2_contingency_without_yates() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.multinomial(800, [0.4, 0.3, 0.2, 0.1])
+    b = rng.multinomial(600, [0.35, 0.3, 0.2, 0.15])
+    res = chisquare_homogeneity(a, b)
+    ref = stats.chi2_contingency(np.vstack([a, b]), correction=False)
+    assert res.method == "asymptotic"
+    assert res.statistic == pytest.approx(ref.statistic, rel=1e-12)
+    assert res.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
+    assert res.dof == ref.dof == 3
+
+
+def test_dof_one_is_not_yates_corrected() -> None:
+    a, b = np.array([60, 40]), np.array([45, 55])
+    res = chisquare_homogeneity(a, b)
+    assert res.statistic == pytest.approx(stats.chi2_contingency(np.vstack([a, b]), correction=False).statistic)
+    assert res.statistic > stats.chi2_contingency(np.vstack([a, b])).statistic
+
+
+def test_rare_labels_merge_by_pooled_count() -> None:
+    a = np.array([50, 40, 3, 0, 2, 0])
+    b = np.array([45, 50, 4, 1, 0, 0])
+    # pooled: 95, 90, 7, 1, 2, 0 -> kept {0, 1}; merged {2, 3, 4}; label 5 unseen
+    assert pooled_bins(a + b, 10).tolist() == [0, 1, 2, 2, 2, -1]
+    res = chisquare_homogeneity(a, b, min_pooled=10)
+    merged_a, merged_b = np.array([50, 40, 5]), np.array([45, 50, 5])
+    ref = stats.chi2_contingency(np.vstack([merged_a, merged_b]), correction=False)
+    assert (res.n_bins, res.merged_labels, res.dof) == (3, 3, 2)
+    assert res.statistic == pytest.approx(ref.statistic)
+    assert res.tv == pytest.approx(tv_distance(a, b))  # TV on the unmerged labels
+
+
+def test_sparse_table_uses_monte_carlo_with_fixed_margins() -> None:
+    a = np.array([6, 1, 1, 0])
+    b = np.array([2, 3, 4, 5])
+    res = chisquare_homogeneity(a, b, min_pooled=1, rng=np.random.default_rng(3), mc_samples=4999)
+    assert res.method == "monte-carlo" and res.mc_samples == 4999
+    # the MC p estimates the exact conditional p; compare with scipy's permutation p
+    ref = stats.chi2_contingency(
+        np.vstack([a, b]), correction=False,
+        method=stats.PermutationMethod(n_resamples=4999, rng=np.random.default_rng(4)),
+    )
+    assert res.pvalue == pytest.approx(ref.pvalue, abs=0.015)
+    assert res.pvalue * 5000 == pytest.approx(round(res.pvalue * 5000))  # (1 + #) / (B + 1)
+
+
+def test_monte_carlo_agrees_with_asymptotic_on_a_large_table() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.multinomial(3000, np.full(8, 1 / 8))
+    b = rng.multinomial(3000, np.full(8, 1 / 8))
+    asym = chisquare_homogeneity(a, b, method="asymptotic")
+    mc = chisquare_homogeneity(a, b, method="monte-carlo", rng=np.random.default_rng(5), mc_samples=4999)
+    assert mc.statistic == asym.statistic
+    assert mc.pvalue == pytest.approx(asym.pvalue, abs=0.02)
+
+
+def test_rng_none_is_reproducible() -> None:
+    a, b = np.array([3, 0, 1]), np.array([0, 4, 1])
+    r1 = chisquare_homogeneity(a, b, min_pooled=1, mc_samples=499)
+    r2 = chisquare_homogeneity(a, b, min_pooled=1, mc_samples=499)
+    assert r1.method == "monte-carlo" and r1.pvalue == r2.pvalue
+
+
+def test_degenerate_single_bin() -> None:
+    res = chisquare_homogeneity(np.array([5, 0, 0]), np.array([7, 0, 0]))
+    assert (res.method, res.pvalue, res.dof, res.statistic) == ("degenerate", 1.0, 0, 0.0)
+
+
+def test_detects_a_shift_of_the_top_token() -> None:
+    rng = np.random.default_rng(8)
+    p = np.array([0.5, 0.2, 0.1, 0.1, 0.05, 0.05])
+    q = p + np.array([-0.08, 0.02, 0.02, 0.02, 0.01, 0.01])  # TV = 0.08
+    res = chisquare_homogeneity(rng.multinomial(3000, p), rng.multinomial(3000, q))
+    assert res.pvalue < 1e-3 and res.largest_cells[0] == 0  # noncentrality ~40 on 5 dof: power > 0.99
+    assert res.tv_upper_bound >= res.tv
+
+
+table = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), min_size=2, max_size=15)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(table, st.data())
+def test_bins_depend_on_pooled_counts_only(cells: list[tuple[int, int]], data: st.DataObject) -> None:
+    """Swapping group labels, or moving counts between groups at fixed pooled counts,
+    leaves the bins unchanged; relabelling tokens permutes nothing but the order."""
+    a = np.array([c[0] for c in cells])
+    b = np.array([c[1] for c in cells])
+    if a.sum() == 0 or b.sum() == 0:
+        return
+    m = data.draw(st.integers(1, 15))
+    fwd = chisquare_homogeneity(a, b, min_pooled=m, method="asymptotic")
+    rev = chisquare_homogeneity(b, a, min_pooled=m, method="asymptotic")
+    assert (fwd.n_bins, fwd.merged_labels) == (rev.n_bins, rev.merged_labels)
+    assert fwd.statistic == pytest.approx(rev.statistic, rel=1e-9, abs=1e-12)
+    assert fwd.pvalue == pytest.approx(rev.pvalue, rel=1e-9, abs=1e-12)
+    # another split of the same pooled counts gives the same bins
+    other_a = np.array([data.draw(st.integers(0, int(x + y))) for x, y in zip(a, b)])
+    assert pooled_bins(other_a + (a + b - other_a), m).tolist() == pooled_bins(a + b, m).tolist()
+    perm = np.array(data.draw(st.permutations(range(len(cells)))))
+    shuffled = chisquare_homogeneity(a[perm], b[perm], min_pooled=m, method="asymptotic")
+    assert shuffled.statistic == pytest.approx(fwd.statistic, rel=1e-9, abs=1e-12)
+    assert shuffled.tv == pytest.approx(fwd.tv, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(counts_a=[1, 2], counts_b=[1]), "aligned"),
+        (dict(counts_a=[0, 0], counts_b=[1, 1]), "at least one observation"),
+        (dict(counts_a=[1.5, 2], counts_b=[1, 1]), "`counts_a`"),
+        (dict(counts_a=[1, 2], counts_b=[1, 1], min_pooled=0), "`min_pooled`"),
+        (dict(counts_a=[1, 2], counts_b=[1, 1], method="exact"), "`method`"),
+        (dict(counts_a=[1, 2], counts_b=[1, 1], rng=3), "`rng`"),
+        (dict(counts_a=[1, 2], counts_b=[1, 1], mc_samples=0), "`mc_samples`"),
+    ],
+)
+def test_invalid_input_names_the_parameter(kwargs: dict, message: str) -> None:
+    a, b = kwargs.pop("counts_a"), kwargs.pop("counts_b")
+    with pytest.raises((ValueError, TypeError), match=message):
+        chisquare_homogeneity(a, b, **kwargs)

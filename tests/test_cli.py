@@ -1,0 +1,156 @@
+"""The speceq command line: subcommands, exit codes, one-line errors, Ctrl-C, plug-in commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # fake_engines.py lives next to this file
+
+from harness import cli  # noqa: E402
+from harness.cli import EXIT_INTERRUPTED, main  # noqa: E402
+from harness.errors import EngineError  # noqa: E402
+from harness.verdicts.result import CaseResult, RunResult  # noqa: E402
+
+REPO = HERE.parent
+FAKE = "fake_engines:FakeEngine"
+
+
+def cases_file(tmp_path: Path, **defaults) -> Path:
+    p = tmp_path / "cases.json"
+    p.write_text(json.dumps({"defaults": {"max_new_tokens": 3, **defaults}, "cases": [
+        {"id": "one", "prompt_ids": [1, 2, 3]},
+        {"id": "two", "prompt_ids": [4], "batch_size": 2, "companions": [[1, 1, 1, 1]]},
+    ]}))
+    return p
+
+
+def fake_run(tmp_path: Path, *extra: str) -> list[str]:
+    return ["run", "--baseline", FAKE, "--candidate", FAKE, "--cases", str(cases_file(tmp_path)), "--no-oracle",
+            "--out", str(tmp_path / "out"), "--no-progress", "--samples", "40", "--chunk-size", "20", *extra]
+
+
+def test_engines_lists_the_builtin_engines(capsys):
+    assert main(["engines"]) == 0
+    out = capsys.readouterr().out
+    for name in ("baseline", "reference", "hf-assisted", "mutant:<name>"):
+        assert name in out
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"], ["run", "--samples", "many"], ["run", "--fresh", "--resume"],
+                                  ["report"], ["run", "--alpha"]])
+def test_usage_errors_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "usage: speceq" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys):
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--samples", "--seed", "--cases", "--baseline-option", "--no-oracle", "--alpha", "--tolerance",
+                   "--out", "--fresh", "--threads", "--no-progress", "--report", "--json"):
+        assert option in out
+
+
+def test_unknown_engine_is_one_line_exit_2(tmp_path, capsys):
+    argv = fake_run(tmp_path)
+    argv[argv.index("--candidate") + 1] = "refrence"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speceq: error: unknown engine 'refrence'. Did you mean 'reference'")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_engine_option_and_bad_run_setting_exit_2(tmp_path, capsys):
+    assert main(fake_run(tmp_path, "--candidate-option", "colour=3")) == 2
+    assert "colour" in capsys.readouterr().err
+    assert main(fake_run(tmp_path, "--samples", "0")) == 2
+    assert "run.samples: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_bad_cases_file_exit_2_naming_file_case_and_field(tmp_path, capsys):
+    p = tmp_path / "bad.json"
+    p.write_text('{"cases": [{"id": "x", "prompt": "a", "temperature": "hot"}]}')
+    argv = fake_run(tmp_path)
+    argv[argv.index("--cases") + 1] = str(p)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{p}: case 0 (id 'x'), field 'temperature': expected a number" in err
+
+
+def test_engine_failure_exit_2_one_line_and_debug_shows_it(tmp_path, capsys):
+    argv = fake_run(tmp_path, "--candidate-option", "fail_on_call=2")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speceq: error: engine 'fake', case 'one': sample() failed on slice 1: RuntimeError")
+    assert "Traceback" not in err
+    with pytest.raises(EngineError, match="simulated engine crash"):
+        main([*argv, "--debug"])
+
+
+def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
+    assert main(fake_run(tmp_path, "--candidate-option", "fail_on_call=3")) == 2
+    capsys.readouterr()
+    assert main(fake_run(tmp_path, "--seed", "5")) == 2
+    err = capsys.readouterr().err
+    assert "run_seed: stored 0, now 5" in err and "--fresh discards the stored samples" in err
+
+
+def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
+    assert main(fake_run(tmp_path, "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert "interrupted: 3 of 8 chunks are stored" in err and "to resume" in err
+
+
+def test_report_subcommand_renders_a_saved_result(tmp_path, capsys):
+    result = RunResult(verdict="inconclusive", alpha=1e-3, tolerance=0.05, seed=0, engines={"baseline": {}, "candidate": {}},
+                       cases=(CaseResult(case_id="c", case={"id": "c", "params": {}}, verdict="inconclusive",
+                                         reason="too few samples", tolerance=0.05, n_baseline=10, n_candidate=10),))
+    src = tmp_path / "result.json"
+    src.write_text(result.to_json())
+    out = tmp_path / "report.html"
+    assert main(["report", str(src), "-o", str(out)]) == 0
+    assert out.is_file() and "<html" in out.read_text().lower()
+    assert f"report: {out}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,message", [(None, "cannot read the result"), ("{", "not a speceq result.json"),
+                                             ('{"verdict": 1}', "not a speceq result.json")])
+def test_report_of_a_bad_file_exit_2(tmp_path, capsys, content, message):
+    src = tmp_path / "result.json"
+    if content is not None:
+        src.write_text(content)
+    assert main(["report", str(src), "-o", str(tmp_path / "r.html")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_plugin_command_plugs_in_by_one_line(tmp_path, monkeypatch, capsys):
+    module = tmp_path / "speceq_test_plugin_cmd.py"
+    module.write_text(
+        "HELP = 'say hello'\n"
+        "def add_arguments(p):\n    p.add_argument('--name', default='world')\n"
+        "def handle(args):\n    print('hello', args.name)\n    return 7\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.PLUGIN_COMMANDS, "hello", "speceq_test_plugin_cmd")
+    assert main(["hello", "--name", "there"]) == 7
+    assert capsys.readouterr().out == "hello there\n"
+    monkeypatch.setitem(cli.PLUGIN_COMMANDS, "absent", "speceq_no_such_module_xyz")
+    assert main(["engines"]) == 0  # a registered module that does not exist yet is skipped
+
+
+def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)])}
+    argv = fake_run(tmp_path, "--candidate-option", "bad_output_on_call=1")
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': row 0 position 0 holds token 13")
+    assert "Traceback" not in proc.stderr
