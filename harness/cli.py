@@ -103,22 +103,27 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
 
 
 def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str | None = None) -> None:
-    """The result table (one row per case) and the run verdict, on stdout."""
+    """The result table and the run verdict, on stdout.
+
+    One row per case: id, parameters, verdict, TV estimate and its upper confidence bound,
+    acceptance rate, speedup per token (candidate over baseline), samples per engine needed
+    to decide an inconclusive case.
+    """
     from rich.console import Console
     from rich.table import Table
 
     style = {"equivalent": "green", "shifted": "bold red", "inconclusive": "yellow"}
     table = Table(title="speceq", title_justify="left")
-    for col in ("case", "params", "verdict", "TV est / upper", "accept", "speedup", "required n"):
-        table.add_column(col, justify="right" if col in ("accept", "speedup", "required n") else "left")
+    table.add_column("case", overflow="fold")
+    table.add_column("params", overflow="fold")
+    for col in ("verdict", "TV", "TV bound", "accept", "speedup", "need n"):
+        table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
     for c in result.cases:
-        params = c.case.get("params", {})
-        label = _params_label(params, c.case.get("batch_size"))
-        tv = f"{_fmt(c.tv_estimate)} / {_fmt(c.tv_upper_bound)}"
+        label = _params_label(c.case.get("params", {}), c.case.get("batch_size"))
         speed = "—" if c.speedup_per_token is None else f"{c.speedup_per_token:.2f}x"
         need = "—" if c.required_n is None else f"{c.required_n:,}"
-        table.add_row(c.case_id, label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", tv,
-                      _fmt(c.acceptance_rate, ".2f"), speed, need)
+        table.add_row(c.case_id, label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", _fmt(c.tv_estimate),
+                      _fmt(c.tv_upper_bound), _fmt(c.acceptance_rate, ".2f"), speed, need)
     console = Console(highlight=False)
     console.print(table)
     console.print(result.summary(), style=style.get(result.verdict, ""))

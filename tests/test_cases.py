@@ -264,9 +264,11 @@ def test_default_cases_cover_the_required_settings():
     assert {c.params.temperature for c in cases} == {1.0, 0.7}
     assert sum(c.params.top_k > 0 for c in cases) >= 1 and sum(c.params.top_p < 1 for c in cases) >= 1
     assert {c.batch_size for c in cases} == {1, 4}
+    ragged = [c for c in cases if c.companions]
+    assert len(ragged) >= 2 and all(c.batch_size == 4 for c in ragged)
     for c in cases:
         c.check_vocab(VOCAB_SIZE)
-        if c.batch_size > 1:
-            lengths = [len(p) for p in c.prompts]
-            assert len(set(lengths)) == len(lengths) >= 3
+    for c in ragged:
+        lengths = [len(p) for p in c.prompts]
+        assert len(set(lengths)) == len(lengths) >= 3
     assert len({c.case_id for c in cases}) == len(cases)

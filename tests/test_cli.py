@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -154,3 +155,38 @@ def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': row 0 position 0 holds token 13")
     assert "Traceback" not in proc.stderr
+
+
+def one_case_run(tmp_path: Path, samples: int, *extra: str) -> list[str]:
+    p = tmp_path / "one.json"
+    p.write_text(json.dumps({"defaults": {"max_new_tokens": 2}, "cases": [{"id": "one", "prompt_ids": [1, 2, 3]}]}))
+    return ["run", "--baseline", FAKE, "--candidate", FAKE, "--cases", str(p), "--no-oracle", "--out",
+            str(tmp_path / "out"), "--no-progress", "--samples", str(samples), "--chunk-size", "10000", *extra]
+
+
+@pytest.mark.parametrize("samples,extra,verdict,code", [
+    (20000, (), "equivalent", 0),
+    (4000, ("--candidate-option", "shift=0.2"), "shifted", 1),
+    (300, (), "inconclusive", 3),
+])
+def test_exit_code_follows_the_run_verdict(tmp_path, capsys, samples, extra, verdict, code):
+    assert main(one_case_run(tmp_path, samples, *extra, "--json")) == code
+    result = RunResult.from_json(capsys.readouterr().out)
+    assert result.verdict == verdict and result.cases[0].verdict == verdict
+    assert result.cases[0].n_candidate == samples
+    assert RunResult.from_json((tmp_path / "out" / "result.json").read_text()) == result
+
+
+def test_table_and_report_of_a_run(tmp_path, capsys):
+    report = tmp_path / "r.html"
+    assert main(one_case_run(tmp_path, 300, "--report", str(report))) == 3
+    out = capsys.readouterr().out
+    assert "inconclusive" in out and "run verdict INCONCLUSIVE" in out and "T=1" in out
+    assert f"report: {report}" in out and report.is_file()
+    # the stored samples are reused: a rerun gives the same result without sampling again
+    first = (tmp_path / "out" / "result.json").read_text()
+    assert main(one_case_run(tmp_path, 300, "--json")) == 3
+    again, before = RunResult.from_json(capsys.readouterr().out), RunResult.from_json(first)
+    assert again.provenance["chunks"] == {"total": 2, "reused": 2, "sampled": 0}
+    assert before.provenance["chunks"] == {"total": 2, "reused": 0, "sampled": 2}
+    assert dataclasses.replace(again, provenance={}) == dataclasses.replace(before, provenance={})

@@ -264,3 +264,34 @@ def test_store_files_are_plain_npz_and_json(tmp_path):
     with np.load(tmp_path / files[1], allow_pickle=False) as z:
         meta = json.loads(str(z["meta"][()]))
     assert meta["role"] == "baseline" and meta["identity"]["slice"] == 0
+
+
+def test_run_writes_result_and_provenance(tmp_path):
+    from harness.run import run
+    from harness.verdicts.result import RunResult
+
+    result = run(config(tmp_path, oracle=False, samples=40), cases(), engines=engines())
+    assert [c.case_id for c in result.cases] == ["a", "b/odd id", "c"]
+    assert RunResult.from_json((tmp_path / "result.json").read_text()) == result
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov == result.provenance
+    assert prov["status"] == "complete" and prov["chunks"] == {"total": 12, "reused": 0, "sampled": 12}
+    assert set(prov["packages"]) == {"speceq", "torch", "transformers", "numpy", "scipy"}
+    assert prov["packages"]["numpy"] == np.__version__
+    assert {"python", "platform", "machine", "cpu_count"} <= set(prov["machine"])
+    assert prov["seeds"]["run_seed"] == 7 and "chunk_seed" in prov["seeds"]["derivation"]
+    assert prov["engines"]["candidate"]["config"] == FakeEngine().describe()
+    assert prov["engines"]["baseline"]["spec"] == "fake_engines:FakeEngine"
+    assert prov["settings"]["samples"] == 40 and prov["settings"]["alpha"] == 1e-3
+    assert [c["id"] for c in prov["cases"]] == ["a", "b/odd id", "c"] and prov["created"].endswith("+00:00")
+    git = prov["git"]
+    assert git is None or (len(git["commit"]) == 40 and isinstance(git["dirty"], bool))
+
+
+def test_run_rejects_empty_and_duplicate_cases(tmp_path):
+    from harness.run import run
+
+    with pytest.raises(ConfigError, match="no cases"):
+        run(config(tmp_path), [], engines=engines())
+    with pytest.raises(ConfigError, match=r"duplicate case ids \['a'\]"):
+        run(config(tmp_path), [cases()[0], cases()[0]], engines=engines())

@@ -78,6 +78,27 @@ class SlotCache:
         self.valid = new_valid
         return out.logits
 
+    def prefill(
+        self,
+        tokens: torch.Tensor,  # [unique, width] int64, left-padded distinct prompts
+        valid: torch.Tensor,  # [unique, width] bool
+        row_source: torch.Tensor,  # [rows] int64: which distinct prompt each row starts from
+        position_ids: torch.Tensor | None = None,  # [unique, width]; None = positions_for(valid)
+    ) -> torch.Tensor:  # [rows, width, vocab] logits
+        """Run each distinct prompt once, then copy its cache to every row that starts from it.
+
+        Rows of a batch often share prompts (n samples of each); computing a prompt once
+        and gathering its KV rows gives every row exactly the same cache as its own pass.
+        """
+        if self.columns != 0:
+            raise ValueError("prefill() must be the first call on a SlotCache")
+        self.valid = torch.zeros((int(tokens.shape[0]), 0), dtype=torch.bool, device=self.device)
+        logits = self.forward(tokens, valid, position_ids)
+        self.cache.batch_select_indices(row_source)
+        self.valid = self.valid[row_source]
+        self.left_pad = self.left_pad[row_source]
+        return logits[row_source]
+
     def keep_last(self, keep: torch.Tensor) -> None:  # keep: [rows, width] bool
         """Roll back: the last ``width`` slots of each row stay valid only where ``keep`` is true.
 

@@ -49,7 +49,9 @@ def load_model(
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # "Loading weights" bars on every load would drown speceq's own progress
     folder = Path(path)
     where = str(folder)
     if not folder.is_dir():

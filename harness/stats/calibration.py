@@ -118,7 +118,7 @@ def two_sample_replicate(rng: np.random.Generator, rows: int = 400) -> dict[str,
     return out
 
 
-def _collect_iv(replicate: object, reps: object, seed: object) -> tuple[Replicate, int, int]:
+def _collect_pvalues_iv(replicate: object, reps: object, seed: object) -> tuple[Replicate, int, int]:
     if not callable(replicate):
         raise TypeError(f"`replicate` must be callable, got {type(replicate).__name__}")
     return replicate, check_int(reps, "reps", minimum=1), check_int(seed, "seed", minimum=0)
@@ -126,6 +126,6 @@ def _collect_iv(replicate: object, reps: object, seed: object) -> tuple[Replicat
 
 def collect_pvalues(replicate: Replicate, reps: int, seed: int) -> dict[str, np.ndarray]:
     """Run ``reps`` replicates with independent child generators of ``seed``: name -> p-values."""
-    replicate, reps, seed = _collect_iv(replicate, reps, seed)
+    replicate, reps, seed = _collect_pvalues_iv(replicate, reps, seed)
     rows = [replicate(np.random.default_rng(child)) for child in np.random.SeedSequence(seed).spawn(reps)]
     return {name: np.array([r[name] for r in rows]) for name in rows[0]}

@@ -65,7 +65,9 @@ def chisquare_gof(
     n = int(c.sum())
     violations = int(c[p == 0].sum())
     tv = tv_to_oracle(c, p)
-    common = dict(n=n, support_violations=violations, tv=tv, tv_upper_bound=tv_upper_bound_oracle(tv, n, tv_alpha), tv_alpha=tv_alpha)
+    common = dict(
+        n=n, support_violations=violations, tv=tv, tv_upper_bound=tv_upper_bound_oracle(tv, n, tv_alpha), tv_alpha=tv_alpha
+    )
     bins = probability_bins(p, n, min_expected)
     used = bins >= 0
     n_bins = int(bins.max()) + 1 if used.any() else 0

@@ -20,7 +20,7 @@ from scipy import optimize, stats
 from harness.stats._validate import check_int, check_level, check_positive
 
 
-def _noncentrality_iv(dof: object, alpha: object, power: object) -> tuple[int, float, float]:
+def _noncentrality_for_power_iv(dof: object, alpha: object, power: object) -> tuple[int, float, float]:
     dof = check_int(dof, "dof", minimum=1)
     alpha = check_level(alpha, "alpha")
     power = check_level(power, "power")
@@ -31,7 +31,7 @@ def _noncentrality_iv(dof: object, alpha: object, power: object) -> tuple[int, f
 
 def noncentrality_for_power(dof: int, alpha: float, power: float = 0.9) -> float:
     """The noncentrality lambda at which the level-alpha chi2(dof) test has the given power."""
-    dof, alpha, power = _noncentrality_iv(dof, alpha, power)
+    dof, alpha, power = _noncentrality_for_power_iv(dof, alpha, power)
     critical = stats.chi2.isf(alpha, dof)
 
     def shortfall(lam: float) -> float:

@@ -47,7 +47,7 @@ def ks_2samp_jittered(x: np.ndarray, y: np.ndarray, rng: np.random.Generator) ->
     )
 
 
-def _cramervonmises_iv(
+def _cramervonmises_2samp_permutation_iv(
     x: object, y: object, rng: object, n_resamples: object
 ) -> tuple[np.ndarray, np.ndarray, np.random.Generator, int]:
     xs, ys, rng = _two_sample_iv(x, y, rng)
@@ -90,7 +90,7 @@ def cramervonmises_2samp_permutation(
     p = (1 + #{T* >= T}) / (n_resamples + 1) over random relabellings of the pooled sample,
     exact under H0 whatever the ties.
     """
-    xs, ys, rng, n_resamples = _cramervonmises_iv(x, y, rng, n_resamples)
+    xs, ys, rng, n_resamples = _cramervonmises_2samp_permutation_iv(x, y, rng, n_resamples)
     n_x, n_y = xs.size, ys.size
     values, group, sizes = np.unique(np.concatenate([xs, ys]), return_inverse=True, return_counts=True)
     midranks = np.cumsum(sizes) - (sizes - 1) / 2.0  # average rank of each tie group

@@ -150,6 +150,7 @@ def _monte_carlo_pvalue(
     while done < samples:
         size = min(chunk, samples - done)
         null_a = rng.multivariate_hypergeometric(pooled, n_a, size=size)
-        exceed += int(np.count_nonzero(_pearson_homogeneity(null_a.astype(np.float64), pooled, n_a, n_b) >= statistic - tolerance))
+        null_x2 = _pearson_homogeneity(null_a.astype(np.float64), pooled, n_a, n_b)
+        exceed += int(np.count_nonzero(null_x2 >= statistic - tolerance))
         done += size
     return (1 + exceed) / (samples + 1)

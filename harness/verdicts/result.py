@@ -32,6 +32,8 @@ class TestOutcome:
     qvalue: Benjamini-Hochberg q-value over every test of the run (diagnostic).
     """
 
+    __test__ = False  # not a pytest test class, despite the name
+
     name: str
     family: str
     primary: bool

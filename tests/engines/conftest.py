@@ -3,6 +3,8 @@
 ``target``: 2 layers, hidden 32, peaky next-token laws (entropy ~3 nats).
 ``close_draft``: the target with noise on its weights (acceptance ~0.3-0.5 at k=3).
 ``far_draft``: an independent 1-layer model (acceptance ~0.05: rejections everywhere).
+``fast_target`` / ``fast_draft``: 1-layer target and a noisy copy (rejection rate ~0.45 at
+the first position), for the sampling-heavy empirical checks.
 ``eos_id``: a token the target emits often, used as EOS so that rows end early.
 """
 
@@ -34,14 +36,29 @@ def target() -> torch.nn.Module:
     return tiny_random_llama(0, init_std=0.5)
 
 
+def noisy_copy(model: torch.nn.Module, relative_noise: float, seed: int = 5) -> torch.nn.Module:
+    """``model`` with Gaussian noise of ``relative_noise`` x each tensor's std on every weight."""
+    copied = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in copied.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * relative_noise * p.std())
+    return copied
+
+
 @pytest.fixture(scope="session")
 def close_draft(target: torch.nn.Module) -> torch.nn.Module:
-    draft = copy.deepcopy(target)
-    gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())
-    return draft
+    return noisy_copy(target, 0.05)
+
+
+@pytest.fixture(scope="session")
+def fast_target() -> torch.nn.Module:
+    return tiny_random_llama(2, init_std=0.5, layers=1)
+
+
+@pytest.fixture(scope="session")
+def fast_draft(fast_target: torch.nn.Module) -> torch.nn.Module:
+    return noisy_copy(fast_target, 0.2)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,7 +25,7 @@ def example_html(example_result: RunResult) -> str:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Chromium:
+def chromium() -> Iterator[Chromium]:
     """A headless Chromium; skipped when Debian's chromium is absent, except under CI=true (then it fails)."""
     if not CHROMIUM.exists():
         if os.environ.get("CI") == "true":

@@ -6,7 +6,7 @@ inside <pre> elements, so tests can check structure and safety without a browser
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from html.parser import HTMLParser
 
 #: Every tag the report templates and the SVG builder emit. Anything else came from data.

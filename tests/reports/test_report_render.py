@@ -93,18 +93,25 @@ def test_case_list_links_each_case_section_with_its_reason(example_result: RunRe
         assert case.case_id in section.text
 
 
-def test_evidence_table_has_every_test_and_marks_rejections(example_result: RunResult, example_html: str) -> None:
+def test_evidence_tables_hold_every_test_and_mark_rejections(example_result: RunResult, example_html: str) -> None:
     page = parse(example_html)
-    tables = page.find("table", "tests")
-    sampled = [c for c in example_result.cases if c.tests]
-    evidence = [t for t in tables if "Holm p" in t.text]
-    assert len(evidence) == len(sampled)
-    for table, case in zip(evidence, sampled):
+    for i, case in enumerate(example_result.cases):
+        section = page.by_id(f"case-{i + 1}").text
+        primary = [t for t in page.find("table", "primary") if case.tests and case.tests[0].name in t.text]
         for t in case.tests:
-            assert t.name in table.text
-    rejecting = sum(t.primary and t.adjusted_pvalue <= example_result.alpha for c in sampled for t in c.tests)
+            assert t.name in section
+            table = "primary" if t.primary else "diagnostic"
+            assert any(t.name in tb.text for tb in page.find("table", table)), (case.case_id, t.name, table)
+        if not case.tests:
+            assert not primary
+    rejecting = sum(t.primary and t.adjusted_pvalue <= example_result.alpha for c in example_result.cases for t in c.tests)
     assert rejecting == 3
     assert len(page.find("tr", "rejects")) == rejecting
+    assert all("rejects" in row.text for row in page.find("tr", "rejects"))
+    assert len(page.find("table", "primary")) == len(page.find("table", "diagnostic")) == 3
+    smallest_q = min(t.qvalue for t in example_result.cases[1].tests if not t.primary)
+    summary = page.find("details", "diagnostics")[1].text.strip().split("\n")[0]
+    assert summary == f"4 diagnostic tests (smallest BH q {smallest_q:.2e})"
     shifted = page.by_id("case-2").text
     assert "2.11e-48" in shifted  # Holm-adjusted p of chi2 position 0
 

@@ -1,0 +1,149 @@
+"""Exact laws of a speculative engine's first two generated tokens, by enumeration.
+
+For an engine whose bug (if any) lives in its per-step hooks (processing, accept ratio,
+residual, bonus, effective target), the law of the first two tokens follows from the
+models' next-token laws at the prompt and at the V prompts extended by one token:
+
+- position 0: the first verify step with k1 = min(k, max_new_tokens - 1) drafts emits its
+  first token from the single-step law S(p1, q1) (the bonus law when k1 = 0);
+- position 1, given x1: when k1 >= 2 both branches (x1 an accepted draft, or x1 the
+  replacement after a rejection, which starts a new block) emit x2 from S(p2, q2); when
+  k1 = 1 an accepted x1 is followed by the bonus law B(p2, q2) and a replacement by a new
+  block of k2 = min(k, max_new_tokens - 2) drafts (S, or B when k2 = 0). After EOS the
+  position holds END.
+
+The engine's own hook methods compute S and B, so a mutant's law comes from its own code.
+The target law is the processed target p1(x1) p2(x2 | x1). Symbols are token ids 0..V-1
+and END = V (index V of every law vector).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness.engines.reference import ReferenceSpeculativeEngine
+from harness.errors import ConfigError
+from harness.params import Case
+from harness.processing import process_logits
+
+
+@dataclass(frozen=True, slots=True)
+class ExactLaws:
+    """Exact laws of the first ``positions`` generated tokens of one case's prompt.
+
+    engine / target: float64 ``[positions, V + 1]``, marginal law of each position (END
+    last). joint_engine / joint_target: float64 ``[V, V + 1]`` law of (x1, x2) (None for one
+    position). tv: TV(engine, target) per position. accept_rate: probability that the first
+    draft is accepted (None when the first step drafts nothing).
+    """
+
+    engine: np.ndarray
+    target: np.ndarray
+    joint_engine: np.ndarray | None
+    joint_target: np.ndarray | None
+    tv: tuple[float, ...]
+    accept_rate: float | None
+
+    @property
+    def positions(self) -> int:
+        return int(self.engine.shape[0])
+
+
+def _normalised(x: torch.Tensor) -> torch.Tensor:
+    x = x.double()
+    return x / x.sum(dim=-1, keepdim=True)
+
+
+def _logits(model: torch.nn.Module, prompt: list[int], vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw next-token logits after the prompt ``[V]`` and after prompt + x for every x ``[V, V]``."""
+    ids = torch.tensor([prompt + [x] for x in range(vocab)], dtype=torch.long)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        logits = model(input_ids=ids.to(device)).logits.float().cpu()  # [V, P + 1, V]
+    return logits[0, len(prompt) - 1], logits[:, len(prompt)]
+
+
+def _step_law(engine: ReferenceSpeculativeEngine, p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
+    """Law of the first token a verify step with ``k`` drafts emits, from processed p, q ``[V]``."""
+    if k >= 1:
+        return _normalised(engine.single_step_law(p, q))
+    bonus_q = q[None] if engine.needs_bonus_draft_probs else None
+    return _normalised(engine.bonus_probs(p[None], bonus_q)[0])
+
+
+def _accepted_mass(engine: ReferenceSpeculativeEngine, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """P(first token = x and it is an accepted draft) = q(x) a(x), float64 ``[V]``."""
+    V = p.shape[-1]
+    p64, q64 = p.double(), q.double()
+    p_eff = engine.effective_target(p64[None, None, :], q64[None, None, :])[0, 0]
+    every = torch.arange(V)[:, None]
+    accept = engine.accept_probs(p_eff.expand(V, 1, V), q64.expand(V, 1, V), every)[:, 0].double()
+    accept = torch.where(q64 > 0, accept, torch.zeros_like(accept))
+    return q64 * accept
+
+
+def _tv(a: np.ndarray, b: np.ndarray) -> float:
+    return float(0.5 * np.abs(a - b).sum())
+
+
+def exact_laws(engine: ReferenceSpeculativeEngine, case: Case, positions: int = 2) -> ExactLaws:
+    """Exact laws of the first ``positions`` (1 or 2) tokens of ``case``'s prompt (see the module docstring).
+
+    The engine's batch layout is irrelevant for per-step hooks; ``case.companions`` are
+    ignored. Raises ConfigError when the prompt does not fit the engine's vocabulary.
+    """
+    if positions not in (1, 2):
+        raise ConfigError(f"expected 1 or 2, got {positions!r}", where="exact_laws.positions")
+    params = case.params
+    V = engine.vocab_size
+    prompt = [int(t) for t in case.prompt_ids]
+    case.check_vocab(V)
+    L = params.max_new_tokens
+    positions = min(positions, L)
+    eos = None if params.ignore_eos else engine.eos_token_id
+    eos_kw = {"eos_token_id": engine.eos_token_id}
+
+    t1, t2 = _logits(engine.model, prompt, V)
+    d1, d2 = _logits(engine.draft, prompt, V)
+    with torch.inference_mode():
+        p1 = _normalised(process_logits(t1, params, **eos_kw))
+        p1_e = engine.process_target(t1[None], params)[0]
+        q1_e = engine.process_draft(d1[None], params)[0]
+        k1 = min(engine.k, L - 1)
+        first = _step_law(engine, p1_e, q1_e, k1)
+        accepted = _accepted_mass(engine, p1_e, q1_e)  # used only when k1 >= 1
+
+        engine_law = np.zeros((positions, V + 1))
+        target_law = np.zeros((positions, V + 1))
+        engine_law[0, :V] = first.numpy()
+        target_law[0, :V] = p1.numpy()
+        joint_e = joint_t = None
+        if positions == 2:
+            p2 = _normalised(process_logits(t2, params, **eos_kw))  # [V, V]
+            p2_e = engine.process_target(t2, params)
+            q2_e = engine.process_draft(d2, params)
+            k2 = min(engine.k, L - 2)
+            within = torch.stack([_step_law(engine, p2_e[x], q2_e[x], 1) for x in range(V)])
+            bonus = torch.stack([_step_law(engine, p2_e[x], q2_e[x], 0) for x in range(V)])
+            new_block = within if k2 >= 1 else bonus
+            if k1 >= 2:
+                cond = first[:, None] * within
+            else:  # k1 == 1 (L >= 2 here): accepted -> bonus, replaced -> new block
+                cond = accepted[:, None] * bonus + (first - accepted)[:, None] * new_block
+            joint_e = np.zeros((V, V + 1))
+            joint_t = np.zeros((V, V + 1))
+            joint_e[:, :V] = cond.numpy()
+            joint_t[:, :V] = (p1[:, None] * p2).numpy()
+            if eos is not None:
+                for joint, law in ((joint_e, first), (joint_t, p1)):
+                    joint[eos, :] = 0.0
+                    joint[eos, V] = float(law[eos])
+            engine_law[1] = joint_e.sum(axis=0)
+            target_law[1] = joint_t.sum(axis=0)
+    tv = tuple(_tv(engine_law[t], target_law[t]) for t in range(positions))
+    rate = float(accepted.sum()) if k1 >= 1 else None
+    return ExactLaws(engine=engine_law, target=target_law, joint_engine=joint_e, joint_target=joint_t, tv=tv,
+                     accept_rate=rate)

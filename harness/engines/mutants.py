@@ -1,0 +1,400 @@
+"""The mutant gallery: the reference speculative engine with ONE deliberate, documented bug each.
+
+Every mutant is a small subclass of :class:`~harness.engines.reference.ReferenceSpeculativeEngine`
+overriding one hook (see that class's docstring), so the bug is the only difference from
+the correct engine. The gallery also holds LOSSLESS variants that look wrong but sample
+exactly the target law (a draft at another temperature, the target as its own draft, k = 1,
+an untruncated draft): a sound test must flag the bugs and leave these alone.
+
+``MUTANTS`` maps a name to its :class:`MutantSpec`; :func:`make_mutant` builds one (the
+registry resolves ``"mutant:<name>"`` to it). :func:`exact_tv` gives a mutant's true TV
+shift at the first two generated positions, computed exactly by enumeration on the models
+(:mod:`harness.calibrate.exact`), for the bugs that act on the per-step law; bugs that act
+only at batch size > 1 or only after a rejection are "not computed by enumeration" (None)
+and are measured empirically by the calibration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+
+from harness.engines._kv import SlotCache
+from harness.engines.reference import ReferenceSpeculativeEngine, gather_token_probs, residual_probs
+from harness.errors import ConfigError, EngineNotFound
+from harness.params import SamplingParams
+from harness.processing import process_logits
+
+if TYPE_CHECKING:
+    from harness.params import Case
+
+#: Default exponent of the biased accept ratio min(1, (p/q)^power).
+DEFAULT_POWER = 0.9
+#: Default weight of the draft in the mixture mutant.
+DEFAULT_MIX = 0.1
+#: Default temperature of the draft in the lossless "draft-other-temperature" variant.
+DEFAULT_DRAFT_TEMPERATURE = 1.5
+
+
+class _Mutant(ReferenceSpeculativeEngine):
+    """Base of the gallery: records the mutant's name and options in ``describe()``."""
+
+    MUTANT = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("name", f"mutant:{self.MUTANT}")
+        super().__init__(*args, **kwargs)
+
+    def mutant_options(self) -> dict[str, Any]:
+        """Options of the mutant's own (beyond the reference engine's), for provenance."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "mutant": self.MUTANT, "mutant_options": self.mutant_options()}
+
+
+def _number_option(value: Any, name: str, where: str, lo: float, hi: float, *, lo_open: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        v = float(value)
+        ok = (lo < v if lo_open else lo <= v) and v <= hi
+    if not ok:
+        left = "(" if lo_open else "["
+        raise ConfigError(f"expected a number in {left}{lo:g}, {hi:g}], got {value!r}", where=f"{where}.{name}")
+    return float(value)
+
+
+# ---- bugs ----------------------------------------------------------------------------------
+class ResampleFromTarget(_Mutant):
+    """After a rejection the replacement is drawn from p instead of norm(max(0, p - q))."""
+
+    MUTANT = "resample-from-target"
+
+    def residual(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+        return target_probs
+
+
+class BonusFromDraft(_Mutant):
+    """The bonus token after k acceptances is drawn from the draft's q instead of the target's p."""
+
+    MUTANT = "bonus-from-draft"
+
+    def bonus_probs(self, target_probs: torch.Tensor, draft_probs: torch.Tensor | None) -> torch.Tensor:
+        if draft_probs is None:  # the loop always passes q when this hook is overridden
+            raise ConfigError("the draft's q at the bonus position is missing", where=f"{self.name}.bonus_probs")
+        return draft_probs
+
+
+class TargetWithoutTemperature(_Mutant):
+    """Temperature on the draft only: the verifier's target law is computed at T = 1.
+
+    The draft proposes at the request temperature, the target is verified untempered, so the
+    engine samples the target at T = 1 whatever T was asked (T = 0 becomes plain sampling).
+    """
+
+    MUTANT = "target-no-temperature"
+
+    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, temperature=1.0), eos_token_id=self.eos_token_id)
+
+
+class TopKDraftOnly(_Mutant):
+    """top-k on the draft only: the target law is not truncated, so tokens outside the top k leak."""
+
+    MUTANT = "top-k-draft-only"
+
+    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, top_k=0), eos_token_id=self.eos_token_id)
+
+
+class TopPDraftOnly(_Mutant):
+    """top-p on the draft only: the target law is not truncated to its nucleus."""
+
+    MUTANT = "top-p-draft-only"
+
+    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, top_p=1.0), eos_token_id=self.eos_token_id)
+
+
+class GreedyAcceptance(_Mutant):
+    """Greedy verification while sampling: a draft is accepted iff it is the target's argmax.
+
+    The replacement after a rejection stays the residual norm(max(0, p - q)).
+    """
+
+    MUTANT = "greedy-acceptance"
+
+    def accept_probs(
+        self, target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor
+    ) -> torch.Tensor:
+        return (draft_tokens == target_probs.argmax(dim=-1)).to(target_probs.dtype)
+
+
+class BiasedAcceptRatio(_Mutant):
+    """Accept with min(1, (p/q)^power) instead of min(1, p/q) (``power`` = 0.9 by default)."""
+
+    MUTANT = "biased-ratio"
+
+    def __init__(self, *args: Any, power: float = DEFAULT_POWER, **kwargs: Any) -> None:
+        self.power = _number_option(power, "power", f"mutant:{self.MUTANT}", 0.0, 10.0, lo_open=True)
+        super().__init__(*args, **kwargs)
+
+    def mutant_options(self) -> dict[str, Any]:
+        return {"power": self.power}
+
+    def accept_probs(
+        self, target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor
+    ) -> torch.Tensor:
+        ratio = gather_token_probs(target_probs, draft_tokens) / gather_token_probs(draft_probs, draft_tokens)
+        return torch.clamp(ratio.pow(self.power), max=1.0)
+
+
+class UnnormalisedResidual(_Mutant):
+    """The replacement is drawn from max(0, p - q) without dividing by its mass.
+
+    What an inverse-CDF sampler does when it is handed the unnormalised residual: with
+    u ~ U[0, 1) searched in cumsum(max(0, p - q)), which ends at the residual mass m < 1,
+    every u >= m runs off the end of the vocabulary and is clamped to the last id. So the
+    law is max(0, p - q) plus 1 - m on token ``leftover_token`` (default: the last id,
+    V - 1, ``<pad>`` in the bundled vocabulary).
+    """
+
+    MUTANT = "unnormalised-residual"
+
+    def __init__(self, *args: Any, leftover_token: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        token = self.vocab_size - 1 if leftover_token is None else leftover_token
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self.vocab_size:
+            raise ConfigError(f"expected a token id in [0, {self.vocab_size}), got {leftover_token!r}",
+                              where=f"mutant:{self.MUTANT}.leftover_token")
+        self.leftover_token = token
+
+    def mutant_options(self) -> dict[str, Any]:
+        return {"leftover_token": self.leftover_token}
+
+    def residual(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+        residual = torch.clamp(target_probs - draft_probs, min=0.0)
+        leftover = torch.clamp(1.0 - residual.sum(dim=-1), min=0.0)
+        residual = residual.clone()
+        residual[..., self.leftover_token] += leftover
+        return residual
+
+
+class CacheColumnPositions(_Mutant):
+    """Position ids from the shared cache column index instead of each row's own token count.
+
+    Like an HF-style ``cache_position`` shared by the whole batch: left padding, dummy slots
+    and rolled-back draft slots still advance a row's positions. Under rotary embeddings a
+    constant offset is harmless, but the rolled-back slots a row leaves in the middle of a
+    ragged batch open gaps in its positions. At batch size 1 every rolled-back slot is
+    trailing and cropped, so the bug acts only at batch size > 1.
+    """
+
+    MUTANT = "wrong-positions"
+
+    def position_ids(self, slots: SlotCache, valid: torch.Tensor) -> torch.Tensor:
+        width = valid.shape[1]
+        cols = torch.arange(slots.columns, slots.columns + width, device=valid.device)
+        return cols[None, :].expand(valid.shape[0], width)
+
+
+class NoRollback(_Mutant):
+    """Rejected draft tokens stay visible in both KV caches (no rollback after verification)."""
+
+    MUTANT = "no-rollback"
+
+    def rollback(self, slots: SlotCache, keep: torch.Tensor) -> None:
+        return None
+
+
+class MixtureTowardDraft(_Mutant):
+    """The verifier's target is (1 - mix) p + mix q, so emitted tokens follow that mixture.
+
+    Tokens drawn by accept/residual (every token but the bonus) follow the mixture exactly;
+    bonus tokens keep p. TV shift per step: mix * TV(p, q). ``mix`` in [0, 1] (default 0.1)
+    tunes the shift for power curves.
+    """
+
+    MUTANT = "mixture"
+
+    def __init__(self, *args: Any, mix: float = DEFAULT_MIX, **kwargs: Any) -> None:
+        self.mix = _number_option(mix, "mix", f"mutant:{self.MUTANT}", 0.0, 1.0)
+        super().__init__(*args, **kwargs)
+
+    def mutant_options(self) -> dict[str, Any]:
+        return {"mix": self.mix}
+
+    def effective_target(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+        return (1.0 - self.mix) * target_probs + self.mix * draft_probs
+
+
+# ---- lossless variants ---------------------------------------------------------------------
+class DraftOtherTemperature(_Mutant):
+    """LOSSLESS: the draft proposes at another temperature (``draft_temperature``, default 1.5).
+
+    Looks like "temperature on the target only", but the verifier divides by the same q the
+    draft sampled from, and rejection sampling is exact for any proposal law.
+    """
+
+    MUTANT = "draft-other-temperature"
+
+    def __init__(self, *args: Any, draft_temperature: float = DEFAULT_DRAFT_TEMPERATURE, **kwargs: Any) -> None:
+        self.draft_temperature = _number_option(draft_temperature, "draft_temperature", f"mutant:{self.MUTANT}",
+                                                0.0, 100.0, lo_open=True)
+        super().__init__(*args, **kwargs)
+
+    def mutant_options(self) -> dict[str, Any]:
+        return {"draft_temperature": self.draft_temperature}
+
+    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        other = dataclasses.replace(params, temperature=self.draft_temperature)
+        return process_logits(logits, other, eos_token_id=self.eos_token_id)
+
+
+class DraftUntruncated(_Mutant):
+    """LOSSLESS: the draft proposes without top-k / top-p (the target keeps them)."""
+
+    MUTANT = "draft-untruncated"
+
+    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        plain = dataclasses.replace(params, top_k=0, top_p=1.0)
+        return process_logits(logits, plain, eos_token_id=self.eos_token_id)
+
+
+class DraftIsTarget(_Mutant):
+    """LOSSLESS: the target model is its own draft (every proposal is accepted)."""
+
+    MUTANT = "draft-is-target"
+
+    def __init__(self, target: Any = None, draft: Any = None, **kwargs: Any) -> None:
+        if draft is not None:
+            raise ConfigError("this variant uses the target as its draft; do not pass a draft",
+                              where=f"mutant:{self.MUTANT}.draft")
+        if target is None:
+            from harness.models import TARGET_DIR
+
+            target = TARGET_DIR
+        super().__init__(target, target, **kwargs)
+
+
+class KOne(_Mutant):
+    """LOSSLESS: one draft token per step (k = 1), so every other token is a bonus token."""
+
+    MUTANT = "k1"
+
+    def __init__(self, *args: Any, k: int = 1, **kwargs: Any) -> None:
+        super().__init__(*args, k=k, **kwargs)
+
+
+# ---- registry ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MutantSpec:
+    """One entry of the gallery.
+
+    name: the ``mutant:<name>`` suffix. cls: the engine class. bug: what is wrong (or, for a
+    lossless variant, why it only looks wrong). bug_class: ``rejection`` (accept/residual
+    arithmetic), ``bonus``, ``processing`` (temperature / top-k / top-p on one side),
+    ``cache`` (KV rollback), ``batch`` (acts only at batch size > 1), ``mixture`` or
+    ``lossless``. exact: its per-step law is computable by enumeration (:func:`exact_tv`).
+    params: sampling parameters under which the bug acts (overrides of SamplingParams'
+    defaults used by the calibration). options: engine options of the calibration (e.g.
+    ``k=1`` so that a bonus bug acts at position 1, where its TV is computed exactly).
+    """
+
+    name: str
+    cls: type[ReferenceSpeculativeEngine]
+    bug: str
+    bug_class: str
+    lossless: bool = False
+    exact: bool = True
+    params: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _spec(cls: type[_Mutant], bug_class: str, bug: str, **kw: Any) -> tuple[str, MutantSpec]:
+    return cls.MUTANT, MutantSpec(name=cls.MUTANT, cls=cls, bug=bug, bug_class=bug_class, **kw)
+
+
+MUTANTS: dict[str, MutantSpec] = dict([
+    _spec(ResampleFromTarget, "rejection", "after a rejection, resamples from p instead of norm(max(0, p - q))"),
+    _spec(BonusFromDraft, "bonus", "draws the bonus token from the draft's q instead of the target's p",
+          options={"k": 1}),
+    _spec(TargetWithoutTemperature, "processing",
+          "temperature on the draft only: the target is verified at T = 1", params={"temperature": 0.7}),
+    _spec(TopKDraftOnly, "processing", "top-k on the draft only: the target is not truncated",
+          params={"top_k": 10}),
+    _spec(TopPDraftOnly, "processing", "top-p on the draft only: the target is not truncated",
+          params={"top_p": 0.9}),
+    _spec(GreedyAcceptance, "rejection", "accepts a draft iff it is the target's argmax, while sampling"),
+    _spec(BiasedAcceptRatio, "rejection", "accept ratio min(1, (p/q)^0.9) instead of min(1, p/q)"),
+    _spec(UnnormalisedResidual, "rejection",
+          "residual max(0, p - q) not renormalised: inverse-CDF overrun lands on the last token id"),
+    _spec(CacheColumnPositions, "batch",
+          "position ids from the shared cache column (padding and rolled-back slots counted)", exact=False),
+    _spec(NoRollback, "cache", "rejected draft tokens stay visible in the KV caches", exact=False),
+    _spec(MixtureTowardDraft, "mixture", "verifies against (1 - mix) p + mix q (mix = 0.1 by default)"),
+    _spec(DraftOtherTemperature, "lossless",
+          "draft proposes at T = 1.5: lossless, the ratio uses the q the draft sampled from", lossless=True),
+    _spec(DraftUntruncated, "lossless", "draft proposes without top-k/top-p: lossless for any proposal law",
+          lossless=True, params={"top_k": 10}),
+    _spec(DraftIsTarget, "lossless", "the target is its own draft: everything is accepted", lossless=True),
+    _spec(KOne, "lossless", "one draft per step: half the tokens are bonus tokens", lossless=True),
+])
+
+
+def make_mutant(name: str, **options: Any) -> ReferenceSpeculativeEngine:
+    """Build the mutant ``name`` of :data:`MUTANTS` with engine ``options``.
+
+    Options are those of :class:`ReferenceSpeculativeEngine` (target, draft, k, device,
+    dtype, threads, trace, ...) plus the mutant's own (``mix``, ``power``,
+    ``leftover_token``, ``draft_temperature``). Raises EngineNotFound for an unknown name
+    (with "did you mean") and ConfigError for options that do not fit.
+    """
+    spec = MUTANTS.get(name)
+    if spec is None:
+        close = difflib.get_close_matches(str(name), list(MUTANTS), n=3, cutoff=0.5)
+        hint = f" Did you mean {' or '.join(repr(f'mutant:{c}') for c in close)}?" if close else ""
+        raise EngineNotFound(f"unknown mutant {name!r}.{hint} Known mutants: {', '.join(MUTANTS)}")
+    try:
+        return spec.cls(**options)
+    except TypeError as exc:  # an option the class does not take
+        raise ConfigError(f"options {sorted(options)} do not fit: {exc}", where=f"mutant:{name}") from None
+
+
+def exact_tv(
+    mutant: str | ReferenceSpeculativeEngine, case: Case, positions: int = 2
+) -> list[float | None]:
+    """True TV between the mutant's and the target's law of each of the first ``positions``
+    generated tokens (1 or 2) of ``case``'s prompt, by exact enumeration on the models.
+
+    Position 0 uses the (p, q) of the prompt; position 1 enumerates every first token (one
+    batched forward pass per model). ``None`` for a mutant whose bug acts only at batch
+    size > 1 or after a rejection ("not computed by enumeration"; measure it empirically).
+    ``mutant``: a gallery name or a built engine.
+    """
+    from harness.calibrate.exact import exact_laws
+
+    engine = make_mutant(mutant) if isinstance(mutant, str) else mutant
+    if not enumerable(engine):
+        return [None] * _check_positions(positions)
+    laws = exact_laws(engine, case, positions=_check_positions(positions))
+    return [float(t) for t in laws.tv]
+
+
+def enumerable(engine: ReferenceSpeculativeEngine) -> bool:
+    """Whether ``engine``'s law at the first positions follows from its per-step hooks alone."""
+    if type(engine) is ReferenceSpeculativeEngine:
+        return True
+    spec = MUTANTS.get(getattr(engine, "MUTANT", ""))
+    return spec is not None and spec.cls is type(engine) and spec.exact
+
+
+def _check_positions(positions: Any) -> int:
+    if isinstance(positions, bool) or positions not in (1, 2):
+        raise ConfigError(f"expected 1 or 2 (positions computed by enumeration), got {positions!r}",
+                          where="exact_tv.positions")
+    return int(positions)

@@ -1,0 +1,34 @@
+"""Register the plugin exactly once, for checkouts where the ``pytest11`` entry point is absent.
+
+The package declares the entry point ``speceq = "harness.plugin"``; once installed
+(``pip install -e .``) pytest loads it by itself and a second registration would fail
+("Plugin already registered under a different name"). The root ``conftest.py`` and
+``suites/conftest.py`` call :func:`ensure_plugin` from ``pytest_addhooks``, which pytest
+calls when the conftest is registered, before the command line is parsed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+PLUGIN_MODULE = "harness.plugin"
+ENTRY_POINT_NAME = "speceq"
+
+
+def ensure_plugin(pluginmanager: pytest.PytestPluginManager) -> bool:
+    """Register :mod:`harness.plugin` unless it is registered or blocked; True when this call did it.
+
+    Registered already: by the entry point (name ``speceq``), by ``-p harness.plugin``, or by
+    another conftest. Blocked: ``-p no:speceq`` or ``-p no:harness.plugin`` (respected).
+    """
+    if pluginmanager.is_blocked(ENTRY_POINT_NAME) or pluginmanager.is_blocked(PLUGIN_MODULE):
+        return False
+    if pluginmanager.has_plugin(ENTRY_POINT_NAME) or pluginmanager.has_plugin(PLUGIN_MODULE):
+        return False
+    module = sys.modules.get(PLUGIN_MODULE)
+    if module is not None and pluginmanager.is_registered(module):
+        return False
+    pluginmanager.import_plugin(PLUGIN_MODULE)
+    return True
