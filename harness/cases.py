@@ -171,8 +171,12 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
             f"expected a non-empty printable string of at most {MAX_ID_LENGTH} characters, got {cid!r}",
             where=f"{source}: case {index}, field 'id'",
         )
-    at = _field_at(f"{source}: case {index} (id {cid!r}), ")
-    _check_keys(raw, CASE_FIELDS, at)
+    case_at = _field_at(f"{source}: case {index} (id {cid!r}), ")
+    _check_keys(raw, CASE_FIELDS, case_at)
+    defaults_at = _field_at(f"{source}: defaults, ")
+
+    def at(name: str) -> str:  # a value taken from the defaults section is reported there
+        return defaults_at(name) if name.split("[")[0] not in raw and name.split("[")[0] in defaults else case_at(name)
 
     merged = {**defaults, **raw}
     encode = toks.get(merged.get("tokenizer", BYTES_TOKENIZER), at("tokenizer"))
@@ -310,9 +314,9 @@ def default_cases() -> list[Case]:
     return [
         case("def", P[0], temperature=1.0),
         case("init-self", P[2], temperature=0.7),
-        case("for-range-batch4", P[1], temperature=1.0, batch_size=4),
-        case("import-topk-batch4", P[4], temperature=1.0, top_k=10, batch_size=4),
-        case("if-self-topp-batch4", P[5], temperature=1.0, top_p=0.9, batch_size=4),
-        case("self-attr-ragged4", P[7], temperature=1.0, batch_size=4, companions=(P[0], P[8])),
-        case("repr-ragged4", P[8], temperature=0.7, batch_size=4, companions=(P[6], P[10])),
+        case("for-range-b4", P[1], temperature=1.0, batch_size=4),
+        case("import-topk-b4", P[4], temperature=1.0, top_k=10, batch_size=4),
+        case("if-self-topp-b4", P[5], temperature=1.0, top_p=0.9, batch_size=4),
+        case("self-attr-ragged", P[7], temperature=1.0, batch_size=4, companions=(P[0], P[8])),
+        case("repr-ragged", P[8], temperature=0.7, batch_size=4, companions=(P[6], P[10])),
     ]

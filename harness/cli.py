@@ -48,9 +48,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads (default: $SPECEQ_TORCH_THREADS, else 1)")
     g = p.add_argument_group("statistics")
     g.add_argument("--no-oracle", dest="oracle", action="store_false", help="black-box tests only (no target scoring)")
-    g.add_argument("--oracle-model", metavar="DIR", default=None, help="target model folder of the oracle. Default: the bundled target")
-    g.add_argument("--oracle-draft", metavar="DIR|auto|none", default="auto",
-                   help="draft scored by the oracle for the draft-drift test. Default: %(default)s (the candidate's draft)")
+    g.add_argument("--oracle-model", metavar="DIR", default=None,
+                   help="target model folder of the oracle. Default: the baseline engine's target model if it "
+                        "loads one, else the bundled target")
+    g.add_argument("--oracle-draft", metavar="auto|bundled|none|DIR", default="auto",
+                   help="draft the oracle scores for the draft-drift test. Default: %(default)s (the candidate "
+                        "engine's own draft model, if it has one)")
     g.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=0.05, help="TV distance that counts as equivalent. Default: %(default)g")
     g = p.add_argument_group("output")
@@ -114,7 +117,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
 
     style = {"equivalent": "green", "shifted": "bold red", "inconclusive": "yellow"}
     table = Table(title="speceq", title_justify="left")
-    table.add_column("case", overflow="fold")
+    table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
     for col in ("verdict", "TV", "TV bound", "accept", "speedup", "need n"):
         table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
@@ -125,12 +128,14 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
         table.add_row(c.case_id, label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", _fmt(c.tv_estimate),
                       _fmt(c.tv_upper_bound), _fmt(c.acceptance_rate, ".2f"), speed, need)
     console = Console(highlight=False)
+    if not console.is_terminal:  # a file or a pipe: room for the whole row
+        console = Console(highlight=False, width=120)
     console.print(table)
     console.print(result.summary(), style=style.get(result.verdict, ""))
-    if out_dir is not None:
-        console.print(f"result: {out_dir / 'result.json'}   samples and provenance: {out_dir}")
+    if out_dir is not None:  # plain print: paths must not be wrapped
+        print(f"result: {out_dir / 'result.json'}   samples and provenance: {out_dir}")
     if report:
-        console.print(f"report: {report}")
+        print(f"report: {report}")
 
 
 def _params_label(params: dict[str, Any], batch_size: Any) -> str:

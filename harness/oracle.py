@@ -118,7 +118,8 @@ class TargetOracle:
         """Raw next-token logits ``[rows, vocab]`` after each prefix."""
         seqs = self._check(prefixes, "prefix")
         out = torch.empty((len(seqs), self.vocab_size), dtype=torch.float32)
-        for dest, (logits,) in self._iter_logits([self.model], seqs, [np.array([len(s) - 1]) for s in seqs], max_batch_rows):
+        last = [np.array([len(s) - 1]) for s in seqs]
+        for dest, (logits,) in self._iter_logits([self.model], seqs, last, max_batch_rows):
             out[torch.as_tensor(dest)] = logits
         return out
 
@@ -155,12 +156,15 @@ class TargetOracle:
         for r in range(batch.rows):
             pi = int(batch.prompt_index[r])
             if not 0 <= pi < len(prompt_lists):
-                raise ConfigError(f"prompt_index {pi} is outside the {len(prompt_lists)} prompts", where=f"oracle row {r}")
+                raise ConfigError(
+                    f"prompt_index {pi} is outside the {len(prompt_lists)} prompts", where=f"oracle row {r}"
+                )
             gen = batch.row_tokens(r)
             bad = [t for t in gen if not (0 <= t < self.vocab_size)]
             if bad:
                 raise ConfigError(
-                    f"generated token {bad[0]} is outside the vocabulary [0, {self.vocab_size})", where=f"oracle row {r}"
+                    f"generated token {bad[0]} is outside the vocabulary [0, {self.vocab_size})",
+                    where=f"oracle row {r}",
                 )
             P = len(prompt_lists[pi])
             seqs.append(prompt_lists[pi] + gen[:-1])  # the last token's logits are never needed

@@ -70,11 +70,10 @@ def speceq(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     from harness.pytest_support.checker import EquivalenceChecker, _safe_name
 
     session = request.config.stash[SESSION_KEY]
-    name = _safe_name(request.node.nodeid)
     if session.settings.store is not None:
-        root = session.settings.store / name
+        root = session.settings.store / _safe_name(request.node.nodeid)
     else:
-        root = tmp_path_factory.mktemp("speceq-" + name[-40:], numbered=True)
+        root = tmp_path_factory.mktemp(_safe_name(request.node.name, limit=40, digest=False), numbered=True)
     return EquivalenceChecker(session, request.node, root)
 
 

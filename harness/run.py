@@ -161,16 +161,15 @@ def slice_sizes(samples: int, chunk_size: int) -> list[int]:
     return [chunk_size] * full + ([rest] if rest else [])
 
 
-def engine_identity(spec: str, options: Mapping[str, Any], engine: Engine) -> dict[str, Any]:
-    return {"spec": spec, "options": dict(options), "name": engine.name, "config": engine.describe()}
+def engine_identities(config: RunConfig, engines: Mapping[str, Engine]) -> dict[str, dict[str, Any]]:
+    """Per role: the spec, options, name and ``describe()`` config of its engine (JSON-able)."""
+    return {r: {"spec": getattr(config, r), "options": dict(getattr(config, f"{r}_options")),
+                "name": engines[r].name, "config": engines[r].describe()} for r in ROLES}
 
 
 def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:
     """Every chunk of the run, case by case, baseline before candidate, slices in order."""
-    ident = {
-        "baseline": engine_identity(config.baseline, config.baseline_options, engines["baseline"]),
-        "candidate": engine_identity(config.candidate, config.candidate_options, engines["candidate"]),
-    }
+    ident = engine_identities(config, engines)
     chunks = []
     for case in cases:
         case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}  # text is display only
@@ -309,6 +308,7 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
                 bar.advance(task)
                 if stop.requested and reused + sampled < len(chunks):
                     raise RunInterrupted(_interrupted_message(config, reused + sampled, len(chunks)))
+        # analyse exactly what is stored: read every chunk back, reused or just written
         per_case: dict[str, dict[str, list[SampleBatch]]] = {r: {c.case_id: [] for c in cases} for r in ROLES}
         for chunk in chunks:
             per_case[chunk.role][chunk.case.case_id].append(store.get(chunk.key))
@@ -327,10 +327,7 @@ def resolve_engines(config: RunConfig) -> dict[str, Engine]:
     """The baseline and candidate engines of ``config`` from the engine registry."""
     from harness.engines.registry import resolve_engine
 
-    return {
-        "baseline": resolve_engine(config.baseline, options=dict(config.baseline_options)),
-        "candidate": resolve_engine(config.candidate, options=dict(config.candidate_options)),
-    }
+    return {r: resolve_engine(getattr(config, r), options=dict(getattr(config, f"{r}_options"))) for r in ROLES}
 
 
 def _loaded_model(engine: Engine, attribute: str) -> Any | None:
@@ -385,7 +382,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
         raise ConfigError(f"duplicate case ids {dup}", where="cases")
     _apply_threads(config.threads)
     engines = dict(engines) if engines is not None else resolve_engines(config)
-    described = {r: engine_identity(getattr(config, r), getattr(config, f"{r}_options"), engines[r]) for r in ROLES}
+    described = engine_identities(config, engines)
     seeds = {"run_seed": config.seed, "derivation": "harness.run.chunk_seed(run_seed, role, case_id, slice)"}
     provenance = collect_provenance(seeds=seeds, engines=described, settings=config.settings(),
                                     extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
@@ -398,20 +395,20 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     oracle = make_oracle(config, engines)
     if oracle is not None:
         provenance["oracle"] = oracle.describe()
-    result = _analyse(config, cases, collected, engines, oracle, provenance)
+    result = _analyse(config, cases, collected, {r: described[r]["config"] for r in ROLES}, oracle, provenance)
     result_json = (result.to_json() + "\n").encode("utf-8")
     atomic_write(config.out_dir / RESULT_FILE, lambda f: f.write(result_json))
     write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)
     return result
 
 
-def _analyse(config: RunConfig, cases: Sequence[Case], collected: Collected, engines: Mapping[str, Engine],
+def _analyse(config: RunConfig, cases: Sequence[Case], collected: Collected, engine_configs: Mapping[str, Any],
              oracle: Any | None, provenance: Mapping[str, Any]) -> RunResult:
     """The one call into the analysis."""
     from harness.analysis import analyse_run
 
     return analyse_run(
         cases, collected.baseline, collected.candidate, oracle=oracle, alpha=config.alpha,
-        tolerance=config.tolerance, seed=config.seed, engines={r: engines[r].describe() for r in ROLES},
+        tolerance=config.tolerance, seed=config.seed, engines=engine_configs,
         provenance=provenance, progress=config.progress,
     )

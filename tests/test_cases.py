@@ -272,3 +272,25 @@ def test_default_cases_cover_the_required_settings():
         lengths = [len(p) for p in c.prompts]
         assert len(set(lengths)) == len(lengths) >= 3
     assert len({c.case_id for c in cases}) == len(cases)
+
+
+def test_the_examples_in_docs_cases_md_parse():
+    import re
+
+    text = (REPO / "docs" / "CASES.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```(json|toml)\n(.*?)```", text, re.S)
+    assert [fmt for fmt, _ in blocks] == ["json", "toml"]
+    parsed = [parse_cases_text(body, fmt=fmt) for fmt, body in blocks]
+    assert [c.case_id for c in parsed[1]] == [c.case_id for c in parsed[0]][:2]
+
+
+@pytest.mark.parametrize("defaults,field,message", [
+    ({"temperature": "hot"}, "temperature", "expected a number"),
+    ({"companions": ["ok", ""]}, "companions[1]", "empty prompt"),
+    ({"batch_size": 0}, "batch_size", r"expected an integer in \[1, 2\*\*31\)"),
+])
+def test_a_bad_default_is_reported_in_the_defaults_section(tmp_path, defaults, field, message):
+    p = write(tmp_path, {"defaults": defaults, "cases": [{"id": "x", "prompt": "a"}]})
+    with pytest.raises(ConfigError, match=message) as e:
+        load_cases(p)
+    assert str(e.value).startswith(f"{p}: defaults, field '{field}': ")

@@ -190,3 +190,30 @@ def test_table_and_report_of_a_run(tmp_path, capsys):
     assert again.provenance["chunks"] == {"total": 2, "reused": 2, "sampled": 0}
     assert before.provenance["chunks"] == {"total": 2, "reused": 0, "sampled": 2}
     assert dataclasses.replace(again, provenance={}) == dataclasses.replace(before, provenance={})
+
+
+@pytest.mark.slow
+def test_bundled_engines_end_to_end(tmp_path, capsys):
+    """speceq run on the bundled models (baseline vs reference, oracle on), then an identical rerun."""
+    from harness.store import load_samples_frame
+
+    p = tmp_path / "cases.json"
+    p.write_text(json.dumps({"cases": [
+        {"id": "plain", "prompt": "def "},
+        {"id": "ragged", "prompt": "class ", "temperature": 0.7, "batch_size": 4, "companions": ["import os\nimport "]},
+    ]}))
+
+    def argv(out: str, *extra: str) -> list[str]:
+        return ["run", "--cases", str(p), "--samples", "40", "--chunk-size", "20", "--out", str(tmp_path / out),
+                "--no-progress", "--json", *extra]
+
+    assert main(argv("one")) == 3  # 40 samples cannot certify TV < 0.05, and correct engines are not shifted
+    result = RunResult.from_json(capsys.readouterr().out)
+    assert [c.verdict for c in result.cases] == ["inconclusive", "inconclusive"]
+    assert all(c.acceptance_rate is not None and 0 < c.acceptance_rate <= 1 for c in result.cases)
+    assert any(t.family == "oracle" for t in result.cases[0].tests)
+    assert result.provenance["oracle"]["draft"] is not None  # the reference engine's draft, scored by the oracle
+    assert result.provenance["engines"]["candidate"]["config"]["engine"] == "reference-speculative"
+    assert main(argv("two", "--no-oracle")) == 3
+    capsys.readouterr()
+    assert load_samples_frame(tmp_path / "one").equals(load_samples_frame(tmp_path / "two"))

@@ -91,6 +91,15 @@ def check_prompts(prompts: Sequence[Sequence[int]], vocab_size: int, engine: str
             )
 
 
+def distinct_prompts(
+    prompts: Sequence[Sequence[int]], device: str | torch.device
+) -> tuple[list[tuple[int, ...]], torch.Tensor]:
+    """Distinct prompts in order of first appearance, and the index of each row's prompt ``[rows]``."""
+    first: dict[tuple[int, ...], int] = {}
+    source = [first.setdefault(tuple(int(t) for t in p), len(first)) for p in prompts]
+    return list(first), torch.tensor(source, dtype=torch.long, device=device)
+
+
 def left_padded(
     seqs: Sequence[Sequence[int]], pad_id: int, device: str | torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:

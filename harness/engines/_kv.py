@@ -10,11 +10,11 @@ Trailing columns that no row uses any more are cropped from the cache.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from harness.engines._torch import cache_kwarg
+from harness.engines._torch import accepts_kwarg, cache_kwarg
 
 
 class SlotCache:
@@ -32,6 +32,7 @@ class SlotCache:
         self.device = torch.device(device)
         self.cache = DynamicCache(config=model.config)
         self._cache_kw = cache_kwarg(model)
+        self._keeps_logits = accepts_kwarg(model, "logits_to_keep")
         self.valid = torch.zeros((rows, 0), dtype=torch.bool, device=self.device)
         self.left_pad = torch.zeros(rows, dtype=torch.long, device=self.device)
 
@@ -61,19 +62,29 @@ class SlotCache:
         tokens: torch.Tensor,  # [rows, width] int64
         valid: torch.Tensor,  # [rows, width] bool
         position_ids: torch.Tensor | None = None,  # [rows, width] int64; None = positions_for(valid)
-    ) -> torch.Tensor:  # [rows, width, vocab] logits
-        """Append ``width`` slots to every row, run the model on them, return their logits."""
+        *,
+        last_only: bool = False,
+    ) -> torch.Tensor:  # [rows, width, vocab] logits ([rows, 1, vocab] with last_only)
+        """Append ``width`` slots to every row, run the model on them, return their logits.
+
+        ``last_only``: compute the logits of the last slot only (``logits_to_keep=1``).
+        """
         if position_ids is None:
             position_ids = self.positions_for(valid)
         if self.columns == 0:
             self.left_pad = (~valid).long().cumprod(dim=1).sum(dim=1)
         new_valid = torch.cat([self.valid, valid], dim=1)
+        extra: dict[str, Any] = {self._cache_kw: self.cache}
+        if last_only and self._keeps_logits:
+            extra["logits_to_keep"] = 1
+        # an all-valid cache needs no padding mask: the model's own causal mask is the same
+        mask = None if bool(new_valid.all()) else new_valid.long()
         out = self.model(
             input_ids=tokens,
-            attention_mask=new_valid.long(),
+            attention_mask=mask,
             position_ids=position_ids,
             use_cache=True,
-            **{self._cache_kw: self.cache},
+            **extra,
         )
         self.valid = new_valid
         return out.logits
@@ -83,17 +94,24 @@ class SlotCache:
         tokens: torch.Tensor,  # [unique, width] int64, left-padded distinct prompts
         valid: torch.Tensor,  # [unique, width] bool
         row_source: torch.Tensor,  # [rows] int64: which distinct prompt each row starts from
-        position_ids: torch.Tensor | None = None,  # [unique, width]; None = positions_for(valid)
-    ) -> torch.Tensor:  # [rows, width, vocab] logits
+        position_fn: Callable[[SlotCache, torch.Tensor], torch.Tensor] | None = None,
+        *,
+        last_only: bool = False,
+    ) -> torch.Tensor:  # [rows, width, vocab] logits ([rows, 1, vocab] with last_only)
         """Run each distinct prompt once, then copy its cache to every row that starts from it.
 
         Rows of a batch often share prompts (n samples of each); computing a prompt once
-        and gathering its KV rows gives every row exactly the same cache as its own pass.
+        and gathering its KV rows gives every row exactly the cache of its own pass.
+        ``position_fn(slots, valid)`` gives the prompts' position ids (default
+        :meth:`positions_for`), called while the cache holds the distinct prompts' rows.
         """
         if self.columns != 0:
             raise ValueError("prefill() must be the first call on a SlotCache")
-        self.valid = torch.zeros((int(tokens.shape[0]), 0), dtype=torch.bool, device=self.device)
-        logits = self.forward(tokens, valid, position_ids)
+        unique = int(tokens.shape[0])
+        self.valid = torch.zeros((unique, 0), dtype=torch.bool, device=self.device)
+        self.left_pad = torch.zeros(unique, dtype=torch.long, device=self.device)
+        positions = position_fn(self, valid) if position_fn is not None else None
+        logits = self.forward(tokens, valid, positions, last_only=last_only)
         self.cache.batch_select_indices(row_source)
         self.valid = self.valid[row_source]
         self.left_pad = self.left_pad[row_source]
@@ -108,7 +126,7 @@ class SlotCache:
         width = int(keep.shape[1])
         if width == 0:
             return
-        self.valid[:, -width:] &= keep
+        self.valid = torch.cat([self.valid[:, :-width], self.valid[:, -width:] & keep.to(torch.bool)], dim=1)
         self._crop_unused_tail()
 
     def _crop_unused_tail(self) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from harness.engines._hf_utils import check_prompts, left_padded
+from harness.engines._hf_utils import check_prompts, distinct_prompts, left_padded
 from harness.engines._kv import SlotCache
 from harness.engines._torch import batch_generator
 from harness.engines.base import PAD_OUT, SampleBatch, SampleRequest
@@ -37,6 +37,7 @@ class _Counters:
     drafted: int = 0
     accepted: int = 0
     verify_steps: int = 0
+    accept_tests: int = 0  # drafts whose accept test decided something: min(n + 1, k) per row-step
 
 
 @dataclass(slots=True)
@@ -64,7 +65,7 @@ def run_speculative(engine: ReferenceSpeculativeEngine, request: SampleRequest) 
             prompts = [request.prompts[int(layout[r])] for r in rows]
             gen = batch_generator(request.seed, b, engine.device)
             _run_batch(engine, prompts, request.params, gen, rows, out, counters)
-    info: dict[str, Any] = {"k": engine.k}
+    info: dict[str, Any] = {"k": engine.k, "accept_tests": counters.accept_tests}
     if out.trace is not None:
         info["trace_probs"] = out.trace
     return SampleBatch(
@@ -80,9 +81,14 @@ def run_speculative(engine: ReferenceSpeculativeEngine, request: SampleRequest) 
 
 
 def _feed(
-    engine: ReferenceSpeculativeEngine, slots: SlotCache, tokens: torch.Tensor, valid: torch.Tensor
-) -> torch.Tensor:  # [rows, width, vocab]
-    return slots.forward(tokens, valid, engine.position_ids(slots, valid))
+    engine: ReferenceSpeculativeEngine,
+    slots: SlotCache,
+    tokens: torch.Tensor,  # [rows, width]
+    valid: torch.Tensor,  # [rows, width]
+    *,
+    last_only: bool = False,
+) -> torch.Tensor:  # [rows, width, vocab] ([rows, 1, vocab] with last_only)
+    return slots.forward(tokens, valid, engine.position_ids(slots, valid), last_only=last_only)
 
 
 def _run_batch(
@@ -100,11 +106,11 @@ def _run_batch(
     need_bonus_q = engine.needs_bonus_draft_probs
     target = SlotCache(engine.model, len(prompts), dev)
     draft = SlotCache(engine.draft, len(prompts), dev)
-    heads = [p[:-1] for p in prompts]
+    heads, source = distinct_prompts([p[:-1] for p in prompts], dev)
     if any(heads):
         ids, valid = left_padded(heads, engine.pad_id, dev)
-        _feed(engine, target, ids, valid)
-        _feed(engine, draft, ids, valid)
+        target.prefill(ids, valid, source, engine.position_ids, last_only=True)
+        draft.prefill(ids, valid, source, engine.position_ids, last_only=True)
     target_pending = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=dev)  # [rows]
     draft_pending: list[list[int]] = [[p[-1]] for p in prompts]  # committed tokens the draft has not seen
     generated: list[list[int]] = [[] for _ in prompts]
@@ -124,7 +130,7 @@ def _run_batch(
         draft_ran = k > 0 or need_bonus_q
         if draft_ran:
             ids, valid = left_padded(draft_pending, engine.pad_id, dev)
-            logits = _feed(engine, draft, ids, valid)[:, -1]  # [rows, V]
+            logits = _feed(engine, draft, ids, valid, last_only=True)[:, -1]  # [rows, V]
             fed_width = ids.shape[1]
             qs, ds = [], []
             for i in range(k):
@@ -163,6 +169,7 @@ def _run_batch(
         counters.drafted += k * rows
         counters.accepted += int(n_acc.sum())
         counters.verify_steps += rows
+        counters.accept_tests += int(torch.clamp(n_acc + 1, max=k).sum()) if k > 0 else 0
 
         # ---- rollback: keep pending + accepted drafts in both caches --------------------
         col = torch.arange(k + 1, device=dev)[None, :]

@@ -73,7 +73,9 @@ def derive_seed(seed: int, *keys: int) -> int:
     return (int(state[0]) << 31) ^ int(state[1])
 
 
-def batch_generator(seed: int, batch_index: int, device: str | torch.device = "cpu", *, stream: int = 0) -> torch.Generator:
+def batch_generator(
+    seed: int, batch_index: int, device: str | torch.device = "cpu", *, stream: int = 0
+) -> torch.Generator:
     """The torch.Generator of one engine batch, seeded from (seed, batch index, stream).
 
     Every random draw of a batch comes from it, so a seed reproduces a request exactly, and
@@ -84,15 +86,19 @@ def batch_generator(seed: int, batch_index: int, device: str | torch.device = "c
     return gen
 
 
+def accepts_kwarg(model: Any, name: str) -> bool:
+    """Whether ``model.forward`` names the keyword argument ``name`` in its signature."""
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument of ``model.forward``: ``"cache"`` (5.24+) or ``"past_key_values"``."""
-    try:
-        names = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "cache"
-    if "cache" in names:
-        return "cache"
-    return "past_key_values"
+    if not accepts_kwarg(model, "cache") and accepts_kwarg(model, "past_key_values"):
+        return "past_key_values"
+    return "cache"
 
 
 def first_eos_id(config: Any) -> int | None:

@@ -2,7 +2,8 @@
 
 Rows follow :meth:`SampleRequest.rows` and are cut into batches of ``request.batch_size``.
 A batch is left-padded, with an attention mask and explicit per-row position ids, so each
-row is computed exactly as if it were alone (up to float rounding). Every step applies
+row is computed exactly as if it were alone (up to float rounding); each distinct prompt of
+a batch is computed once and its KV cache copied to the rows that continue it. Every step applies
 :func:`harness.processing.process_logits` and draws with
 :func:`harness.processing.sample_from_probs` from one ``torch.Generator`` per batch,
 seeded from ``(request.seed, batch index)``. A row ends at EOS (unless ``ignore_eos``) or
@@ -21,6 +22,7 @@ import torch
 from harness.engines._hf_utils import (
     check_prompts,
     describe_model,
+    distinct_prompts,
     left_padded,
     load_causal_lm,
     model_eos_id,
@@ -121,8 +123,9 @@ class BaselineEngine:
     ) -> None:
         L = params.max_new_tokens
         slots = SlotCache(self.model, len(prompts), self.device)
-        ids, valid = left_padded(prompts, self.pad_id, self.device)
-        logits = slots.forward(ids, valid)[:, -1]  # [active, vocab]
+        distinct, source = distinct_prompts(prompts, self.device)
+        ids, valid = left_padded(distinct, self.pad_id, self.device)
+        logits = slots.prefill(ids, valid, source, last_only=True)[:, -1]  # [active, vocab]
         active = torch.as_tensor(out_rows, dtype=torch.long)  # output row of each active batch row
         for t in range(L):
             probs = self.process(logits, params)  # [active, vocab]

@@ -58,7 +58,8 @@ class FunctionEngine:
             isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or not 0 <= eos_token_id < vocab_size
         ):
             raise ConfigError(
-                f"expected None or an id in [0, {vocab_size}), got {eos_token_id!r}", where="function engine.eos_token_id"
+                f"expected None or an id in [0, {vocab_size}), got {eos_token_id!r}",
+                where="function engine.eos_token_id",
             )
         self.fn = fn
         self.vocab_size = vocab_size
@@ -91,7 +92,8 @@ class FunctionEngine:
         where = f"prompt {prompt_index}"
         if isinstance(rows, (str, bytes)) or not isinstance(rows, (Sequence, np.ndarray)):
             raise EngineError(
-                f"{where}: the function returned {type(rows).__name__}, expected a list of {n} token lists", engine=self.name
+                f"{where}: the function returned {type(rows).__name__}, expected a list of {n} token lists",
+                engine=self.name,
             )
         if len(rows) != n:
             raise EngineError(f"{where}: the function returned {len(rows)} rows, expected n={n}", engine=self.name)
@@ -100,7 +102,9 @@ class FunctionEngine:
             try:
                 ids = [operator.index(t) for t in row]
             except TypeError as exc:
-                raise EngineError(f"{where} row {j}: not a list of integer token ids ({exc})", engine=self.name) from None
+                raise EngineError(
+                    f"{where} row {j}: not a list of integer token ids ({exc})", engine=self.name
+                ) from None
             if len(ids) > max_new_tokens:
                 raise EngineError(
                     f"{where} row {j}: {len(ids)} tokens, more than max_new_tokens={max_new_tokens}", engine=self.name

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from harness.engines._hf_utils import load_causal_lm
 from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from harness.errors import ConfigError, EngineError
 from harness.params import SamplingParams
@@ -58,9 +59,6 @@ from harness.params import SamplingParams
 if TYPE_CHECKING:
     import torch
     import transformers
-
-_DTYPES = ("float32", "bfloat16", "float16")
-
 
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed derived from integers (request seed, row, ...), stable across platforms."""
@@ -77,24 +75,6 @@ def as_int(value: Any, option: str, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or out < minimum or (isinstance(value, float) and value != out):
         raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", where=option)
     return out
-
-
-def load_causal_lm(spec: Any, role: str, *, device: str, dtype: str) -> transformers.PreTrainedModel:
-    """A model instance as given, a local folder path, or None for the bundled model of ``role``."""
-    import torch
-
-    import harness.models as models
-
-    if dtype not in _DTYPES:
-        raise ConfigError(f"expected one of {list(_DTYPES)}, got {dtype!r}", where="dtype")
-    torch_dtype = getattr(torch, dtype)
-    if spec is None:
-        spec = models.TARGET_DIR if role == "target" else models.DRAFT_DIR
-    if isinstance(spec, (str, Path)):
-        return models.load_model(spec, dtype=torch_dtype, device=device)
-    if not hasattr(spec, "generate"):
-        raise ConfigError(f"expected a model folder or a transformers model, got {type(spec).__name__}", where=role)
-    return spec.to(device=device, dtype=torch_dtype).eval()
 
 
 def _model_label(spec: Any, model: Any) -> str:
@@ -130,7 +110,9 @@ def generation_kwargs(params: SamplingParams, *, eos_token_id: int | None, pad_t
         "use_cache": True,
     }
     if params.greedy:
-        kw.update(do_sample=False, temperature=1.0, top_k=0, top_p=1.0)
+        # warpers are not applied without sampling; None (filled with transformers' defaults)
+        # keeps generate() from warning that sampling flags are set
+        kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
     else:
         kw.update(do_sample=True, temperature=float(params.temperature), top_k=int(params.top_k), top_p=float(params.top_p))
     if params.ignore_eos and eos_token_id is not None:
@@ -160,7 +142,7 @@ class _HFEngine:
         self.device = str(device)
         self.dtype = str(dtype)
         self._torch = torch
-        self.target = load_causal_lm(target, "target", device=self.device, dtype=self.dtype)
+        self.target = load_causal_lm(target, role="target", device=self.device, dtype=self.dtype)
         self._target_label = _model_label(target, self.target)
         config = self.target.config
         self.vocab_size = int(config.vocab_size)
@@ -374,7 +356,7 @@ class HFAssistedEngine(_RowLoopEngine):
     ) -> None:
         super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
         self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
-        self.draft = load_causal_lm(draft, "draft", device=self.device, dtype=self.dtype)
+        self.draft = load_causal_lm(draft, role="draft", device=self.device, dtype=self.dtype)
         self._draft_label = _model_label(draft, self.draft)
         if int(self.draft.config.vocab_size) != self.vocab_size:
             raise ConfigError(

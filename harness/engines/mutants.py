@@ -37,7 +37,7 @@ DEFAULT_POWER = 0.9
 #: Default weight of the draft in the mixture mutant.
 DEFAULT_MIX = 0.1
 #: Default temperature of the draft in the lossless "draft-other-temperature" variant.
-DEFAULT_DRAFT_TEMPERATURE = 1.5
+DEFAULT_DRAFT_TEMPERATURE = 1.0
 
 
 class _Mutant(ReferenceSpeculativeEngine):
@@ -234,10 +234,10 @@ class MixtureTowardDraft(_Mutant):
 
 # ---- lossless variants ---------------------------------------------------------------------
 class DraftOtherTemperature(_Mutant):
-    """LOSSLESS: the draft proposes at another temperature (``draft_temperature``, default 1.5).
+    """LOSSLESS: temperature on the target only; the draft proposes at ``draft_temperature`` (default 1).
 
-    Looks like "temperature on the target only", but the verifier divides by the same q the
-    draft sampled from, and rejection sampling is exact for any proposal law.
+    Looks like a one-sided temperature bug, but the verifier divides by the same q the draft
+    sampled from, and rejection sampling is exact for any proposal law.
     """
 
     MUTANT = "draft-other-temperature"
@@ -338,7 +338,8 @@ MUTANTS: dict[str, MutantSpec] = dict([
     _spec(NoRollback, "cache", "rejected draft tokens stay visible in the KV caches", exact=False),
     _spec(MixtureTowardDraft, "mixture", "verifies against (1 - mix) p + mix q (mix = 0.1 by default)"),
     _spec(DraftOtherTemperature, "lossless",
-          "draft proposes at T = 1.5: lossless, the ratio uses the q the draft sampled from", lossless=True),
+          "temperature on the target only, draft at T = 1: the ratio uses the q the draft sampled from",
+          lossless=True, params={"temperature": 0.7}),
     _spec(DraftUntruncated, "lossless", "draft proposes without top-k/top-p: lossless for any proposal law",
           lossless=True, params={"top_k": 10}),
     _spec(DraftIsTarget, "lossless", "the target is its own draft: everything is accepted", lossless=True),

@@ -10,7 +10,7 @@ have them.
 
 Requests: each prompt's ``n`` samples are split into calls of at most ``max_n_per_request``
 (``n=1`` per call when greedy: vLLM refuses ``n > 1`` with temperature 0). Call ``k`` of a request
-gets seed ``((request.seed mod 2**31) * 2**16 + k) * seed_stride``. vLLM seeds the i-th of ``n``
+gets seed ``((request.seed mod 2**39) * 2**14 + k) * seed_stride`` (:func:`call_seed`). vLLM seeds the i-th of ``n``
 samples of a call with ``seed + i``, so calls with nearby seeds share random streams and are NOT
 independent (ENGINES.md: 16 calls, seeds 0..15, n=16 gave 28 distinct first tokens out of 256);
 spacing seeds by ``seed_stride >= max_n_per_request`` gives every call a disjoint block.
@@ -57,11 +57,21 @@ _SPEC_COUNTERS = {
 }
 
 
+#: Bits of a call seed: request seed (mod 2**39), call index (< 2**14), stride (<= 2**10); < 2**63.
+_SEED_BITS, _CALL_BITS, _MAX_STRIDE = 39, 14, 2**10
+
+
 def call_seed(request_seed: int, call_index: int, seed_stride: int) -> int:
-    """Seed of call ``call_index``: disjoint blocks ``[s, s + seed_stride)`` for distinct (seed mod 2**31, call)."""
-    if not 0 <= call_index < 2**16:
-        raise ConfigError(f"call index {call_index} outside [0, 65536): too many calls in one request", where="n")
-    return ((int(request_seed) % 2**31) * 2**16 + call_index) * seed_stride
+    """Seed of call ``call_index`` of a request: ``((request_seed mod 2**39) * 2**14 + call_index) * seed_stride``.
+
+    Blocks ``[seed, seed + seed_stride)`` of distinct (request seed mod 2**39, call index) pairs
+    never overlap, and every seed is below 2**63 (vLLM takes int64 seeds).
+    """
+    if not 0 <= call_index < 2**_CALL_BITS:
+        raise ConfigError(f"{call_index + 1} calls in one request; at most {2**_CALL_BITS}: use smaller chunks", where="n")
+    if not 1 <= seed_stride <= _MAX_STRIDE:
+        raise ConfigError(f"expected 1..{_MAX_STRIDE}, got {seed_stride}", where="seed_stride")
+    return ((int(request_seed) % 2**_SEED_BITS) * 2**_CALL_BITS + call_index) * seed_stride
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +111,7 @@ class OpenAICompletionsEngine:
         timeout_s: Any = 60,
         max_retries: Any = 5,
         backoff_s: Any = 0.5,
-        seed_stride: Any = 1024,
+        seed_stride: Any = 64,
         max_n_per_request: Any = 16,
         token_ids_mode: str = "vllm",
         spec_metrics: Any = True,
@@ -125,8 +135,8 @@ class OpenAICompletionsEngine:
                 f"max_n_per_request={self.max_n_per_request} exceeds seed_stride={self.seed_stride}: calls would share seeds",
                 where="seed_stride",
             )
-        if self.seed_stride > 2**15:
-            raise ConfigError(f"expected at most {2**15}, got {self.seed_stride}", where="seed_stride")
+        if self.seed_stride > _MAX_STRIDE:
+            raise ConfigError(f"expected at most {_MAX_STRIDE}, got {self.seed_stride}", where="seed_stride")
         try:
             self.timeout_s = float(timeout_s)
             self.backoff_s = float(backoff_s)

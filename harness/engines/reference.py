@@ -82,6 +82,23 @@ def residual_probs(
 class ReferenceSpeculativeEngine:
     """Reference speculative sampler: a draft proposes ``k`` tokens, the target verifies.
 
+    Parameters
+    ----------
+    target, draft : None (the bundled target / draft), a local model folder, or a loaded
+        causal LM; both must share the vocabulary.
+    k : draft tokens per step (fewer near ``max_new_tokens``: a step never drafts past the
+        longest remaining row).
+    device, dtype, name, eos_token_id, threads : as for :class:`BaselineEngine`.
+    trace : when true, ``SampleBatch.info["trace_probs"]`` holds the processed target law p
+        at every emitted position, float32 ``[rows, max_new_tokens, vocab]`` (for tests).
+
+    Counts in the SampleBatch: ``drafted_tokens`` (k per active row and step),
+    ``accepted_tokens`` (accepted drafts, before truncation at EOS / ``max_new_tokens``),
+    ``verify_steps`` (target verifications summed over rows: one batch forward of 8 rows
+    counts 8); ``info["accept_tests"]`` counts the accept tests that decided something
+    (min(n + 1, k) per row and step), so accepted / accept_tests estimates the per-token
+    acceptance probability alpha of Leviathan et al.
+
     Hooks (override ONE in a subclass to build a mutant; shapes: ``rows`` active rows,
     ``k`` drafts this step, ``V`` vocabulary):
 

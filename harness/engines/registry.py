@@ -117,7 +117,9 @@ def _load_target(target: str, label: str) -> Any:
         try:
             module = importlib.import_module(where)
         except Exception as exc:  # ImportError, or any error raised while the module runs
-            raise EngineNotFound(f"engine {label!r}: cannot import module {where!r}: {type(exc).__name__}: {exc}") from exc
+            raise EngineNotFound(
+                f"engine {label!r}: cannot import module {where!r}: {type(exc).__name__}: {exc}"
+            ) from exc
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -198,7 +200,9 @@ def _instantiate(obj: Any, options: dict[str, Any], label: str) -> Engine:
     try:
         inspect.signature(obj).bind(**options)
     except TypeError as exc:
-        raise ConfigError(f"options {options} do not fit {label}{inspect.signature(obj)}: {exc}", where=f"engine {label!r}") from None
+        raise ConfigError(
+            f"options {options} do not fit {label}{inspect.signature(obj)}: {exc}", where=f"engine {label!r}"
+        ) from None
     except ValueError:  # no signature (builtins): let the call decide
         pass
     return _check_engine(obj(**options), label)

@@ -47,9 +47,10 @@ class EquivalenceInconclusive(SpeceqError, AssertionError):
         super().__init__(message)
 
 
-def _safe_name(nodeid: str) -> str:
-    digest = hashlib.sha1(nodeid.encode("utf-8")).hexdigest()[:8]
-    return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', nodeid)[-80:].strip('_.')}-{digest}"
+def _safe_name(text: str, *, limit: int = 80, digest: bool = True) -> str:
+    """A folder name from a test id: safe characters, at most ``limit`` of them, plus a short digest."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:limit].strip("_.") or "test"
+    return f"{name}-{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}" if digest else name
 
 
 def _marker_budget(item: pytest.Item) -> int | None:

@@ -40,7 +40,7 @@ import numpy as np
 
 from harness.engines.base import SampleBatch
 from harness.errors import StoreError
-from harness.store.atomic import atomic_write, is_temp_file, jsonable, remove_temp_files
+from harness.store.atomic import atomic_write, jsonable, remove_temp_files
 
 #: Bump when the chunk file layout changes; part of every chunk identity.
 STORE_FORMAT = 1
@@ -251,24 +251,19 @@ class SampleStore:
 
     def keys(self) -> list[ChunkKey]:
         """Keys of every readable chunk, sorted by (role, case id, slice)."""
-        return [k for k, _ in sorted(self._iter_chunks(), key=lambda kb: (kb[0].role, kb[0].case_id, kb[0].slice_index))]
+        return [k for k, _ in sorted(self.items(), key=lambda kb: (kb[0].role, kb[0].case_id, kb[0].slice_index))]
 
-    def _iter_chunks(self) -> Iterator[tuple[ChunkKey, SampleBatch]]:
+    def items(self) -> Iterator[tuple[ChunkKey, SampleBatch]]:
+        """(key, batch) of every readable chunk, in file order (temp files never match the pattern)."""
         base = self.root / CHUNKS_DIR
         if not base.is_dir():
             return
         for path in sorted(base.glob("*/*/slice-*.npz")):
-            if is_temp_file(path):
-                continue
             got = self._read(path)
             if got is None:
                 continue
             meta, batch = got
             yield ChunkKey(meta["role"], meta["case_id"], meta["slice_index"], canonical_json(meta["identity"])), batch
-
-    def items(self) -> Iterator[tuple[ChunkKey, SampleBatch]]:
-        """(key, batch) of every readable chunk, in file order."""
-        return self._iter_chunks()
 
     # ----- writing -----------------------------------------------------------------------
     def put(self, key: ChunkKey, batch: SampleBatch, meta: Mapping[str, Any] | None = None) -> Path:

@@ -156,7 +156,7 @@ def test_model_folder_and_string_options(tmp_path: Path, target: LlamaForCausalL
     with pytest.raises(ConfigError, match="num_assistant_tokens"):
         HFAssistedEngine(target, draft, num_assistant_tokens="two")
     with pytest.raises(ConfigError, match="dtype"):
-        HFSampleEngine(target, dtype="float64")
+        HFSampleEngine(target, dtype="float128")
 
 
 def test_unset_top_k_is_sent_as_zero() -> None:

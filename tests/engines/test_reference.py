@@ -51,6 +51,17 @@ class PositionsIgnoreLeftPadding(ReferenceSpeculativeEngine):
         return slots.positions_for(valid) + slots.left_pad[:, None]
 
 
+class BonusHookOverridden(ReferenceSpeculativeEngine):
+    """Correct law, but overriding bonus_probs makes the loop feed d_k to the draft for its q."""
+
+    seen_draft_probs: list[tuple[int, ...]]
+
+    def bonus_probs(self, target_probs: torch.Tensor, draft_probs: torch.Tensor | None) -> torch.Tensor:
+        assert draft_probs is not None and draft_probs.shape == target_probs.shape
+        self.seen_draft_probs.append(tuple(draft_probs.shape))
+        return target_probs
+
+
 # ---- the accept/reject functions -----------------------------------------------------------
 def test_accept_prefix_lengths_stops_at_the_first_rejection() -> None:
     accept = torch.tensor([[1.0, 0.5, 1.0], [0.2, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 0.5, 0.0]])
@@ -126,6 +137,16 @@ def test_cache_and_position_bugs_break_the_oracle_agreement(target, close_draft,
     request = SampleRequest(prompts=mixed_prompts, params=PARAMS[0], n=4, seed=3, batch_size=4)
     got, expected = traced_vs_oracle(engine, request, eos_id)
     assert np.abs(got - expected).max() > 1e-2
+
+
+def test_bonus_hook_gets_the_draft_law_and_the_caches_stay_exact(target, close_draft, eos_id, mixed_prompts) -> None:
+    engine = BonusHookOverridden(target, close_draft, k=3, eos_token_id=eos_id, trace=True)
+    engine.seen_draft_probs = []
+    assert engine.needs_bonus_draft_probs and not ReferenceSpeculativeEngine(target, close_draft).needs_bonus_draft_probs
+    request = SampleRequest(prompts=mixed_prompts, params=PARAMS[1], n=4, seed=8, batch_size=4)
+    got, expected = traced_vs_oracle(engine, request, eos_id)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    assert engine.seen_draft_probs
 
 
 def test_greedy_equals_baseline_greedy_at_batch_1_and_4(target, close_draft, mixed_prompts) -> None:

@@ -3,9 +3,9 @@
 Each row draws ``max_new_tokens`` tokens i.i.d. from a fixed law over 6 tokens (5 = EOS,
 which ends the row unless ``ignore_eos``), sharpened or flattened by the temperature.
 ``correct`` samples that law; ``shifted`` moves ``SHIFT`` of the mass onto token 0 (a TV
-shift of about ``SHIFT``, found at a few hundred samples); ``slightly_shifted`` moves
-``SMALL_SHIFT`` (below what small budgets detect or certify: inconclusive). Deterministic
-given the seed. Usable as engine specs ``toy_engines:correct_engine`` etc.
+shift of about ``SHIFT``, found at a few hundred samples); ``unseeded`` samples the correct
+law from numpy's global generator, ignoring the seed. Deterministic given the seed (except
+``unseeded``). Usable as engine specs ``toy_engines:correct_engine`` etc.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ VOCAB = 6
 EOS = 5
 BASE_LOGITS = np.log(np.array([0.30, 0.25, 0.20, 0.15, 0.07, 0.03]))
 SHIFT = 0.25
-SMALL_SHIFT = 0.02
 
 
 def law(params: SamplingParams, shift: float = 0.0) -> np.ndarray:
@@ -59,11 +58,11 @@ def shifted(prompt_ids: list[int], n: int, params: SamplingParams, seed: int) ->
     return _draw(prompt_ids, n, params, seed, SHIFT)
 
 
-def slightly_shifted(prompt_ids: list[int], n: int, params: SamplingParams, seed: int) -> list[list[int]]:
-    return _draw(prompt_ids, n, params, seed, SMALL_SHIFT)
+def unseeded(prompt_ids: list[int], n: int, params: SamplingParams, seed: int) -> list[list[int]]:
+    return _draw(prompt_ids, n, params, int(np.random.randint(2**31)), 0.0)
 
 
 correct_engine = FunctionEngine(correct, vocab_size=VOCAB, eos_token_id=EOS, name="toy-correct")
 baseline_engine = FunctionEngine(correct, vocab_size=VOCAB, eos_token_id=EOS, name="toy-baseline")
 shifted_engine = FunctionEngine(shifted, vocab_size=VOCAB, eos_token_id=EOS, name="toy-shifted")
-slightly_shifted_engine = FunctionEngine(slightly_shifted, vocab_size=VOCAB, eos_token_id=EOS, name="toy-slight")
+unseeded_engine = FunctionEngine(unseeded, vocab_size=VOCAB, eos_token_id=EOS, name="toy-unseeded")

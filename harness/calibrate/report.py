@@ -1,0 +1,162 @@
+"""Result objects of a calibration run: per-variant detection curves, the power curve, goals.
+
+Plain frozen dataclasses of JSON-able values (``to_dict`` / ``from_dict``), read by the
+markdown table, the SVG plot and the JSON file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Display names of the methods, in table order.
+METHOD_LABELS: dict[str, str] = {
+    "speceq": "speceq (this project)",
+    "np": "Neyman-Pearson limit",
+    "vllm": "vLLM L2 heuristic (calibrated)",
+    "trtllm": "TensorRT-LLM KL gap (calibrated, binned)",
+    "greedy": "greedy exact match",
+    "vllm_published": "vLLM L2 heuristic (published rule)",
+    "trtllm_published": "TensorRT-LLM KL gap (published rule)",
+}
+#: Engine methods (re-implementations) compared with speceq for the 1/10 goal.
+ENGINE_METHODS = ("vllm", "trtllm", "greedy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Detection:
+    """Rejection rates of one method at the sample sizes tried (n per engine)."""
+
+    method: str
+    sizes: tuple[int, ...]
+    rates: tuple[float, ...]
+    reps: int
+    source: str  # "engine samples" or "exact law"
+    n90: int | None  # smallest size with rate >= power; None when none reached it
+
+    def rate_at(self, n: int) -> float | None:
+        return dict(zip(self.sizes, self.rates)).get(n)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VariantReport:
+    """Calibration of one engine variant (a mutant, a lossless variant or the reference)."""
+
+    name: str
+    bug: str
+    bug_class: str
+    lossless: bool
+    params: str
+    batch_size: int
+    companions: int
+    tv: tuple[float | None, ...]
+    tv_source: str
+    accept_rate: float | None
+    detections: tuple[Detection, ...]
+    budget_rate: float | None  # speceq shifted rate at the default budget and alpha
+    budget_reps: int | None
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+    @property
+    def max_tv(self) -> float | None:
+        known = [t for t in self.tv if t is not None]
+        return max(known) if known else None
+
+    def detection(self, method: str) -> Detection | None:
+        return next((d for d in self.detections if d.method == method), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurvePoint:
+    """The mixture mutant at one weight: exact TV shift and each method's detection rate at ``n``."""
+
+    mix: float
+    tv: float
+    n: int
+    rates: dict[str, float]
+    reps: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationReport:
+    """Everything ``speceq calibrate`` measured, with its settings and provenance."""
+
+    settings: dict[str, Any]
+    variants: tuple[VariantReport, ...]
+    curve: tuple[CurvePoint, ...]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "CalibrationReport":
+        variants = []
+        for v in d["variants"]:
+            dets = tuple(Detection(**{**x, "sizes": tuple(x["sizes"]), "rates": tuple(x["rates"])})
+                         for x in v["detections"])
+            variants.append(VariantReport(**{**v, "tv": tuple(v["tv"]), "detections": dets, "notes": tuple(v["notes"])}))
+        curve = tuple(CurvePoint(**c) for c in d["curve"])
+        return CalibrationReport(settings=d["settings"], variants=tuple(variants), curve=curve,
+                                 provenance=d.get("provenance", {}))
+
+    @property
+    def mutants(self) -> tuple[VariantReport, ...]:
+        return tuple(v for v in self.variants if not v.lossless)
+
+    @property
+    def lossless(self) -> tuple[VariantReport, ...]:
+        return tuple(v for v in self.variants if v.lossless)
+
+    def goals(self) -> list[dict[str, Any]]:
+        """The four goals of the issue, each with ``met`` (True, False or None = not measurable) and detail."""
+        s = self.settings
+        out = []
+        big = [v for v in self.mutants if v.max_tv is not None and v.max_tv >= 0.02]
+        missed = [v.name for v in big if v.budget_rate is None or v.budget_rate < 1.0]
+        out.append({"goal": f"every mutant with TV >= 0.02 is shifted at the default budget "
+                            f"(n={s['budget']}, alpha={s['budget_alpha']:g}) in every repetition",
+                    "met": not missed if big else None,
+                    "detail": "missed: " + ", ".join(missed) if missed else f"{len(big)} mutants, all shifted"})
+        out.append(self._ratio_goal("speceq samples-to-detect <= 1/10 of the best re-implemented engine method",
+                                    ENGINE_METHODS, 0.1))
+        out.append(self._ratio_goal("speceq samples-to-detect within 3x of the Neyman-Pearson limit", ("np",), 3.0))
+        alarms = []
+        for v in self.lossless:
+            d = v.detection("speceq")
+            if d is not None and d.rates and d.rates[0] > s["alpha"]:
+                alarms.append(f"{v.name} ({d.rates[0]:.2g})")
+        out.append({"goal": f"speceq false alarms <= alpha={s['alpha']:g} on every lossless variant",
+                    "met": not alarms if self.lossless else None,
+                    "detail": (f"observed above alpha: {', '.join(alarms)}" if alarms else "none observed above alpha")
+                    + f" ({s['false_alarm_reps']} repetitions each: a rate of alpha cannot be resolved finer than 1/reps)"})
+        return out
+
+    def _ratio_goal(self, goal: str, others: tuple[str, ...], limit: float) -> dict[str, Any]:
+        """speceq's n90 over the best n90 of ``others``, per mutant; met when every ratio <= ``limit``.
+
+        When no method of ``others`` reached the power within its sizes, the ratio is at most
+        speceq's n90 over the largest size they tried (an upper bound, shown with "<").
+        """
+        parts, verdicts = [], []
+        for v in self.mutants:
+            mine = v.detection("speceq")
+            dets = [d for m in others if (d := v.detection(m)) is not None]
+            if mine is None or not dets:
+                continue
+            if mine.n90 is None:
+                parts.append(f"{v.name}: speceq not at 90% by n={max(mine.sizes)}")
+                verdicts.append(False)
+                continue
+            reached = [d.n90 for d in dets if d.n90 is not None]
+            if reached:
+                ratio = mine.n90 / min(reached)
+                parts.append(f"{v.name} {ratio:.2g}")
+            else:
+                ratio = mine.n90 / max(max(d.sizes) for d in dets)
+                parts.append(f"{v.name} <{ratio:.2g}")
+            verdicts.append(ratio <= limit)
+        return {"goal": goal, "met": all(verdicts) if verdicts else None,
+                "detail": "ratios: " + ", ".join(parts) if parts else "no comparable mutant"}

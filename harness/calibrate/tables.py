@@ -1,0 +1,121 @@
+"""Markdown and JSON tables of a calibration report, and the files ``speceq calibrate`` writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.calibrate.plot import power_curve_svg
+from harness.calibrate.report import METHOD_LABELS, CalibrationReport, Detection, VariantReport
+from harness.store import write_json_atomic
+
+MARKDOWN_FILE = "power.md"
+JSON_FILE = "power.json"
+SVG_FILE = "power-curve.svg"
+#: Columns of the samples-to-detect table.
+DETECT_METHODS = ("speceq", "np", "vllm", "trtllm", "greedy")
+#: Columns of the false-alarm table.
+ALARM_METHODS = ("speceq", "vllm", "trtllm", "greedy", "vllm_published", "trtllm_published")
+
+
+def _n90(d: Detection | None) -> str:
+    if d is None:
+        return "—"
+    if d.n90 is not None:
+        return f"{d.n90:,}"
+    return f"> {max(d.sizes):,}" if d.sizes else "—"
+
+
+def _tv(v: VariantReport) -> str:
+    cells = ["n/a" if t is None else f"{t:.3f}" for t in v.tv]
+    return " / ".join(cells) + ("" if v.tv_source.startswith("exact") else " (emp.)")
+
+
+def _count(d: Detection | None) -> str:
+    if d is None or not d.rates:
+        return "—"
+    rate = d.rates[0]
+    return f"{round(rate * d.reps)}/{d.reps}"
+
+
+def _budget(v: VariantReport) -> str:
+    if v.budget_rate is None or v.budget_reps is None:
+        return "—"
+    return f"{round(v.budget_rate * v.budget_reps)}/{v.budget_reps}"
+
+
+def markdown(report: CalibrationReport) -> str:
+    """The report as markdown: settings, samples-to-detect, false alarms, power curve, goals, notes."""
+    s = report.settings
+    lines = [
+        f"# speceq calibration ({s['mode']} mode)",
+        "",
+        f"Samples per engine for the method to reject at alpha = {s['alpha']:g} in at least {s['power']:.0%} of "
+        f"the repetitions. speceq and greedy: {s['reps']} repetitions on engine samples, sizes {list(s['grid'])} "
+        f"(greedy rows {list(s['greedy_grid'])}); first-token methods: {s['sim_reps']} repetitions simulated from "
+        f"the mutant's exact first-token law (engine samples when it has none), sizes "
+        f"{s['method_grid'][0]:,}..{s['method_grid'][-1]:,}; calibrated thresholds from {s['null_reps']} "
+        f"simulations under H0. Cases: prompt {s['prompt_index']} of DEFAULT_PROMPTS, {s['max_new_tokens']} new "
+        f"tokens, batch size {s['batch_size']}, seed {s['seed']}.",
+        "",
+        "## Samples to detect each mutant",
+        "",
+        "| mutant | bug | params | TV pos 0 / 1 | " + " | ".join(METHOD_LABELS[m] for m in DETECT_METHODS)
+        + f" | shifted at n={s['budget']}, alpha={s['budget_alpha']:g} |",
+        "|" + "---|" * (5 + len(DETECT_METHODS)),
+    ]
+    for v in report.mutants:
+        cells = [_n90(v.detection(m)) for m in DETECT_METHODS]
+        lines.append(f"| {v.name} | {v.bug} | {v.params} | {_tv(v)} | " + " | ".join(cells) + f" | {_budget(v)} |")
+    lines += [
+        "",
+        "`> N`: not reached within the sizes tried (largest N). `—`: not applicable (no exact law for the "
+        "Neyman-Pearson limit). `(emp.)`: TV measured on engine samples, bias-corrected.",
+        "",
+        f"## False alarms on lossless variants (n = {s['false_alarm_n']:,} per engine)",
+        "",
+        "| variant | why it only looks wrong | " + " | ".join(METHOD_LABELS[m] for m in ALARM_METHODS) + " |",
+        "|" + "---|" * (2 + len(ALARM_METHODS)),
+    ]
+    for v in report.lossless:
+        lines.append(f"| {v.name} | {v.bug} | " + " | ".join(_count(v.detection(m)) for m in ALARM_METHODS) + " |")
+    lines += ["", "Counts are rejections / repetitions; greedy: repetitions with a row unequal to the baseline's "
+              f"(at {s['greedy_grid'][0]} row(s))."]
+    if report.curve:
+        methods = [m for m in ("speceq", "np", "vllm", "trtllm") if any(m in c.rates for c in report.curve)]
+        lines += ["", f"## Mixture power curve (n = {report.curve[0].n:,} per engine)", "",
+                  "| mix | TV | " + " | ".join(METHOD_LABELS[m] for m in methods) + " |",
+                  "|" + "---|" * (2 + len(methods))]
+        for c in report.curve:
+            lines.append(f"| {c.mix:g} | {c.tv:.4f} | " + " | ".join(
+                f"{c.rates[m]:.2f}" if m in c.rates else "—" for m in methods) + " |")
+        lines += ["", f"![power curve]({SVG_FILE})"]
+    lines += ["", "## Goals", ""]
+    for g in report.goals():
+        mark = {True: "met", False: "NOT met", None: "not measured"}[g["met"]]
+        lines.append(f"- **{mark}**: {g['goal']} — {g['detail']}")
+    notes = [f"- {v.name}: {n}" for v in report.variants for n in v.notes]
+    if notes:
+        lines += ["", "## Notes", "", *notes]
+    seconds = report.provenance.get("seconds")
+    if seconds is not None:
+        lines += ["", f"Run time: {seconds / 60:.1f} min."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(report: CalibrationReport, out_dir: str | Path) -> dict[str, Path]:
+    """Write power.md, power.json and (with a curve) power-curve.svg into ``out_dir``; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out / MARKDOWN_FILE, "json": out / JSON_FILE}
+    paths["markdown"].write_text(markdown(report), encoding="utf-8")
+    write_json_atomic(paths["json"], report.to_dict())
+    if report.curve:
+        paths["svg"] = out / SVG_FILE
+        paths["svg"].write_text(power_curve_svg(report.curve), encoding="utf-8")
+    return paths
+
+
+def load_report(path: str | Path) -> CalibrationReport:
+    """A CalibrationReport from a power.json."""
+    return CalibrationReport.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

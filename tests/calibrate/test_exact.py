@@ -1,0 +1,74 @@
+"""Exact laws by enumeration: the reference engine's law is the target's, for every setting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from harness.calibrate.exact import exact_laws
+from harness.engines._hf_utils import tiny_random_llama
+from harness.engines.mutants import BonusFromDraft, ResampleFromTarget
+from harness.engines.reference import ReferenceSpeculativeEngine
+from harness.errors import ConfigError
+from harness.params import Case, SamplingParams
+
+PROMPT = (5, 17, 99, 3)
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.set_num_threads(1)
+    return tiny_random_llama(0, init_std=0.5), tiny_random_llama(1, init_std=0.5, layers=1)
+
+
+def case(**params) -> Case:
+    return Case(case_id="c", prompt_ids=PROMPT, params=SamplingParams(**params))
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("params", [
+    dict(max_new_tokens=6),
+    dict(max_new_tokens=2, temperature=0.7, top_k=20, top_p=0.9),
+    dict(max_new_tokens=3, temperature=1.3, ignore_eos=True),
+    dict(max_new_tokens=4, temperature=0.0),
+], ids=["T1", "L2-topk-topp", "ignore-eos", "greedy"])
+def test_reference_law_is_the_target_law(models, k, params) -> None:
+    laws = exact_laws(ReferenceSpeculativeEngine(*models, k=k), case(**params))
+    assert laws.positions == 2
+    np.testing.assert_allclose(laws.engine.sum(axis=1), 1.0, atol=1e-9)
+    np.testing.assert_allclose(laws.engine, laws.target, atol=1e-6)
+    np.testing.assert_allclose(laws.joint_engine, laws.joint_target, atol=1e-6)
+    assert max(laws.tv) < 1e-6 and 0.0 <= laws.accept_rate <= 1.0
+
+
+def test_one_new_token_has_one_position(models) -> None:
+    laws = exact_laws(ReferenceSpeculativeEngine(*models), case(max_new_tokens=1))
+    assert laws.positions == 1 and laws.joint_engine is None and laws.accept_rate is None
+
+
+def test_end_after_eos_carries_the_mass_of_eos(models) -> None:
+    engine = ReferenceSpeculativeEngine(*models, eos_token_id=3)
+    laws = exact_laws(engine, case(max_new_tokens=4))
+    V = engine.vocab_size
+    assert laws.engine[0, 3] > 0
+    assert laws.engine[1, V] == pytest.approx(laws.engine[0, 3])
+    assert laws.joint_engine[3, :V].sum() == 0.0
+
+
+def test_a_residual_bug_shifts_both_positions_and_a_bonus_bug_only_the_second_at_k1(models) -> None:
+    params = dict(max_new_tokens=5)
+    resample = exact_laws(ResampleFromTarget(*models, k=2), case(**params))
+    assert min(resample.tv) > 1e-3
+    bonus = exact_laws(BonusFromDraft(*models, k=1), case(**params))
+    assert bonus.tv[0] < 1e-6 and bonus.tv[1] > 1e-3
+    deeper = exact_laws(BonusFromDraft(*models, k=2), case(**params))  # the bonus comes at position 2
+    assert max(deeper.tv) < 1e-6
+
+
+def test_bad_positions_and_prompts_are_config_errors(models) -> None:
+    engine = ReferenceSpeculativeEngine(*models)
+    with pytest.raises(ConfigError, match="positions"):
+        exact_laws(engine, case(), positions=3)
+    with pytest.raises(ConfigError, match="vocabulary"):
+        exact_laws(engine, Case(case_id="c", prompt_ids=(1, 999)))

@@ -1,0 +1,21 @@
+"""Constants shared by the plugin tests (imported by basename: tests/plugin is on sys.path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOY_ENGINES = Path(__file__).with_name("toy_engines.py")
+INI = """\
+[pytest]
+addopts = --strict-markers -p no:cacheprovider
+filterwarnings =
+    error
+    ignore::DeprecationWarning:torch.*
+    ignore::DeprecationWarning:transformers.*
+    ignore::FutureWarning:transformers.*
+    ignore::UserWarning:transformers.*
+"""
+#: Options of a fast toy run: toy engines (numpy, 6 tokens), no oracle.
+TOY = ("--speceq-baseline=toy_engines:baseline_engine", "--speceq-candidate=toy_engines:correct_engine",
+       "--speceq-oracle=off")
