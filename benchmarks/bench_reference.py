@@ -6,7 +6,9 @@ bundled target/draft and the default prompts (``ignore_eos``, so every row has
 accept tests decided: Leviathan's alpha; accepted / drafted is printed too), the cost
 ratio c (one draft decode forward / one target decode forward, timed at that batch size
 on a cache of prompt length), and Leviathan et al.'s predicted speed-up
-(1 - a^(k+1)) / ((1 - a)(k c + 1)) next to the measured one. Rates come from CPU time
+(1 - a^(k+1)) / ((1 - a)(k c + 1)) next to the measured one. That model prices a verify
+pass of k+1 tokens like one decode step; v (measured) is the true price of the verify pass
+in decode steps, and the refined prediction uses (k c + v). Rates come from CPU time
 (``time.process_time``, 1 thread); shared machines disturb wall time far more.
 
 Usage: python benchmarks/bench_reference.py [--batch 1 8] [--k 2 4] [--rows 64]
@@ -36,26 +38,25 @@ def cpu_seconds(fn) -> tuple[float, object]:
     return time.process_time() - start, out
 
 
-def decode_forward_seconds(model, batch: int, context: int, steps: int = 30) -> float:
-    """CPU seconds of one single-token decode forward at ``batch`` rows on a ``context``-token cache."""
-    slots = SlotCache(model, batch, "cpu")
+def decode_forward_seconds(model, batch: int, context: int, width: int = 1, steps: int = 30) -> float:
+    """CPU seconds of one forward of ``width`` new tokens at ``batch`` rows on a ``context``-token cache."""
     ids = torch.randint(0, 256, (batch, context))
-    ones = torch.ones((batch, 1), dtype=torch.bool)
+    new = torch.randint(0, 256, (batch, width))
+    total = 0.0
     with torch.inference_mode():
-        slots.forward(ids, torch.ones_like(ids, dtype=torch.bool))
-        tok = torch.randint(0, 256, (batch, 1))
-        slots.forward(tok, ones)  # warm-up
-        start = time.process_time()
-        for _ in range(steps):
-            slots.forward(tok, ones)
-        return (time.process_time() - start) / steps
+        for step in range(steps + 1):
+            slots = SlotCache(model, batch, "cpu")
+            slots.forward(ids, torch.ones_like(ids, dtype=torch.bool))
+            start = time.process_time()
+            slots.forward(new, torch.ones_like(new, dtype=torch.bool))
+            total += (time.process_time() - start) if step else 0.0  # step 0 warms up
+    return total / steps
 
 
-def leviathan_speedup(a: float, k: int, c: float) -> float:
-    """Expected speed-up of speculative sampling: (1 - a^(k+1)) / ((1 - a)(k c + 1))."""
-    if a >= 1.0:
-        return (k + 1) / (k * c + 1)
-    return (1 - a ** (k + 1)) / ((1 - a) * (k * c + 1))
+def leviathan_speedup(a: float, k: int, c: float, verify: float = 1.0) -> float:
+    """Expected speed-up: (1 - a^(k+1)) / ((1 - a)(k c + verify)); Leviathan et al. take verify = 1."""
+    tokens_per_step = (k + 1) if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+    return tokens_per_step / (k * c + verify)
 
 
 def main() -> None:
@@ -80,8 +81,8 @@ def main() -> None:
     print(f"target {count(baseline.model) / 1e6:.3f} M params, draft {count(draft) / 1e6:.3f} M params, "
           f"{len(prompts)} prompts (mean {context} tokens), T={args.temperature:g}, {args.new_tokens} new tokens, "
           f"{torch.get_num_threads()} thread(s), rates from CPU time")
-    print(f"{'batch':>5} {'k':>2} | {'baseline tok/s':>14} {'reference tok/s':>15} | {'a':>5} {'acc/drf':>8} {'c':>5} | "
-          f"{'predicted':>9} {'measured':>8}")
+    print(f"{'batch':>5} {'k':>2} | {'baseline tok/s':>14} {'reference tok/s':>15} | {'a':>5} {'acc/drf':>8} {'c':>5} {'v':>5} | "
+          f"{'predicted':>9} {'refined':>9} {'measured':>8}")
     for batch in args.batch:
         rows = max(batch, args.rows // 4 if batch == 1 else args.rows)
         n = max(1, rows // len(prompts))
@@ -89,12 +90,15 @@ def main() -> None:
         tokens = n * len(prompts) * args.new_tokens
         baseline.sample(SampleRequest(prompts=prompts[:batch], params=params, n=1, seed=0, batch_size=batch))
         base_s, _ = cpu_seconds(lambda: baseline.sample(request))
-        c = decode_forward_seconds(draft, batch, context) / decode_forward_seconds(baseline.model, batch, context)
+        decode = decode_forward_seconds(baseline.model, batch, context)
+        c = decode_forward_seconds(draft, batch, context) / decode
         for k, engine in engines.items():
+            v = decode_forward_seconds(baseline.model, batch, context, width=k + 1) / decode
             spec_s, out = cpu_seconds(lambda: engine.sample(request))
             a = out.accepted_tokens / out.info["accept_tests"]
             print(f"{batch:>5} {k:>2} | {tokens / base_s:>14.1f} {tokens / spec_s:>15.1f} | {a:>5.3f} "
-                  f"{out.acceptance_rate:>8.3f} {c:>5.3f} | {leviathan_speedup(a, k, c):>8.2f}x {base_s / spec_s:>7.2f}x")
+                  f"{out.acceptance_rate:>8.3f} {c:>5.3f} {v:>5.2f} | {leviathan_speedup(a, k, c):>8.2f}x "
+                  f"{leviathan_speedup(a, k, c, verify=v):>8.2f}x {base_s / spec_s:>7.2f}x")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from harness.params import Case, SamplingParams
 
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos")
 #: Fields a case or the ``defaults`` section may set.
-SHARED_FIELDS: tuple[str, ...] = (*PARAM_FIELDS, "batch_size", "companions", "tokenizer")
+SHARED_FIELDS: tuple[str, ...] = (*PARAM_FIELDS, "batch_size", "companions", "tokenizer", "samples")
 CASE_FIELDS: tuple[str, ...] = ("id", "prompt", "prompt_ids", *SHARED_FIELDS)
 TOP_FIELDS: tuple[str, ...] = ("defaults", "cases")
 #: Tokenizer name of the bundled byte tokenizer (the default).
@@ -214,13 +214,15 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
         else:
             params[name] = _int(v, at(name), minimum=1 if name == "max_new_tokens" else 0)
     batch_size = _int(merged.get("batch_size", 1), at("batch_size"), minimum=1)
+    samples = None if merged.get("samples") is None else _int(merged["samples"], at("samples"), minimum=1)
     try:
         sp = SamplingParams(**params)
     except ConfigError as e:  # range errors; re-anchor them at this file and case
         field = e.where or "params"
         msg = str(e)[len(e.where) + 2 :] if e.where else str(e)
         raise ConfigError(msg, where=at(field)) from None
-    return Case(case_id=cid, prompt_ids=prompt_ids, params=sp, batch_size=batch_size, companions=tuple(companions), text=text)
+    return Case(case_id=cid, prompt_ids=prompt_ids, params=sp, batch_size=batch_size, companions=tuple(companions),
+                text=text, samples=samples)
 
 
 def parse_cases(data: Any, *, source: str = "<cases>", base_dir: Path | None = None) -> list[Case]:
@@ -285,15 +287,15 @@ def load_cases(path: str | Path) -> list[Case]:
 
 
 def default_cases() -> list[Case]:
-    """The cases of a bare ``speceq run``: 7 cases over 10 prompts of ``DEFAULT_PROMPTS`` (bundled byte models).
+    """The cases of a bare ``speceq run``: 6 cases over the bundled byte models.
 
-    8 new tokens each; temperatures 1.0 and 0.7, one top-k and one top-p case. Two cases run
-    unbatched (batch size 1); the others run at batch size 4, two of them with two companion
-    prompts of other lengths in every batch (padding, ragged acceptance). Batch size 1 is
-    the slowest way to sample (about 4x the CPU time per sample of batch size 4), so only
-    two cases use it: with :data:`harness.run.DEFAULT_SAMPLES` samples the whole default run
-    (baseline, reference, oracle, analysis) was measured at about 4 minutes on the 2-core
-    development machine under load.
+    4 new tokens each (1 for the unbatched case); temperatures 1.0 and 0.7, one top-k and one
+    top-p case. One case runs unbatched (batch size 1); two run at batch size 4, one of them
+    with a longer companion prompt so that the case's own prompt is left-padded and
+    acceptance is ragged; three run at batch size 32, two of them with companions of other
+    lengths. Batch size 1 costs about 4x the CPU time per sample of batch size 4 and 15x that
+    of batch size 32, so only one case uses it, and only for the first token (the exact
+    single-step law of the speculative sampler, certified against the oracle's exact law).
     """
     from harness.models.prompts import DEFAULT_PROMPTS
     from harness.models.tokenizer import ByteTokenizer
@@ -301,22 +303,22 @@ def default_cases() -> list[Case]:
     tok = ByteTokenizer()
     P = DEFAULT_PROMPTS
 
-    def case(cid: str, prompt: str, *, batch_size: int = 1, companions: tuple[str, ...] = (), **params: Any) -> Case:
+    def case(cid: str, prompt: str, *, batch_size: int = 1, companions: tuple[str, ...] = (), tokens: int = 4,
+             **params: Any) -> Case:
         return Case(
             case_id=cid,
             prompt_ids=tuple(tok.encode(prompt)),
-            params=SamplingParams(max_new_tokens=8, **params),
+            params=SamplingParams(max_new_tokens=tokens, **params),
             batch_size=batch_size,
             companions=tuple(tuple(tok.encode(c)) for c in companions),
             text=prompt,
         )
 
     return [
-        case("def", P[0], temperature=1.0),
-        case("init-self", P[2], temperature=0.7),
-        case("for-range-b4", P[1], temperature=1.0, batch_size=4),
+        case("def-b1", P[0], temperature=1.0, tokens=1),
+        case("for-range-b4-ragged", P[1], temperature=1.0, batch_size=4, companions=(P[8],)),
         case("import-topk-b4", P[4], temperature=1.0, top_k=10, batch_size=4),
-        case("if-self-topp-b4", P[5], temperature=1.0, top_p=0.9, batch_size=4),
-        case("self-attr-ragged", P[7], temperature=1.0, batch_size=4, companions=(P[0], P[8])),
-        case("repr-ragged", P[8], temperature=0.7, batch_size=4, companions=(P[6], P[10])),
+        case("init-self-t07-b32", P[2], temperature=0.7, batch_size=32, companions=(P[10],)),
+        case("elif-topp-b32", P[5], temperature=1.0, top_p=0.9, batch_size=32),
+        case("self-attr-ragged-b32", P[7], temperature=1.0, batch_size=32, companions=(P[0], P[10])),
     ]

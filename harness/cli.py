@@ -32,7 +32,7 @@ PLUGIN_COMMANDS: dict[str, str] = {
 
 # ----- speceq run ------------------------------------------------------------------------
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from harness.run import DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES
+    from harness.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/CASES.md). Default: the built-in cases")
@@ -54,8 +54,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--oracle-draft", metavar="auto|bundled|none|DIR", default="auto",
                    help="draft the oracle scores for the draft-drift test. Default: %(default)s (the candidate "
                         "engine's own draft model, if it has one)")
-    g.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm level. Default: %(default)g")
-    g.add_argument("--tolerance", type=float, default=0.05, help="TV distance that counts as equivalent. Default: %(default)g")
+    g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
+    g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="speceq-out", metavar="DIR", help="samples, result.json, provenance.json. Default: %(default)s")
     mode = g.add_mutually_exclusive_group()

@@ -83,6 +83,8 @@ class Case:
     prompts (token ids) that share each batch with this one, so a batch holds rows of
     different lengths. ``batch_size`` is the number of rows per engine batch.
     ``text`` keeps the prompt text when the case was written as text (display only).
+    ``samples`` overrides the run's samples per engine for this case (e.g. fewer for an
+    expensive unbatched case); None uses the run's.
     """
 
     case_id: str
@@ -91,6 +93,7 @@ class Case:
     batch_size: int = 1
     companions: tuple[tuple[int, ...], ...] = ()
     text: str | None = None
+    samples: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.case_id, str) or not self.case_id:
@@ -103,6 +106,8 @@ class Case:
                 raise ConfigError(f"token {i} is {t!r}; expected a non-negative integer id", where=f"{where}.prompt")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"expected an integer >= 1, got {self.batch_size!r}", where=f"{where}.batch_size")
+        if self.samples is not None and (isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1):
+            raise ConfigError(f"expected an integer >= 1 (or nothing), got {self.samples!r}", where=f"{where}.samples")
         for j, c in enumerate(self.companions):
             if len(c) == 0:
                 raise ConfigError(f"companion {j} is empty", where=f"{where}.companions")
@@ -131,6 +136,7 @@ class Case:
             "params": self.params.to_dict(),
             "batch_size": self.batch_size,
             "companions": [list(c) for c in self.companions],
+            **({"samples": self.samples} if self.samples is not None else {}),
         }
 
 

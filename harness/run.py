@@ -33,12 +33,7 @@ from harness.provenance import collect_provenance, utc_now
 from harness.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
 from harness.verdicts.result import RunResult
 
-#: Samples of each case's prompt per engine in a default run (companions get as many). Sized
-#: so that ``speceq run`` on the default cases takes a few minutes on 2 CPU cores; that is far
-#: below what certifies TV < 0.05 (~10^4 per case), so its verdicts are mostly inconclusive
-#: with the required n stated, while gross distribution bugs are still caught.
-DEFAULT_SAMPLES = 250
-DEFAULT_CHUNK_SIZE = 125
+from harness.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 RESULT_FILE = "result.json"
 PROVENANCE_FILE = "provenance.json"
 _ROLE_CODES = {"baseline": 1, "candidate": 2}
@@ -87,8 +82,8 @@ class RunConfig:
     samples: int = DEFAULT_SAMPLES
     chunk_size: int = DEFAULT_CHUNK_SIZE
     seed: int = 0
-    alpha: float = 1e-3
-    tolerance: float = 0.05
+    alpha: float = DEFAULT_ALPHA
+    tolerance: float = DEFAULT_TOLERANCE
     out_dir: Path = Path("speceq-out")
     resume: bool = True
     threads: int | None = None
@@ -174,7 +169,7 @@ def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, 
     for case in cases:
         case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}  # text is display only
         for role in ROLES:
-            for i, n in enumerate(slice_sizes(config.samples, config.chunk_size)):
+            for i, n in enumerate(slice_sizes(case.samples or config.samples, config.chunk_size)):
                 seed = chunk_seed(config.seed, role, case.case_id, i)
                 identity = {"format": STORE_FORMAT, "role": role, "engine": ident[role], "case": case_doc,
                             "run_seed": config.seed, "seed": seed, "slice": i, "n": n}

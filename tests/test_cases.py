@@ -204,6 +204,7 @@ plausible = {
     "batch_size": st.integers(-1, 8),
     "companions": st.lists(st.text(max_size=4) | st.lists(st.integers(-1, 300), max_size=3), max_size=3),
     "tokenizer": st.just("bytes") | st.text(max_size=5),
+    "samples": st.integers(-1, 5000) | st.none(),
 }
 ids = st.sampled_from(["a", "b", "c"]) | st.text(max_size=5) | st.integers()
 others = {k: plausible[k] | json_values for k in CASE_FIELDS if k not in ("id", "prompt", "prompt_ids")}
@@ -263,14 +264,16 @@ def test_default_cases_cover_the_required_settings():
     assert {c.text for c in cases} <= set(DEFAULT_PROMPTS)
     assert {c.params.temperature for c in cases} == {1.0, 0.7}
     assert sum(c.params.top_k > 0 for c in cases) >= 1 and sum(c.params.top_p < 1 for c in cases) >= 1
-    assert {c.batch_size for c in cases} == {1, 4}
+    assert {1, 4} <= {c.batch_size for c in cases}
     ragged = [c for c in cases if c.companions]
-    assert len(ragged) >= 2 and all(c.batch_size == 4 for c in ragged)
+    assert len(ragged) >= 2 and any(c.batch_size == 4 for c in ragged)
     for c in cases:
         c.check_vocab(VOCAB_SIZE)
     for c in ragged:
         lengths = [len(p) for p in c.prompts]
-        assert len(set(lengths)) == len(lengths) >= 3
+        assert len(set(lengths)) == len(lengths) >= 2
+        # the case's own prompt is shorter than some companion, so it is left-padded in its batches
+        assert len(c.prompt_ids) < max(lengths)
     assert len({c.case_id for c in cases}) == len(cases)
 
 
@@ -294,3 +297,27 @@ def test_a_bad_default_is_reported_in_the_defaults_section(tmp_path, defaults, f
     with pytest.raises(ConfigError, match=message) as e:
         load_cases(p)
     assert str(e.value).startswith(f"{p}: defaults, field '{field}': ")
+
+
+def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
+    """A case's own `samples` wins over the run's for that case only (and is validated)."""
+    import json
+
+    from harness.cases import load_cases
+    from harness.errors import ConfigError
+    from harness.run import RunConfig, plan_chunks
+    from fake_engines import FakeEngine
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"cases": [{"id": "few", "prompt": "a", "samples": 30}, {"id": "run", "prompt": "b"}]}))
+    few, default = load_cases(f)
+    assert few.samples == 30 and default.samples is None
+    config = RunConfig(samples=50, chunk_size=20, out_dir=tmp_path / "out")
+    engines = {"baseline": FakeEngine(), "candidate": FakeEngine()}
+    planned = {}
+    for chunk in plan_chunks(config, [few, default], engines):
+        planned[(chunk.role, chunk.case.case_id)] = planned.get((chunk.role, chunk.case.case_id), 0) + chunk.n
+    assert planned == {("baseline", "few"): 30, ("candidate", "few"): 30, ("baseline", "run"): 50, ("candidate", "run"): 50}
+    f.write_text(json.dumps({"cases": [{"id": "bad", "prompt": "a", "samples": 0}]}))
+    with pytest.raises(ConfigError, match="samples"):
+        load_cases(f)

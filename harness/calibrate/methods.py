@@ -206,7 +206,8 @@ def greedy_exact_match(baseline_rows: np.ndarray, candidate_rows: np.ndarray) ->
     """
     a, b = np.asarray(baseline_rows), np.asarray(candidate_rows)
     if a.shape != b.shape or a.ndim != 2 or a.shape[0] == 0:
-        raise ValueError(f"`baseline_rows` and `candidate_rows` must be aligned non-empty 2-D arrays, got {a.shape}, {b.shape}")
+        raise ValueError("`baseline_rows` and `candidate_rows` must be aligned non-empty 2-D arrays, "
+                         f"got {a.shape} and {b.shape}")
     rate = float(np.mean(np.all(a == b, axis=1)))
     return MethodResult(method="greedy exact match", flagged=rate < 1.0, statistic=rate, threshold=1.0, n=int(a.shape[0]),
                         detail=f"{rate:.1%} of greedy rows identical to the baseline's")

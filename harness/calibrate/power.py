@@ -70,8 +70,9 @@ class Calibrator:
         if greedy:
             params["temperature"] = 0.0
         batch = spec is not None and spec.bug_class == "batch"
-        return Case(case_id=name, prompt_ids=self.prompt, params=SamplingParams(max_new_tokens=self.s.max_new_tokens, **params),
-                    batch_size=self.s.batch_size, companions=self.companions if batch else ())
+        sampling = SamplingParams(max_new_tokens=self.s.max_new_tokens, **params)
+        return Case(case_id=name, prompt_ids=self.prompt, params=sampling, batch_size=self.s.batch_size,
+                    companions=self.companions if batch else ())
 
     def engine(self, spec: MutantSpec | None, **options: Any) -> Any:
         if spec is None:
@@ -254,10 +255,11 @@ class Calibrator:
             used = max(cand.size, 1)
             tv, source = self.empirical_tv(case, cand, used), f"empirical, bias-corrected, n={used}"
         return VariantReport(
-            name=name, bug=spec.bug if spec else "the reference engine itself", bug_class=spec.bug_class if spec else "lossless",
-            lossless=lossless, params=case.params.label(), batch_size=case.batch_size, companions=len(case.companions),
-            tv=tuple(tv), tv_source=source, accept_rate=None if laws is None else laws.accept_rate,
-            detections=tuple(detections), budget_rate=budget_rate, budget_reps=budget_reps, seconds=time.perf_counter() - t0, notes=tuple(notes),
+            name=name, bug=spec.bug if spec else "the reference engine itself",
+            bug_class=spec.bug_class if spec else "lossless", lossless=lossless, params=case.params.label(),
+            batch_size=case.batch_size, companions=len(case.companions), tv=tuple(tv), tv_source=source,
+            accept_rate=None if laws is None else laws.accept_rate, detections=tuple(detections),
+            budget_rate=budget_rate, budget_reps=budget_reps, seconds=time.perf_counter() - t0, notes=tuple(notes),
         )
 
     # ---- the mixture power curve ------------------------------------------------------------

@@ -69,7 +69,8 @@ def request_json(
         except (OSError, http.client.HTTPException):
             detail = ""
         kind = "http_5xx" if status >= 500 else "http_4xx"
-        raise TransportFault(kind, f"HTTP {status} {detail}".strip(), retriable=status in RETRIABLE_STATUS, status=status) from None
+        message = f"HTTP {status} {detail}".strip()
+        raise TransportFault(kind, message, retriable=status in RETRIABLE_STATUS, status=status) from None
     except (TimeoutError, socket.timeout) as exc:
         raise TransportFault("timeout", f"no answer within {timeout_s:g} s ({exc})", retriable=True) from None
     except urllib.error.URLError as exc:
@@ -81,7 +82,8 @@ def request_json(
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TransportFault("bad_json", f"unparseable JSON ({exc.msg if hasattr(exc, 'msg') else exc}): {_short(raw, 120)!r}", retriable=True) from None
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise TransportFault("bad_json", f"unparseable JSON ({reason}): {_short(raw, 120)!r}", retriable=True) from None
 
 
 def get_text(url: str, *, headers: dict[str, str], timeout_s: float) -> str:
@@ -91,7 +93,8 @@ def get_text(url: str, *, headers: dict[str, str], timeout_s: float) -> str:
         with _open(req, timeout_s) as resp:
             return resp.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
-        raise TransportFault("http_4xx" if exc.code < 500 else "http_5xx", f"HTTP {exc.code}", retriable=False, status=exc.code) from None
+        kind = "http_4xx" if exc.code < 500 else "http_5xx"
+        raise TransportFault(kind, f"HTTP {exc.code}", retriable=False, status=exc.code) from None
     except (TimeoutError, socket.timeout, urllib.error.URLError, http.client.HTTPException, ConnectionError) as exc:
         raise TransportFault("connection", f"{type(exc).__name__}: {exc}", retriable=False) from None
 

@@ -49,32 +49,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-import numpy as np
-
-from harness.engines._hf_utils import load_causal_lm
+from harness.engines._hf_utils import check_prompts, load_causal_lm
+from harness.engines._options import as_int
+from harness.engines._torch import derive_seed
 from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from harness.errors import ConfigError, EngineError
 from harness.params import SamplingParams
 
 if TYPE_CHECKING:
     import torch
-    import transformers
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed derived from integers (request seed, row, ...), stable across platforms."""
-    state = np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint32)
-    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
-
-
-def as_int(value: Any, option: str, *, minimum: int = 0) -> int:
-    """Coerce a CLI option (possibly a string) to an int >= minimum, or raise ConfigError naming it."""
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", where=option) from None
-    if isinstance(value, bool) or out < minimum or (isinstance(value, float) and value != out):
-        raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", where=option)
-    return out
 
 
 def _model_label(spec: Any, model: Any) -> str:
@@ -192,14 +175,6 @@ class _HFEngine:
             )
         return generated
 
-    def _check_prompts(self, request: SampleRequest) -> None:
-        for j, prompt in enumerate(request.prompts):
-            if not prompt:
-                raise EngineError(f"prompt {j} is empty", engine=self.name)
-            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-            if bad:
-                raise EngineError(f"prompt {j} holds token {bad[0]} outside [0, {self.vocab_size})", engine=self.name)
-
 
 class HFSampleEngine(_HFEngine):
     """Plain ``generate(do_sample=True)`` of the target, ``request.batch_size`` rows per call (left padded)."""
@@ -220,7 +195,7 @@ class HFSampleEngine(_HFEngine):
 
     def sample(self, request: SampleRequest) -> SampleBatch:
         torch = self._torch
-        self._check_prompts(request)
+        check_prompts(request.prompts, self.vocab_size, self.name)
         params = request.params
         prompt_of_row = request.rows()
         kwargs = self._kwargs(params)
@@ -299,7 +274,7 @@ class _RowLoopEngine(_HFEngine):
 
     def sample(self, request: SampleRequest) -> SampleBatch:
         torch = self._torch
-        self._check_prompts(request)
+        check_prompts(request.prompts, self.vocab_size, self.name)
         params = request.params
         prompt_of_row = request.rows()
         kwargs = {**self._kwargs(params), **self._extra_kwargs()}

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.engines._http import TransportFault, get_text, parse_prometheus, request_json
+from harness.engines._options import as_int
 from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
-from harness.engines.hf import as_int
 from harness.errors import ConfigError, EngineError
 from harness.params import SamplingParams
 

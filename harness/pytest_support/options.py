@@ -30,24 +30,39 @@ import pytest
 #: correct engine, passing would call it certified. A skip is neither, and says the sample
 #: size that would decide. Certification gates use ``fail`` (as the CLI's exit code 3).
 INCONCLUSIVE_OUTCOMES: tuple[str, ...] = ("fail", "skip", "pass")
-#: Samples per case and engine when nothing else says (equals ``harness.run.DEFAULT_SAMPLES``).
-DEFAULT_SAMPLES = 250
 GROUP = "speceq"
 _ON = frozenset({"on", "true", "yes", "1"})
 _OFF = frozenset({"off", "false", "no", "0", "none"})
+
+
+def default_samples() -> int:
+    """Samples per case and engine when nothing else says: the same as ``speceq run``.
+
+    Read from :data:`harness.run.DEFAULT_SAMPLES` when needed (``--help``, configure), so
+    that loading the plugin imports nothing but pytest.
+    """
+    from harness.run import DEFAULT_SAMPLES
+
+    return DEFAULT_SAMPLES
 
 
 class BuiltinDefault:
     """An option's built-in default; tells "not given" apart from "given the default value".
 
     ``repr`` is the value's, so ``Default: %(default)r`` in a help text shows the value.
-    argparse never converts it (it converts string defaults only).
+    argparse never converts it (it converts string defaults only). A ``factory`` computes
+    the value on first use.
     """
 
-    __slots__ = ("value",)
+    __slots__ = ("_value", "_factory")
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
+    def __init__(self, value: Any = None, *, factory: Callable[[], Any] | None = None) -> None:
+        self._value = value
+        self._factory = factory
+
+    @property
+    def value(self) -> Any:
+        return self._factory() if self._factory is not None else self._value
 
     def __repr__(self) -> str:
         return repr(self.value)
@@ -118,6 +133,11 @@ class OptionSpec:
     metavar: str
     help: str
     repeatable: bool = False
+    default_factory: Callable[[], Any] | None = None
+    default_text: str | None = None  # how the ini help names a computed default
+
+    def builtin(self) -> BuiltinDefault:
+        return BuiltinDefault(self.default, factory=self.default_factory)
 
     @property
     def flag(self) -> str:
@@ -146,7 +166,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(name="oracle", default="on", convert=_oracle, metavar="on|off|DIR",
                help="score the candidate's tokens with the target: on (the baseline's loaded target, "
                     "else the bundled one), off (two-sample tests only), or a target model folder."),
-    OptionSpec(name="samples", default=DEFAULT_SAMPLES, convert=_int_at_least(1), metavar="N",
+    OptionSpec(name="samples", default=None, default_factory=default_samples,
+               default_text="as `speceq run` (harness.run.DEFAULT_SAMPLES)", convert=_int_at_least(1), metavar="N",
                help="samples of each case's prompt per engine; on the command line it overrides "
                     "every speceq_budget marker (the suites' budgets)."),
     OptionSpec(name="alpha", default=1e-3, convert=_probability(upper_inclusive=False, what="a level in (0, 1)"),
@@ -182,28 +203,30 @@ def add_options(parser: pytest.Parser) -> None:
                             help=f"{o.help} Default: none")
             parser.addini(o.ini, f"{o.help} Default: none", type="linelist", default=[])
         else:
-            group.addoption(o.flag, dest=o.dest, default=BuiltinDefault(o.default), type=o.convert,
+            group.addoption(o.flag, dest=o.dest, default=o.builtin(), type=o.convert,
                             metavar=o.metavar, help=f"{o.help} Default: %(default)r")
-            parser.addini(o.ini, f"{o.help} Default: {o.default!r}", type="string", default="")
+            default_text = o.default_text if o.default_text is not None else repr(o.default)
+            parser.addini(o.ini, f"{o.help} Default: {default_text}", type="string", default="")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """The session's resolved options (validated). ``sources`` says where each came from."""
+    """The session's resolved options (validated). ``sources`` says where each came from:
+    ``"command line"``, ``"ini"`` or ``"default"``."""
 
-    baseline: str = "baseline"
-    candidate: str = "reference"
-    baseline_options: Mapping[str, Any] = field(default_factory=dict)
-    candidate_options: Mapping[str, Any] = field(default_factory=dict)
-    oracle: str = "on"
-    samples: int = DEFAULT_SAMPLES
-    alpha: float = 1e-3
-    tolerance: float = 0.05
-    seed: int = 0
-    threads: int | None = None
-    store: Path | None = None
-    report: Path | None = None
-    inconclusive: str = "skip"
+    baseline: str
+    candidate: str
+    baseline_options: Mapping[str, Any]
+    candidate_options: Mapping[str, Any]
+    oracle: str
+    samples: int
+    alpha: float
+    tolerance: float
+    seed: int
+    threads: int | None
+    store: Path | None
+    report: Path | None
+    inconclusive: str
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def engine_options(self, role: str, spec: str) -> dict[str, Any]:
@@ -232,7 +255,7 @@ def _scalar(config: pytest.Config, o: OptionSpec) -> tuple[Any, str]:
             return o.convert(raw), "ini"
         except argparse.ArgumentTypeError as e:
             raise pytest.UsageError(f"ini option {o.ini} = {raw!r}: {e}") from None
-    return o.default, "default"
+    return o.builtin().value, "default"
 
 
 def _engine_options(config: pytest.Config, role: str, spec: str) -> dict[str, Any]:

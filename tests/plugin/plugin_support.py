@@ -15,6 +15,7 @@ filterwarnings =
     ignore::DeprecationWarning:transformers.*
     ignore::FutureWarning:transformers.*
     ignore::UserWarning:transformers.*
+    ignore:Benchmarks are automatically disabled because xdist plugin is active
 """
 #: Options of a fast toy run: toy engines (numpy, 6 tokens), no oracle.
 TOY = ("--speceq-baseline=toy_engines:baseline_engine", "--speceq-candidate=toy_engines:correct_engine",

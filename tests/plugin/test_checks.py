@@ -41,7 +41,7 @@ def test_shifted_engine_fails_with_the_evidence(project: pytest.Pytester) -> Non
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "E *DistributionMismatch: speceq: candidate 'toy-shifted' vs baseline 'toy-baseline': run verdict SHIFTED*",
-        "E *case 'c' [[]T=1 len=3]: SHIFTED — chi2 prompt 0 position * rejects, Holm-adjusted p=*",
+        "E *case 'c' [[]T=1 len=3]: SHIFTED — chi2 * rejects, Holm-adjusted p=*",
         "E *rejecting tests (Holm-adjusted p <= alpha=0.001):",
         "E *chi2 prompt 0 position *: statistic *, p=*, Holm p=*",
         "E *tokens that moved most:",
@@ -99,7 +99,7 @@ def test_inconclusive_default_is_skip_and_keyword_overrides_it(project: pytest.P
     """)
     result = project.runpytest(*TOY, "--speceq-samples=300")
     result.assert_outcomes(skipped=1, failed=1, passed=1)
-    result.stdout.fnmatch_lines(["FAILED test_kw.py::test_keyword_fail - *Equivale*"])
+    result.stdout.fnmatch_lines(["FAILED test_kw.py::test_keyword_fail - *"])
 
 
 def test_markers_give_cases_and_budget_and_the_command_line_overrides_the_budget(project: pytest.Pytester) -> None:

@@ -26,7 +26,7 @@ def test_two_checks(speceq):
 def test_without_speceq():
     pass
 """
-ARGS = (*TOY, "--speceq-tolerance=0.2", "--speceq-samples=600", "--speceq-report=out/report.html")
+ARGS = (*TOY, "--speceq-samples=600", "--speceq-inconclusive=pass", "--speceq-report=out/report.html")
 EXPECTED_CASES = {
     "test_session.py::test_bad :: bad",
     "test_session.py::test_good[1] :: good-1",

@@ -35,7 +35,7 @@ def test_registered_once(project: pytest.Pytester, monkeypatch: pytest.MonkeyPat
     project.makepyfile(test_wired=USES_FIXTURE)
     result = project.runpytest_subprocess("-s", *extra)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"REGISTERED-AS {expected}"])
+    assert f"REGISTERED-AS {expected}" in result.stdout.str()
 
 
 def test_blocking_the_plugin_is_respected(project: pytest.Pytester) -> None:
@@ -50,7 +50,7 @@ def test_suites_collect_from_the_checkout_and_as_an_installed_package(project: p
     result = project.runpytest_subprocess("--pyargs", "suites", "--collect-only", "-q", "-p", "harness.plugin")
     assert result.ret == 0, result.stdout.str()
     ids = [line for line in result.stdout.lines if "::" in line]
-    assert len(ids) == 24
+    assert len(ids) == 25
     for module in ("test_temperature", "test_sampling_params", "test_batch_invariance", "test_greedy",
                    "test_long_and_eos", "test_repeatability"):
-        assert any(f"suites/{module}.py::" in i for i in ids), module
+        assert any(f"{module}.py::" in i for i in ids), module
