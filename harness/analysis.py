@@ -58,7 +58,7 @@ TOP_POSITIONS = (0, 1)
 #: Decoded sample texts kept per engine.
 SAMPLE_TEXTS = 3
 #: Baseline rows scored by the oracle for the A/A diagnostic (the oracle's own check).
-BASELINE_AA_ROWS = 2000
+BASELINE_AA_ROWS = 1000
 #: Most greedy divergences listed per case.
 MAX_DIVERGENCES = 10
 
@@ -311,7 +311,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
     extra["tv_reference"] = "oracle (position 0) and two-sample" if oracle is not None else "two-sample"
     ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
                       effective_support=k_eff, mode="two-sample", n_baseline=n_base, n_candidate=n_cand,
-                      hard_failures=tuple(failures))
+                      hard_failures=tuple(failures), bound_alpha=alpha / max(1, len(bounds)))
     return ev, extra
 
 

@@ -1,16 +1,17 @@
 """Default run settings shared by the CLI, the Python API and the pytest plugin (no imports).
 
-DEFAULT_SAMPLES: samples of each case's prompt per engine (companions get as many). With
-    the default cases (4 generated tokens) about 3 000 samples per engine bring the TV upper
-    bound of a correct engine near 0.1 on the bundled models; the default run is sized to
-    finish in a few minutes on 2 CPU cores.
+DEFAULT_SAMPLES: samples of each case's prompt per engine (companions get as many). The
+    default run is sized to finish in a few minutes on 2 CPU cores.
 DEFAULT_TOLERANCE: TV distance between the baseline's and the candidate's per-position token
-    laws below which a case is ``equivalent`` (checked through an upper confidence bound).
+    laws below which a case is ``equivalent`` (checked through an upper confidence bound). At
+    3 000 samples per engine the bound of a correct engine on the default cases measured
+    0.06-0.13 (the plug-in TV's upward bias is most of it), so 0.15 is what the default budget
+    can certify; ~15 000 samples per engine certify 0.05.
 DEFAULT_ALPHA: family-wise false-alarm level of a run (Holm over its primary tests); 1e-3
     keeps a CI job that runs many checks quiet.
 """
 
 DEFAULT_SAMPLES = 3000
 DEFAULT_CHUNK_SIZE = 500
-DEFAULT_TOLERANCE = 0.1
+DEFAULT_TOLERANCE = 0.15
 DEFAULT_ALPHA = 1e-3

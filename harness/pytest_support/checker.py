@@ -79,7 +79,7 @@ class EquivalenceChecker:
         self.settings: Settings = session.settings
         budget = _marker_budget(item)
         from_cli = self.settings.sources.get("samples") == "command line"
-        self.samples: int = self.settings.samples if from_cli or budget is None else budget
+        self.samples: int = self.settings.budget() if from_cli or budget is None else budget
         item.stash.setdefault(ITEM_RESULTS_KEY, [])
         item.stash.setdefault(ITEM_NOTES_KEY, [])
 

@@ -219,7 +219,7 @@ class Settings:
     baseline_options: Mapping[str, Any]
     candidate_options: Mapping[str, Any]
     oracle: str
-    samples: int
+    samples: int | None  # None: the built-in default, see budget()
     alpha: float
     tolerance: float
     seed: int
@@ -229,6 +229,10 @@ class Settings:
     inconclusive: str
     sources: Mapping[str, str] = field(default_factory=dict)
 
+    def budget(self) -> int:
+        """Samples per case and engine: the option's value, else the built-in default."""
+        return self.samples if self.samples is not None else default_samples()
+
     def engine_options(self, role: str, spec: str) -> dict[str, Any]:
         """The session's options of ``role`` when ``spec`` is the session's engine, else none."""
         return dict(getattr(self, f"{role}_options")) if spec == getattr(self, role) else {}
@@ -237,7 +241,7 @@ class Settings:
         """One line for pytest's report header."""
         oracle = self.oracle if self.oracle in ("on", "off") else f"model {self.oracle}"
         return (f"speceq: baseline={self.baseline} candidate={self.candidate} oracle={oracle} "
-                f"samples={self.samples} ({self.sources.get('samples', 'default')}) alpha={self.alpha:g} "
+                f"samples={self.budget()} ({self.sources.get('samples', 'default')}) alpha={self.alpha:g} "
                 f"tolerance={self.tolerance:g} seed={self.seed} inconclusive={self.inconclusive}")
 
 
@@ -255,16 +259,18 @@ def _scalar(config: pytest.Config, o: OptionSpec) -> tuple[Any, str]:
             return o.convert(raw), "ini"
         except argparse.ArgumentTypeError as e:
             raise pytest.UsageError(f"ini option {o.ini} = {raw!r}: {e}") from None
-    return o.builtin().value, "default"
+    # computed defaults (samples) stay None here and resolve on use: see Settings.budget()
+    return (None if o.default_factory is not None else o.default), "default"
 
 
 def _engine_options(config: pytest.Config, role: str, spec: str) -> dict[str, Any]:
-    from harness.engines.registry import parse_engine_options
-    from harness.errors import ConfigError
-
     o = OPTION_BY_NAME[f"{role}_option"]
     ini_lines = [line for line in config.getini(o.ini) if line.strip()]
     cli_lines = config.getoption(o.dest) or []
+    if not ini_lines and not cli_lines:
+        return {}
+    from harness.engines.registry import parse_engine_options  # imported only when options are given
+    from harness.errors import ConfigError
     ini_spec_raw = config.getini(OPTION_BY_NAME[role].ini)
     ini_spec = ini_spec_raw.strip() if isinstance(ini_spec_raw, str) and ini_spec_raw.strip() else OPTION_BY_NAME[role].default
     try:

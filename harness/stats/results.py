@@ -94,7 +94,7 @@ class HomogeneityResult(_Result):
         return (
             f"chi2 homogeneity X2={self.statistic:.4g}, dof={self.dof}, p={_fmt_p(self.pvalue)} "
             f"({self.method}{mc}; {self.n_bins} bins, {self.merged_labels} merged); "
-            f"TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} ({1 - self.tv_alpha:.0%}); n={self.n_a}+{self.n_b}"
+            f"TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); n={self.n_a}+{self.n_b}"
         )
 
 
@@ -125,7 +125,7 @@ class GoodnessOfFitResult(_Result):
         sv = f", {self.support_violations} outside the support" if self.support_violations else ""
         return (
             f"chi2 goodness of fit X2={self.statistic:.4g}, dof={self.dof}, p={_fmt_p(self.pvalue)} "
-            f"({self.n_bins} bins{sv}); TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} ({1 - self.tv_alpha:.0%}); n={self.n}"
+            f"({self.n_bins} bins{sv}); TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); n={self.n}"
         )
 
 

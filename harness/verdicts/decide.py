@@ -58,6 +58,9 @@ class CaseEvidence:
     n_baseline: int
     n_candidate: int
     hard_failures: tuple[str, ...] = ()
+    #: Level at which ``tv_upper_bound`` was computed when it is not ``alpha`` (e.g. alpha / L
+    #: for a bound that holds over L positions at once); the certification size uses it.
+    bound_alpha: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,10 +125,10 @@ def _required_n(case: CaseEvidence, alpha: float, tolerance: float, primary_coun
     bins = max(2, round(case.effective_support))
     if case.mode == "oracle":
         detect = required_n_oracle(tolerance, bins, level, DESIGN_POWER)
-        certify = required_n_equivalence_oracle(tolerance, float(case.effective_support), alpha)
+        certify = required_n_equivalence_oracle(tolerance, float(case.effective_support), case.bound_alpha or alpha)
     else:
         detect = required_n_two_sample(tolerance, bins, level, DESIGN_POWER)
-        certify = required_n_equivalence_two_sample(tolerance, float(case.effective_support), alpha)
+        certify = required_n_equivalence_two_sample(tolerance, float(case.effective_support), case.bound_alpha or alpha)
     return max(detect, certify)
 
 

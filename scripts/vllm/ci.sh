@@ -15,6 +15,8 @@
 #   SPECEQ_VLLM_SAMPLES (default 400), SPECEQ_VLLM_EXPECT_NGRAM (default shifted),
 #   SPECEQ_VLLM_EXPECT_DRAFT_MODEL (default shifted), SPECEQ_VLLM_DRAFT (draft folder for draft_model).
 set -euo pipefail
+# Exit codes: 0 all checks as expected; 1 a check failed (a test, or a verdict that changed);
+# 90 the environment could not be built or a server did not start (infrastructure, not a verdict).
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo_root"
@@ -75,12 +77,13 @@ spec_config() {
 }
 
 echo "== setup"
-bash scripts/vllm/setup.sh
+bash scripts/vllm/setup.sh || { echo "!! vLLM setup failed (infrastructure)" >&2; exit 90; }
 
 t0=$SECONDS
 plain_port="$(free_port)"
 echo "== plain server on port $plain_port"
-pgids+=("$(bash scripts/vllm/serve.sh "$target" "$plain_port")")
+pgid="$(bash scripts/vllm/serve.sh "$target" "$plain_port")" || { echo "!! plain vLLM server did not start" >&2; exit 90; }
+pgids+=("$pgid")
 plain_url="http://127.0.0.1:$plain_port"
 echo "   up after $((SECONDS - t0)) s"
 
@@ -89,7 +92,9 @@ for method in $specs; do
     t0=$SECONDS
     spec_port="$(free_port)"
     echo "== $method server on port $spec_port"
-    pgids+=("$(bash scripts/vllm/serve.sh "$target" "$spec_port" "$(spec_config "$method")")")
+    pgid="$(bash scripts/vllm/serve.sh "$target" "$spec_port" "$(spec_config "$method")")" \
+        || { echo "!! $method vLLM server did not start" >&2; exit 90; }
+    pgids+=("$pgid")
     spec_url="http://127.0.0.1:$spec_port"
     echo "   up after $((SECONDS - t0)) s"
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_ENGINES = Path(__file__).with_name("toy_engines.py")
+#: The inner projects' ini. unraisableexception/threadexception are off in them only: at
+#: every config teardown they run gc.collect() several times, ~0.2 s each with torch loaded.
 INI = """\
 [pytest]
-addopts = --strict-markers -p no:cacheprovider
+addopts = --strict-markers -p no:cacheprovider -p no:unraisableexception -p no:threadexception
 filterwarnings =
     error
     ignore::DeprecationWarning:torch.*

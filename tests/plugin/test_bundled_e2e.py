@@ -1,18 +1,13 @@
 """End to end on the bundled models (small budgets): the reference engine is not shifted, a
 candidate with a wrong temperature is, through the oracle tests, with the evidence printed.
 
-The engines are imported here, before the pytester run: an in-process run drops the modules
-it imports first, and torch must not be imported twice.
+Runs in a subprocess: torch stays out of this process (an in-process run would drop the
+modules it imports first, and a heap holding torch makes every later gc.collect() slow).
 """
 
 from __future__ import annotations
 
 import pytest
-import torch
-
-import harness.engines.baseline  # noqa: F401
-import harness.engines.reference  # noqa: F401
-import harness.oracle  # noqa: F401
 
 HOT_ENGINE = '''
 import dataclasses
@@ -37,9 +32,8 @@ def test_hot(speceq):
 
 
 def test_reference_passes_and_a_wrong_temperature_is_caught(project: pytest.Pytester) -> None:
-    torch.set_num_threads(1)
     project.makepyfile(hot_engine=HOT_ENGINE, test_bundled=TESTS)
-    result = project.runpytest("--speceq-samples=300", "-s")
+    result = project.runpytest_subprocess("--speceq-samples=300", "-s")
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "REFERENCE equivalent True" in out or "REFERENCE inconclusive True" in out

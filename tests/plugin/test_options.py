@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
 from harness.plugin import SESSION_KEY
-from harness.pytest_support.options import DEFAULT_SAMPLES, OPTIONS, BuiltinDefault, Settings
+from harness.pytest_support.options import OPTION_BY_NAME, OPTIONS, BuiltinDefault, Settings, default_samples
 from plugin_support import TOY
 
 
@@ -16,10 +17,24 @@ def settings_of(project: pytest.Pytester, *args: str) -> Settings:
     return config.stash[SESSION_KEY].settings
 
 
-def test_default_samples_match_the_run_default() -> None:
-    from harness.run import DEFAULT_SAMPLES as RUN_DEFAULT
+CHECK_IMPORTS = """
+import sys
+import pytest
 
-    assert DEFAULT_SAMPLES == RUN_DEFAULT
+# collect with the plugin loaded and configured, third-party plugins off (they import their own deps)
+pytest.main(["-q", "--co", "-p", "harness.plugin", "-p", "no:hypothesispytest", "-p", "no:benchmark",
+             "-p", "no:html", "-p", "no:metadata", "-p", "no:anyio", "-p", "no:xdist"])
+print("HEAVY", sorted(m for m in ("torch", "numpy", "scipy", "harness.run") if m in sys.modules))
+"""
+
+
+def test_default_samples_are_the_run_default_and_loading_the_plugin_stays_cheap(project: pytest.Pytester) -> None:
+    from harness.run import DEFAULT_SAMPLES
+
+    assert default_samples() == DEFAULT_SAMPLES
+    project.makepyfile(check_imports=CHECK_IMPORTS, test_plain="def test_plain():\n    pass\n")
+    result = project.runpython(project.path / "check_imports.py")
+    result.stdout.fnmatch_lines(["*1 test collected*", "HEAVY []"])
 
 
 def test_help_lists_every_option_in_one_group_with_defaults(project: pytest.Pytester) -> None:
@@ -30,13 +45,13 @@ def test_help_lists_every_option_in_one_group_with_defaults(project: pytest.Pyte
     for o in OPTIONS:
         assert o.flag in group, o.flag
         assert f"  {o.ini} (" in out, o.ini
-    assert "Default: 250" in group and "Default: 0.001" in group and "Default: 'skip'" in group
+    assert f"Default: {default_samples()}" in group and "Default: 0.001" in group and "Default: 'skip'" in group
 
 
 def test_builtin_defaults(project: pytest.Pytester) -> None:
     s = settings_of(project)
-    assert (s.baseline, s.candidate, s.oracle, s.samples, s.alpha, s.tolerance, s.seed, s.inconclusive) == (
-        "baseline", "reference", "on", 250, 1e-3, 0.05, 0, "skip")
+    assert (s.baseline, s.candidate, s.oracle, s.budget(), s.alpha, s.tolerance, s.seed, s.inconclusive) == (
+        "baseline", "reference", "on", default_samples(), 1e-3, 0.05, 0, "skip")
     assert s.store is None and s.report is None and s.threads is None
     assert set(s.sources.values()) == {"default"}
 
@@ -91,15 +106,24 @@ def test_engine_options_parse_json_values(project: pytest.Pytester) -> None:
     assert s.candidate_options == {"k": [1, 2], "trace": True}
 
 
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("samples", "0", "expected an integer >= 1, got 0"),
+    ("samples", "many", "expected an integer >= 1, got 'many'"),
+    ("alpha", "1", "expected a level in (0, 1), got 1.0"),
+    ("tolerance", "0", "expected a total-variation distance in (0, 1], got 0.0"),
+    ("seed", "-1", "expected an integer >= 0, got -1"),
+    ("inconclusive", "maybe", "expected one of fail, skip, pass, got 'maybe'"),
+    ("candidate", " ", "expected a non-empty value"),
+])
+def test_invalid_values_are_refused_with_what_was_expected(name: str, text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        OPTION_BY_NAME[name].convert(text)
+
+
 @pytest.mark.parametrize(("args", "message"), [
-    (["--speceq-samples=0"], "expected an integer >= 1, got 0"),
-    (["--speceq-samples=many"], "expected an integer >= 1, got 'many'"),
-    (["--speceq-alpha=1"], "expected a level in (0, 1)"),
-    (["--speceq-tolerance=0"], "expected a total-variation distance in (0, 1]"),
-    (["--speceq-seed=-1"], "expected an integer >= 0"),
-    (["--speceq-inconclusive=maybe"], "expected one of fail, skip, pass"),
-    (["--speceq-oracle=no/such/folder"], "neither on, off nor a model folder"),
-    (["--speceq-candidate-option=novalue"], "expected key=value"),
+    (["--speceq-samples=0"], "argument --speceq-samples: expected an integer >= 1, got 0"),
+    (["--speceq-oracle=no/such/folder"], "--speceq-oracle: 'no/such/folder' is neither on, off nor a model folder"),
+    (["--speceq-candidate-option=novalue"], "--speceq-candidate-option: engine option 'novalue': expected key=value"),
     (["--speceq-report=out.json"], "give an HTML path"),
 ])
 def test_invalid_command_line_values_are_usage_errors(project: pytest.Pytester, args: list[str], message: str) -> None:
