@@ -83,7 +83,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.when != "call":
         return report
-    from harness.pytest_support.checker import ITEM_NOTES_KEY, ITEM_RESULTS_KEY
+    from harness.pytest_support.session import ITEM_NOTES_KEY, ITEM_RESULTS_KEY
 
     results = item.stash.get(ITEM_RESULTS_KEY, [])
     notes = item.stash.get(ITEM_NOTES_KEY, [])

@@ -331,6 +331,49 @@ def _loaded_model(engine: Engine, attribute: str) -> Any | None:
     return model if model is not None and hasattr(model, "config") and hasattr(model, "forward") else None
 
 
+#: Fewest samples per engine of a sampling case with which any of its tests can reject.
+MIN_SAMPLES = 10
+
+
+def check_sample_sizes(config: RunConfig, cases: Sequence[Case]) -> None:
+    """Refuse sampling cases with too few samples for any test to say anything."""
+    from harness.stats import required_n_two_sample
+
+    for case in cases:
+        n = case.samples or config.samples
+        if not case.params.greedy and n < MIN_SAMPLES:
+            need = required_n_two_sample(config.tolerance, 10, config.alpha)
+            raise ConfigError(
+                f"{n} samples per engine is too few for any test (at least {MIN_SAMPLES}); detecting a TV shift of "
+                f"{config.tolerance:g} over ~10 likely tokens at alpha={config.alpha:g} needs about {need}",
+                where=f"case {case.case_id!r}.samples" if case.samples else "run.samples",
+            )
+
+
+def check_engines_comparable(engines: Mapping[str, Engine]) -> None:
+    """Baseline and candidate must share a vocabulary and an EOS id: their tokens are compared as ids."""
+    base, cand = engines["baseline"], engines["candidate"]
+    for attr in ("vocab_size", "eos_token_id"):
+        a, b = getattr(base, attr), getattr(cand, attr)
+        if a != b:
+            raise ConfigError(
+                f"baseline {base.name!r} has {attr}={a} but candidate {cand.name!r} has {attr}={b}: token ids of "
+                "different vocabularies or tokenizers cannot be compared (use the same tokenizer on both sides)",
+                where=f"engines.{attr}",
+            )
+
+
+def check_oracle_matches(oracle: Any, engines: Mapping[str, Engine]) -> None:
+    """The oracle's model must score the baseline's vocabulary."""
+    base = engines["baseline"]
+    if oracle.vocab_size != base.vocab_size:
+        raise ConfigError(
+            f"oracle model has a vocabulary of {oracle.vocab_size} but baseline {base.name!r} has {base.vocab_size}: "
+            "it is not the baseline's target model (pass --oracle-model DIR, or --no-oracle)",
+            where="oracle.model",
+        )
+
+
 def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
     """The target oracle of ``config`` (None when off); see :class:`RunConfig` for the defaults."""
     if not config.oracle:
@@ -376,7 +419,9 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     if dup:
         raise ConfigError(f"duplicate case ids {dup}", where="cases")
     _apply_threads(config.threads)
+    check_sample_sizes(config, cases)
     engines = dict(engines) if engines is not None else resolve_engines(config)
+    check_engines_comparable(engines)
     described = engine_identities(config, engines)
     seeds = {"run_seed": config.seed, "derivation": "harness.run.chunk_seed(run_seed, role, case_id, slice)"}
     provenance = collect_provenance(seeds=seeds, engines=described, settings=config.settings(),
@@ -389,6 +434,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
                              "sampled": collected.chunks_sampled}}
     oracle = make_oracle(config, engines)
     if oracle is not None:
+        check_oracle_matches(oracle, engines)
         provenance["oracle"] = oracle.describe()
     result = _analyse(config, cases, collected, {r: described[r]["config"] for r in ROLES}, oracle, provenance)
     result_json = (result.to_json() + "\n").encode("utf-8")

@@ -26,7 +26,8 @@ Modules, each documenting the bug class it targets and its sample budget:
 Outcomes: ``shifted`` fails the test with the evidence; ``equivalent`` passes;
 ``inconclusive`` (no shift detected, equivalence within ``--speceq-tolerance`` not shown at
 the budget) skips by default (``--speceq-inconclusive``). Certifying TV < 0.05 at every
-position of a multi-token case needs ~10^4 samples per engine; on a CPU only the first-token
-tests reach that at their default budget, the others detect shifts (the oracle tests score
-every generated token) but usually stay inconclusive.
+position of a multi-token case needs ~2x10^4 samples per engine; on a CPU only the first-token
+tests (20,000 one-token rows) and the greedy tests reach a decision at their default budget,
+the others detect shifts (the oracle tests score every generated token) but usually stay
+inconclusive. ``--speceq-samples=100`` runs every test in about 2 CPU-minutes (smoke run).
 """

@@ -28,12 +28,8 @@ from harness.params import Case
 from harness.pytest_support.explain import explain_run
 from harness.pytest_support.options import INCONCLUSIVE_OUTCOMES, Settings
 from harness.pytest_support.probes import Repeatability, SoloEngine, repeatability
-from harness.pytest_support.session import EquivalenceSession
+from harness.pytest_support.session import ITEM_NOTES_KEY, ITEM_RESULTS_KEY, EquivalenceSession
 from harness.verdicts.result import CaseResult, RunResult
-
-#: Per-item stash: the test's checks (result, store folder) and its information notes.
-ITEM_RESULTS_KEY = pytest.StashKey[list]()
-ITEM_NOTES_KEY = pytest.StashKey[list]()
 
 CaseLike = Case | Mapping[str, Any]
 Cases = CaseLike | Sequence[CaseLike] | str | Path | None
@@ -60,7 +56,8 @@ def _marker_budget(item: pytest.Item) -> int | None:
     unknown = sorted(set(marker.kwargs) - {"samples"})
     samples = marker.kwargs.get("samples")
     if marker.args or unknown or isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ConfigError(f"expected speceq_budget(samples=<integer >= 1>), got args {marker.args} kwargs {marker.kwargs}",
+        raise ConfigError(f"expected speceq_budget(samples=<integer >= 1>), got args {marker.args} "
+                          f"kwargs {marker.kwargs}",
                           where=f"{item.nodeid}: marker speceq_budget")
     return samples
 
@@ -130,15 +127,16 @@ class EquivalenceChecker:
         return out
 
     # ----- engines -------------------------------------------------------------------------
-    def _choose(self, role: str, spec: str | Engine | None, options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any], Engine]:
+    def _choose(self, role: str, spec: str | Engine | None,
+                options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any], Engine]:
         """(spec label, options, engine) of ``role``: an Engine instance as is, else the session's cached one."""
         __tracebackhide__ = True
         if role not in ("baseline", "candidate"):
             raise ConfigError(f"expected 'baseline' or 'candidate', got {role!r}", where="speceq engine role")
         if spec is not None and not isinstance(spec, str):
             if options:
-                raise ConfigError(f"options {sorted(options)} given with an engine instance; build the engine with them",
-                                  where=f"speceq {role}")
+                raise ConfigError(f"options {sorted(options)} given with an engine instance; "
+                                  "build the engine with them", where=f"speceq {role}")
             return str(getattr(spec, "name", role)), {}, spec
         label = spec if spec is not None else getattr(self.settings, role)
         opts = dict(options) if options is not None else self.settings.engine_options(role, label)
@@ -176,7 +174,10 @@ class EquivalenceChecker:
         specs = {role: c[0] for role, c in chosen.items()}
         options = {role: c[1] for role, c in chosen.items()}
         engines = {role: c[2] for role, c in chosen.items()}
-        oracle_setting = self.settings.oracle if oracle is None else ("on" if oracle is True else "off" if oracle is False else str(oracle))
+        if oracle is None:
+            oracle_setting = self.settings.oracle
+        else:
+            oracle_setting = "on" if oracle is True else "off" if oracle is False else str(oracle)
         run_seed = self.settings.seed if seed is None else seed
         index = len(self._item.stash[ITEM_RESULTS_KEY])
         identity = {"engines": {r: [specs[r], options[r], engines[r].describe()] for r in engines},
@@ -199,7 +200,8 @@ class EquivalenceChecker:
         self._item.config.hook.pytest_speceq_result(config=self._item.config, item=self._item, result=result)
         return result
 
-    def check(self, cases: Cases = None, *, inconclusive: str | None = None, **overrides: Any) -> CaseResult | RunResult:
+    def check(self, cases: Cases = None, *, inconclusive: str | None = None,
+              **overrides: Any) -> CaseResult | RunResult:
         """Run one check (see :meth:`run`) and apply its verdict to the test.
 
         Returns the CaseResult when ``cases`` is one Case or mapping, else the RunResult.
@@ -209,7 +211,8 @@ class EquivalenceChecker:
         __tracebackhide__ = True
         outcome = self.settings.inconclusive if inconclusive is None else inconclusive
         if outcome not in INCONCLUSIVE_OUTCOMES:
-            raise ConfigError(f"expected one of {INCONCLUSIVE_OUTCOMES}, got {outcome!r}", where="speceq.check inconclusive")
+            raise ConfigError(f"expected one of {INCONCLUSIVE_OUTCOMES}, got {outcome!r}",
+                              where="speceq.check inconclusive")
         result = self.run(cases, **overrides)
         store = self._item.stash[ITEM_RESULTS_KEY][-1][1]
         if result.verdict == "shifted":

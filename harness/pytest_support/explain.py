@@ -81,7 +81,8 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
     if tests:
         lines.append(f"  rejecting tests (Holm-adjusted p <= alpha={alpha:g}):")
         for t in tests[:MAX_TESTS]:
-            lines.append(f"    {t.name}: statistic {t.statistic:.4g}, p={_fmt_p(t.pvalue)}, Holm p={_fmt_p(t.adjusted_pvalue)}")
+            lines.append(f"    {t.name}: statistic {t.statistic:.4g}, p={_fmt_p(t.pvalue)}, "
+                         f"Holm p={_fmt_p(t.adjusted_pvalue)}")
         if len(tests) > MAX_TESTS:
             lines.append(f"    ... {len(tests) - MAX_TESTS} more")
     for failure in case.hard_failures[:MAX_FAILURES]:
@@ -114,7 +115,8 @@ def engines_line(result: RunResult) -> str:
     return f"candidate {name('candidate')!r} vs baseline {name('baseline')!r}"
 
 
-def explain_run(result: RunResult, *, store: Path | None = None, only: Sequence[str] = ("shifted", "inconclusive")) -> str:
+def explain_run(result: RunResult, *, store: Path | None = None,
+                only: Sequence[str] = ("shifted", "inconclusive")) -> str:
     """Explanation of a run: summary line, then every case (evidence for those in ``only``)."""
     lines = [f"speceq: {engines_line(result)}: {result.summary()}"]
     for case in result.cases:

@@ -271,8 +271,10 @@ def _engine_options(config: pytest.Config, role: str, spec: str) -> dict[str, An
         return {}
     from harness.engines.registry import parse_engine_options  # imported only when options are given
     from harness.errors import ConfigError
+
     ini_spec_raw = config.getini(OPTION_BY_NAME[role].ini)
-    ini_spec = ini_spec_raw.strip() if isinstance(ini_spec_raw, str) and ini_spec_raw.strip() else OPTION_BY_NAME[role].default
+    has_ini_spec = isinstance(ini_spec_raw, str) and bool(ini_spec_raw.strip())
+    ini_spec = ini_spec_raw.strip() if has_ini_spec else OPTION_BY_NAME[role].default
     try:
         ini_opts = parse_engine_options(ini_lines) if spec == ini_spec else {}
     except ConfigError as e:

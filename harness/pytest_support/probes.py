@@ -32,6 +32,7 @@ class SoloEngine:
         self.inner = inner
         self.batch_size = batch_size
         self.name = f"{inner.name} (alone)"
+        self.model = getattr(inner, "model", None)  # the oracle reuses a loaded target (harness.run.make_oracle)
         self.vocab_size = inner.vocab_size
         self.eos_token_id = inner.eos_token_id
 

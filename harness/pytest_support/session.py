@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from harness.engines.base import Engine
     from harness.verdicts.result import RunResult
 
+#: Per-item stash: the test's checks (result, store folder) and its information notes.
+ITEM_RESULTS_KEY = pytest.StashKey[list]()
+ITEM_NOTES_KEY = pytest.StashKey[list]()
 #: Key of the records a worker sends to the controller in ``workeroutput``.
 WORKER_OUTPUT_KEY = "speceq_records"
 _VERDICTS_WORST_FIRST = ("shifted", "inconclusive", "equivalent")
