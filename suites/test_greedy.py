@@ -22,7 +22,8 @@ GREEDY_ROWS = 4
 
 
 def test_greedy_alone(speceq) -> None:
-    cases = [byte_case(f"greedy-{i}", p, batch_size=1, temperature=0.0, max_new_tokens=32) for i, p in enumerate(PROMPTS)]
+    cases = [byte_case(f"greedy-{i}", p, batch_size=1, temperature=0.0, max_new_tokens=32)
+             for i, p in enumerate(PROMPTS)]
     speceq.check(cases, samples=GREEDY_ROWS)
 
 

@@ -237,13 +237,15 @@ class Calibrator:
                 self.log(f"{name}: first-token methods (exact law)")
                 detections += self.simulated_detections(name, laws)
             else:
-                per_n = {n: self.engine_first_token_rates(name, base, cand, n, self.s.reps) for n in sizes}
+                extra = sorted(set(sizes) | {self.s.false_alarm_n})  # also one size where speceq's work is done
+                per_n = {n: self.engine_first_token_rates(name, base, cand, n, self.s.reps) for n in extra}
                 for m in FIRST_TOKEN_METHODS:
                     got = [(n, r[m]) for n, r in per_n.items() if m in r]
                     if got:
                         detections.append(self._detection(m, [g[0] for g in got], [g[1] for g in got], self.s.reps,
                                                           "engine samples"))
-                notes.append("no exact law: first-token methods on engine samples at speceq's sizes; no Neyman-Pearson limit")
+                notes.append("no exact law: first-token methods on engine samples (speceq's sizes and "
+                             f"n={self.s.false_alarm_n}); no Neyman-Pearson limit")
         self.log(f"{name}: greedy exact match")
         reps = self.s.false_alarm_reps if lossless else self.s.reps
         sizes_g = list(self.s.greedy_grid)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -360,10 +361,21 @@ def make_mutant(name: str, **options: Any) -> ReferenceSpeculativeEngine:
         close = difflib.get_close_matches(str(name), list(MUTANTS), n=3, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(f'mutant:{c}') for c in close)}?" if close else ""
         raise EngineNotFound(f"unknown mutant {name!r}.{hint} Known mutants: {', '.join(MUTANTS)}")
-    try:
-        return spec.cls(**options)
-    except TypeError as exc:  # an option the class does not take
-        raise ConfigError(f"options {sorted(options)} do not fit: {exc}", where=f"mutant:{name}") from None
+    allowed = _option_names(spec.cls)
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {unknown}; expected some of {sorted(allowed)}", where=f"mutant:{name}")
+    return spec.cls(**options)
+
+
+def _option_names(cls: type) -> set[str]:
+    """Keyword options of ``cls``: its own ``__init__`` parameters and the reference engine's."""
+    names: set[str] = set()
+    for klass in (ReferenceSpeculativeEngine, cls):
+        for p in inspect.signature(klass.__init__).parameters.values():
+            if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                names.add(p.name)
+    return names
 
 
 def exact_tv(

@@ -5,6 +5,10 @@ The package declares the entry point ``speceq = "harness.plugin"``; once install
 ("Plugin already registered under a different name"). The root ``conftest.py`` and
 ``suites/conftest.py`` call :func:`ensure_plugin` from ``pytest_addhooks``, which pytest
 calls when the conftest is registered, before the command line is parsed.
+
+With the package installed, ``-p harness.plugin`` on top of the entry point makes pytest
+register one module under two names and stop; name the entry point instead (``-p speceq``,
+needed only under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``).
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def test_goals_say_what_was_met() -> None:
     assert "weak: speceq not at 90%" in goals[1]["detail"] and "strong 1.2" in goals[2]["detail"]
     ratios = report(speceq_n90=100).goals()
     assert "strong 0.02" in ratios[1]["detail"] and "strong 0.5" in ratios[2]["detail"]
-    assert report(alarm=0.2).goals()[3]["met"] is False
+    assert report(alarm=0.2).goals()[3]["met"] is False  # 2/10 at alpha = 0.01: binomial p ~ 0.004
+    assert report(alarm=0.1).goals()[3]["met"] is True  # 1/10: p ~ 0.1, no evidence above alpha
 
 
 def test_markdown_lists_every_variant_and_marks_unreached_sizes() -> None:

@@ -62,7 +62,8 @@ def test_mismatch_exception_carries_the_result(project: pytest.Pytester) -> None
 
         def test_catch(speceq):
             with pytest.raises(DistributionMismatch) as info:
-                speceq.check([{"id": "a", "prompt_ids": [1], "max_new_tokens": 2}], candidate="toy_engines:shifted_engine")
+                speceq.check([{"id": "a", "prompt_ids": [1], "max_new_tokens": 2}],
+                             candidate="toy_engines:shifted_engine")
             assert info.value.verdict.verdict == "shifted"
             assert info.value.verdict.cases[0].case_id == "a"
     """)
@@ -110,11 +111,13 @@ def test_markers_give_cases_and_budget_and_the_command_line_overrides_the_budget
         @pytest.mark.speceq_case(id="second", prompt_ids=[4], max_new_tokens=1, temperature=0.5)
         def test_marked(speceq):
             result = speceq.check(inconclusive="pass")
-            print("CASES", json.dumps([[c.case_id, c.n_baseline, c.case["params"]["temperature"]] for c in result.cases]))
+            rows = [[c.case_id, c.n_baseline, c.case["params"]["temperature"]] for c in result.cases]
+            print("CASES", json.dumps(rows))
 
         @pytest.mark.speceq_budget(samples=150)
         def test_keyword_samples_win(speceq):
-            result = speceq.check([{"id": "k", "prompt_ids": [1], "max_new_tokens": 1}], samples=90, inconclusive="pass")
+            case = {"id": "k", "prompt_ids": [1], "max_new_tokens": 1}
+            result = speceq.check([case], samples=90, inconclusive="pass")
             print("KEYWORD", result.cases[0].n_baseline)
     """)
     result = project.runpytest(*TOY, "-s")

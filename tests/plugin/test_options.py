@@ -21,8 +21,8 @@ CHECK_IMPORTS = """
 import sys
 import pytest
 
-# run a plain test with the plugin loaded, third-party plugins off (they import their own deps)
-pytest.main(["-q", "-p", "harness.plugin", "-p", "no:hypothesispytest", "-p", "no:benchmark",
+# run a plain test with the plugin loaded (entry point or conftest), other plugins off (they import their own deps)
+pytest.main(["-q", "-p", "no:hypothesispytest", "-p", "no:benchmark",
              "-p", "no:html", "-p", "no:metadata", "-p", "no:anyio", "-p", "no:xdist"])
 print("HEAVY", sorted(m for m in ("torch", "numpy", "scipy", "harness.run") if m in sys.modules))
 """
@@ -161,5 +161,6 @@ def test_builtin_default_shows_its_value_and_is_not_converted() -> None:
 def test_report_header_only_when_configured(project: pytest.Pytester) -> None:
     project.makepyfile("def test_nothing():\n    pass\n")
     assert "speceq:" not in project.runpytest().stdout.str()
-    project.runpytest(*TOY).stdout.fnmatch_lines(["speceq: baseline=toy_engines:baseline_engine candidate=*oracle=off*"])
+    header = "speceq: baseline=toy_engines:baseline_engine candidate=*oracle=off*"
+    project.runpytest(*TOY).stdout.fnmatch_lines([header])
 

@@ -1,4 +1,9 @@
-"""The plugin registers exactly once: entry point, root conftest, -p, and -p no:speceq; suites collect."""
+"""The plugin registers exactly once: entry point, root conftest, -p, and -p no:speceq; suites collect.
+
+With the package installed, ``-p harness.plugin`` on top of the entry point is a pluggy error
+("already registered under a different name") that no conftest can prevent: ``-p speceq``
+names the entry point instead (pytest loads ``-p`` names as entry points too).
+"""
 
 from __future__ import annotations
 
@@ -22,16 +27,19 @@ def fake_installed_entry_point(project: pytest.Pytester) -> None:
     dist.joinpath("entry_points.txt").write_text("[pytest11]\nspeceq = harness.plugin\n")
 
 
-@pytest.mark.parametrize(("installed", "extra", "expected"), [
-    (False, (), "['harness.plugin']"),  # the root conftest registers it
-    (False, ("-p", "harness.plugin"), "['harness.plugin']"),  # -p first; the conftest sees it
-    (True, (), "['speceq']"),  # the entry point; the conftest does nothing
+@pytest.mark.parametrize(("entry_point", "autoload", "extra", "expected"), [
+    (False, False, (), "['harness.plugin']"),  # no entry point loaded: the root conftest registers it
+    (False, False, ("-p", "harness.plugin"), "['harness.plugin']"),  # -p first; the conftest sees it
+    (True, True, (), "['speceq']"),  # installed: the entry point; the conftest does nothing
+    (True, False, ("-p", "speceq"), "['speceq']"),  # installed, autoload off: -p by entry-point name
 ])
-def test_registered_once(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, installed: bool,
+def test_registered_once(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, entry_point: bool, autoload: bool,
                          extra: tuple[str, ...], expected: str) -> None:
-    if installed:
+    if entry_point:  # whether or not this checkout is pip-installed, make the entry point visible
         fake_installed_entry_point(project)
         monkeypatch.setenv("PYTHONPATH", f"{project.path / 'site'}:{REPO}:{project.path}")
+    if not autoload:  # hides an installed speceq's entry point too
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     project.makepyfile(test_wired=USES_FIXTURE)
     result = project.runpytest_subprocess("-s", *extra)
     result.assert_outcomes(passed=1)
@@ -47,7 +55,7 @@ def test_blocking_the_plugin_is_respected(project: pytest.Pytester) -> None:
 
 def test_suites_collect_from_the_checkout_and_as_an_installed_package(project: pytest.Pytester) -> None:
     # from another folder, as `pytest --pyargs suites` runs them after `pip install`
-    result = project.runpytest_subprocess("--pyargs", "suites", "--collect-only", "-q", "-p", "harness.plugin")
+    result = project.runpytest_subprocess("--pyargs", "suites", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str()
     ids = [line for line in result.stdout.lines if "::" in line]
     assert len(ids) == 25

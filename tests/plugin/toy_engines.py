@@ -41,7 +41,8 @@ def _draw(prompt_ids: list[int], n: int, params: SamplingParams, seed: int, shif
     if params.greedy:
         tokens = np.full((n, params.max_new_tokens), int(p.argmax()))
     else:
-        tokens = np.minimum(np.searchsorted(np.cumsum(p), rng.random((n, params.max_new_tokens)), side="right"), VOCAB - 1)
+        u = rng.random((n, params.max_new_tokens))
+        tokens = np.minimum(np.searchsorted(np.cumsum(p), u, side="right"), VOCAB - 1)
     rows = []
     for row in tokens.tolist():
         if EOS in row and not params.ignore_eos:
