@@ -52,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--null-reps", type=int, metavar="R", help="simulations under H0 per calibrated threshold")
     g.add_argument("--false-alarm-n", type=int, metavar="N", help="samples per engine on the lossless variants")
     g.add_argument("--false-alarm-reps", type=int, metavar="R", help="repetitions on the lossless variants")
+    g.add_argument("--budget", type=int, metavar="N", help="samples per engine of the default-budget check "
+                   "(default: speceq run's default)")
     g.add_argument("--budget-reps", type=int, metavar="R", help="repetitions at the default budget of speceq run")
     g.add_argument("--curve-mix", type=_mixes, metavar="M1,M2", help="mixture weights of the power curve")
     g.add_argument("--curve-n", type=int, metavar="N", help="samples per engine of the power curve")
@@ -72,8 +74,8 @@ def settings_from_args(args: argparse.Namespace) -> "CalibrationSettings":
     return settings_for(
         args.mode, mutants=args.mutants, reps=args.reps, grid=args.grid, sim_reps=args.sim_reps,
         null_reps=args.null_reps, false_alarm_n=args.false_alarm_n, false_alarm_reps=args.false_alarm_reps,
-        budget_reps=args.budget_reps, curve_mix=args.curve_mix, curve_n=args.curve_n, curve_reps=args.curve_reps,
-        alpha=args.alpha, seed=args.seed,
+        budget=args.budget, budget_reps=args.budget_reps, curve_mix=args.curve_mix, curve_n=args.curve_n,
+        curve_reps=args.curve_reps, alpha=args.alpha, seed=args.seed,
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.run import DEFAULT_SAMPLES
+from harness.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 
 #: Sample sizes of the simulated first-token methods (per engine).
 METHOD_GRID: tuple[int, ...] = (10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000,
@@ -52,8 +52,8 @@ class CalibrationSettings:
     alpha: float = 0.01
     power: float = 0.9
     budget: int = DEFAULT_SAMPLES
-    budget_alpha: float = 1e-3
-    budget_reps: int = 5
+    budget_alpha: float = DEFAULT_ALPHA
+    budget_reps: int = 2
     prompt_index: int = 0
     batch_size: int = 128
     max_new_tokens: int = 8
@@ -94,7 +94,7 @@ class CalibrationSettings:
 QUICK = CalibrationSettings()
 FULL = CalibrationSettings(
     mode="full", reps=20, grid=(25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000), sim_reps=400, null_reps=2000,
-    greedy_grid=(1, 4, 16, 64), false_alarm_n=1_000, false_alarm_reps=40, budget_reps=20,
+    greedy_grid=(1, 4, 16, 64), false_alarm_n=1_000, false_alarm_reps=40, budget_reps=5,
     curve_mix=(0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5), curve_n=1_000, curve_reps=20,
 )
 PRESETS: dict[str, CalibrationSettings] = {"quick": QUICK, "full": FULL}

@@ -9,7 +9,7 @@ from harness.cli import main
 
 def test_calibrate_writes_tables_for_a_bug_and_a_lossless_variant(tmp_path, capsys) -> None:
     rc = main(["calibrate", "--mutants", "top-k-draft-only,k1", "--reps", "2", "--grid", "60", "--sim-reps", "20",
-               "--null-reps", "500", "--false-alarm-n", "60", "--false-alarm-reps", "2", "--budget-reps", "1",
+               "--null-reps", "500", "--false-alarm-n", "60", "--false-alarm-reps", "2", "--budget", "60", "--budget-reps", "1",
                "--out", str(tmp_path), "--quiet"])
     assert rc == 0
     out = capsys.readouterr().out
