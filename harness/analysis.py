@@ -212,7 +212,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any,
         notes.append("the oracle does not model the baseline (baseline PIT p="
                      f"{base_pit.anderson_darling.pvalue:.2g}, {base_sup.statistic} zero-probability tokens): "
                      "oracle tests of this case are not trustworthy; check the oracle model and its processing")
-    return tests, failures, notes, pit.histogram, gof, scores
+    return tests, failures, notes, pit.histogram, gof
 
 
 def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any | None, tok: _Tok):
@@ -290,7 +290,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
     bounds = [(t, res.tv, res.tv_upper_bound) for t, res, *_ in per_position]
     if oracle is not None:
         first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
-        o_tests, failures, notes, hist, gof, _ = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1),
+        o_tests, failures, notes, hist, gof = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1),
                                                              tok, first_probs)
         tests += o_tests
         extra["notes"] += notes

@@ -44,6 +44,7 @@ request seed and its place in the layout.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import time
 from pathlib import Path
@@ -228,13 +229,14 @@ class _Counts:
         self.steps = 0
 
 
-class _RowLoopEngine(_HFEngine):
+class _RowLoopEngine(_HFEngine, abc.ABC):
     """Engines that transformers runs at batch size 1 only: one generate call per row."""
 
     _limitation = "transformers runs assisted generation / prompt lookup at batch size 1 only; rows run one by one"
 
+    @abc.abstractmethod
     def _extra_kwargs(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The generate() keywords that select the speculative method (assistant model, lookup)."""
 
     @contextlib.contextmanager
     def _counting(self) -> Iterator[_Counts | None]:
