@@ -6,6 +6,7 @@ repetitions in which each method rejects at level alpha, at one sample size per 
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 from xml.sax.saxutils import escape
 
@@ -14,7 +15,7 @@ from harness.calibrate.report import CurvePoint
 #: Methods drawn: colour (colour-blind-safe palette) and legend label.
 CURVE_METHODS: dict[str, tuple[str, str]] = {
     "speceq": ("#0072B2", "speceq"),
-    "np": ("#000000", "Neyman-Pearson limit"),
+    "np": ("#000000", "Neyman-Pearson (2 tokens)"),
     "vllm": ("#E69F00", "vLLM L2 (calibrated)"),
     "trtllm": ("#009E73", "TRT-LLM KL (calibrated)"),
 }
@@ -23,8 +24,11 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 220, 40, 56
 
 
 def _ticks(high: float, count: int = 5) -> list[float]:
-    step = high / count
-    return [round(i * step, 6) for i in range(count + 1)]
+    """Ticks 0, step, 2 step, ... <= high, with a round step (1, 2, 2.5 or 5 times a power of 10)."""
+    raw = high / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    return [round(i * step, 10) for i in range(int(high / step + 1e-9) + 1)]
 
 
 def power_curve_svg(points: Sequence[CurvePoint], *, title: str = "Detection rate vs TV shift (mixture mutant)") -> str:
@@ -51,7 +55,7 @@ def power_curve_svg(points: Sequence[CurvePoint], *, title: str = "Detection rat
     for t in _ticks(1.0):
         out.append(f'<line x1="{LEFT}" y1="{y(t):.1f}" x2="{LEFT + plot_w}" y2="{y(t):.1f}" stroke="#dddddd"/>')
         out.append(f'<text x="{LEFT - 8}" y="{y(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
-    for t in _ticks(x_max / 1.05):
+    for t in _ticks(x_max):
         out.append(f'<line x1="{x(t):.1f}" y1="{TOP}" x2="{x(t):.1f}" y2="{TOP + plot_h}" stroke="#eeeeee"/>')
         out.append(f'<text x="{x(t):.1f}" y="{TOP + plot_h + 18}" text-anchor="middle">{t:.3g}</text>')
     out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#333333"/>')

@@ -70,3 +70,21 @@ def test_two_sample_bound_covers_the_true_tv() -> None:
 def test_invalid_input_names_the_parameter(call, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_disjoint_samples_give_tv_exactly_one_and_a_valid_bound() -> None:
+    """Rounding must not push the plug-in above 1 (it did for 3 + 7 disjoint samples)."""
+    import numpy as np
+
+    from harness.stats import tv_distance, tv_upper_bound_two_sample
+
+    for n_a in range(1, 30):
+        for n_b in (3, 7, 10, 11):
+            a = np.zeros(40, dtype=np.int64)
+            b = np.zeros(40, dtype=np.int64)
+            a[: min(n_a, 20)] = 1
+            a[0] += n_a - min(n_a, 20)
+            b[20 : 20 + n_b] = 1
+            tv = tv_distance(a, b)
+            assert 1.0 - 1e-12 <= tv <= 1.0
+            assert tv_upper_bound_two_sample(tv, int(a.sum()), int(b.sum()), 0.001) == 1.0
