@@ -39,7 +39,7 @@ class CalibrationSettings:
 
     mode: str = "quick"
     reps: int = 5
-    grid: tuple[int, ...] = (50, 250, 1_000, 4_000)
+    grid: tuple[int, ...] = (10, 50, 250, 1_000, 4_000)
     method_grid: tuple[int, ...] = METHOD_GRID
     sim_reps: int = 200
     null_reps: int = 1000
@@ -93,7 +93,7 @@ class CalibrationSettings:
 
 QUICK = CalibrationSettings()
 FULL = CalibrationSettings(
-    mode="full", reps=20, grid=(25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000), sim_reps=400, null_reps=2000,
+    mode="full", reps=20, grid=(5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000), sim_reps=400, null_reps=2000,
     greedy_grid=(1, 4, 16, 64), false_alarm_n=1_000, false_alarm_reps=40, budget_reps=5,
     curve_mix=(0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5), curve_n=1_000, curve_reps=20,
 )
