@@ -12,32 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from harness.calibrate.power import calibrate
-from harness.calibrate.tables import markdown, write_outputs
-from harness.cli_calibrate import add_arguments, settings_from_args
+from harness.cli_calibrate import add_arguments, handle
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    settings = settings_from_args(args)
-    start = time.perf_counter()
-
-    def log(message: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-    report = calibrate(settings, threads=args.threads, log=log)
-    paths = write_outputs(report, args.out)
-    print(markdown(report))
-    print("seconds per variant:")
-    for v in report.variants:
-        print(f"  {v.name:<26} {v.seconds:8.1f}")
-    print(f"total: {time.perf_counter() - start:.1f} s; written: " + ", ".join(str(p) for p in paths.values()))
-    return 0
+    return handle(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -93,5 +93,8 @@ def handle(args: argparse.Namespace) -> int:
     report = calibrate(settings, threads=args.threads, log=log)
     paths = write_outputs(report, args.out)
     print(markdown(report))
-    print("written: " + ", ".join(str(p) for p in paths.values()))
+    print("seconds per variant:")
+    for v in report.variants:
+        print(f"  {v.name:<26} {v.seconds:8.1f}")
+    print(f"total: {time.perf_counter() - start:.1f} s; written: " + ", ".join(str(p) for p in paths.values()))
     return 0
