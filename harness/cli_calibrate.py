@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--curve-mix", type=_mixes, metavar="M1,M2", help="mixture weights of the power curve")
     g.add_argument("--curve-n", type=int, metavar="N", help="samples per engine of the power curve")
     g.add_argument("--curve-reps", type=int, metavar="R", help="repetitions per power-curve point")
+    g.add_argument("--ceiling-rows", type=int, metavar="N", help="mutant rows for the one-row TVs of the one-sample "
+                   "ceiling")
     g.add_argument("--alpha", type=float, help="false-alarm level of every method. Default: 0.01")
     g.add_argument("--seed", type=int, help="seed of every pool and simulation. Default: 0")
     g = p.add_argument_group("output")
@@ -75,7 +77,7 @@ def settings_from_args(args: argparse.Namespace) -> "CalibrationSettings":
         args.mode, mutants=args.mutants, reps=args.reps, grid=args.grid, sim_reps=args.sim_reps,
         null_reps=args.null_reps, false_alarm_n=args.false_alarm_n, false_alarm_reps=args.false_alarm_reps,
         budget=args.budget, budget_reps=args.budget_reps, curve_mix=args.curve_mix, curve_n=args.curve_n,
-        curve_reps=args.curve_reps, alpha=args.alpha, seed=args.seed,
+        curve_reps=args.curve_reps, alpha=args.alpha, seed=args.seed, ceiling_rows=args.ceiling_rows,
     )
 
 

@@ -28,7 +28,7 @@ DRAFT_PROB_FLOOR = 1e-30
 #: Most logits (floats) one forward pass may produce: 2**25 floats = 128 MiB.
 LOGITS_BUDGET = 2**25
 _FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "raw_top2_margin")
-_DRAFT_FIELDS = ("draft_llr", "draft_llr_mean", "draft_llr_var")
+_DRAFT_FIELDS = ("draft_llr", "draft_llr_mean", "draft_llr_var", "draft_tv")
 
 
 class TargetOracle:
@@ -236,7 +236,7 @@ def _token_fields(probs: torch.Tensor, tokens: torch.Tensor) -> dict[str, np.nda
 
 
 def _draft_fields(probs: torch.Tensor, draft_probs: torch.Tensor, tokens: torch.Tensor) -> dict[str, np.ndarray]:
-    """f = log q(x) - log p(x) at the emitted tokens, and its mean and variance under p."""
+    """f = log q(x) - log p(x) at the emitted tokens, its mean and variance under p, and TV(p, q)."""
     p = probs.double()
     logq = torch.log(draft_probs.double().clamp(min=DRAFT_PROB_FLOOR))
     logp = torch.where(p > 0, torch.log(p.clamp(min=1e-300)), torch.zeros_like(p))
@@ -245,4 +245,6 @@ def _draft_fields(probs: torch.Tensor, draft_probs: torch.Tensor, tokens: torch.
     var = (p * f.square()).sum(dim=1) - mean.square()
     px = p.gather(1, tokens[:, None])[:, 0]
     llr = logq.gather(1, tokens[:, None])[:, 0] - torch.log(px)
-    return {"draft_llr": llr.numpy(), "draft_llr_mean": mean.numpy(), "draft_llr_var": var.clamp(min=0.0).numpy()}
+    tv = 0.5 * (p - draft_probs.double()).abs().sum(dim=1)
+    return {"draft_llr": llr.numpy(), "draft_llr_mean": mean.numpy(), "draft_llr_var": var.clamp(min=0.0).numpy(),
+            "draft_tv": tv.clamp(0.0, 1.0).numpy()}

@@ -72,6 +72,7 @@ def test_scores_match_direct_computation(models, batch, params) -> None:
             else:
                 assert scores.logp[i] == -np.inf
             np.testing.assert_allclose(scores.draft_llr_mean[i], (p[support] * llr_all).sum(), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(scores.draft_tv[i], 0.5 * np.abs(p - q).sum(), atol=1e-5)
             i += 1
 
 

@@ -9,7 +9,8 @@ For each mutant (at the sampling parameters where its bug acts, :attr:`MutantSpe
   (from the same analyses: Holm-adjusted p-values do not depend on alpha).
 - first-token methods (:mod:`~harness.calibrate.simulate`): simulated from the mutant's exact
   first-token law when it has one (many cheap repetitions), else on engine samples.
-- greedy exact match: the same case at temperature 0.
+- greedy exact match and speceq's own greedy check: the same case at temperature 0.
+- one-row TVs (:mod:`~harness.calibrate.ceiling`): what any test could detect from one row.
 
 Lossless variants and the reference engine get the same measurements at one size
 (``false_alarm_n``): every rejection there is a false alarm.
@@ -24,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness.calibrate.ceiling import RowTV, greedy_row_tv, mixture_row_tv, support_row_tv
 from harness.calibrate.exact import ExactLaws, exact_laws
 from harness.calibrate.pools import SamplePool
 from harness.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
@@ -112,21 +114,55 @@ class Calibrator:
         ps = np.array([self.speceq_min_p(case, base, cand, oracle, n, r) for r in range(reps)])
         return float(np.mean(ps <= self.s.alpha)), float(np.mean(ps <= self.s.budget_alpha))
 
-    def greedy_rates(self, name: str, spec: MutantSpec | None, engine: Any, sizes: tuple[int, ...], reps: int) -> list[float]:
-        """Fraction of repetitions of ``n`` greedy samples with a row unequal to the baseline's, per n."""
+    def greedy_checks(self, name: str, spec: MutantSpec | None, engine: Any, oracle: Any, reps: int
+                      ) -> tuple[Detection, Detection, RowTV]:
+        """Greedy exact match and speceq's greedy check at each size of ``greedy_grid``, and the greedy one-row TV.
+
+        Both use the same case at temperature 0. Exact match flags a repetition when any of its
+        rows (every prompt of the layout) differs from the baseline's greedy row; speceq's check
+        is the full analysis of the greedy case (a divergence that is not a numerical near-tie
+        of the target is a hard failure). The one-row TV is the fraction of all greedy samples
+        drawn that differ (exact: the correct law is a point mass).
+        """
         case = self.case(name, spec, greedy=True)
-        base = SamplePool(self.baseline, case, seed=self.s.seed, label=f"greedy-baseline|{name}", chunk=1).take(0, 1)
-        cand = SamplePool(engine, case, seed=self.s.seed, label=f"greedy|{name}", chunk=max(sizes) * reps)
+        sizes = self.s.greedy_grid
+        total = max(sizes) * reps
+        base = SamplePool(self.baseline, case, seed=self.s.seed, label=f"greedy-baseline|{name}", chunk=total)
+        cand = SamplePool(engine, case, seed=self.s.seed, label=f"greedy|{name}", chunk=total)
         prompts = len(case.prompts)
-        rates = []
+        expected = base.take(0, 1)
+        drawn = cand.take(0, total)
+        width = min(drawn.tokens.shape[1], expected.tokens.shape[1])
+        tok = drawn.tokens.reshape(total, prompts, -1)
+        differs_row = (np.any(tok[:, :, :width] != expected.tokens[None, :, :width], axis=2)
+                       | (drawn.lengths.reshape(total, prompts) != expected.lengths[None, :]))
+        differs = differs_row.any(axis=1)  # per sample (one row per prompt)
+        exact, mine = [], []
         for n in sizes:
-            hits = 0
-            for r in range(reps):
-                rows = cand.rep(r, n)
-                expected = np.tile(base.tokens, (n, 1))
-                hits += int(not np.array_equal(rows.tokens.reshape(n * prompts, -1), expected))
-            rates.append(hits / reps)
-        return rates
+            exact.append(float(np.mean([differs[r * n:(r + 1) * n].any() for r in range(reps)])))
+            ps = [self.speceq_min_p(case, base, cand, oracle, n, r) for r in range(reps)]
+            mine.append(float(np.mean(np.asarray(ps) <= self.s.alpha)))
+        return (self._detection("greedy", list(sizes), exact, reps, "engine samples"),
+                self._detection("speceq_greedy", list(sizes), mine, reps, "engine samples"),
+                greedy_row_tv(differs))
+
+    def sampled_row_tv(self, spec: MutantSpec, engine: Any, case: Case, pool: SamplePool, oracle: Any) -> RowTV | None:
+        """The one-row TV of a mutant's sampled rows where its ``row_law`` says how (else None)."""
+        if spec.row_law is None:
+            return None
+        batch = pool.take(0, self.s.ceiling_rows)
+        scores = oracle.score(list(case.prompts), batch, case.params)
+        rows = batch.rows
+        if spec.row_law == "support":
+            bad = np.zeros(rows, dtype=bool)
+            bad[scores.row[np.asarray(scores.prob) <= 0]] = True
+            return support_row_tv(bad)
+        if spec.row_law == "mixture":
+            if scores.draft_tv is None:
+                raise ValueError("the mixture ceiling needs an oracle with the draft model")
+            sums = np.bincount(scores.row, weights=scores.draft_tv, minlength=rows)
+            return mixture_row_tv(float(engine.mix), sums)
+        raise ValueError(f"unknown row_law {spec.row_law!r} of mutant {spec.name}; expected 'support' or 'mixture'")
 
     def _n90(self, sizes: list[int], rates: list[float]) -> int | None:
         return next((n for n, r in zip(sizes, rates) if r >= self.s.power), None)
@@ -246,11 +282,16 @@ class Calibrator:
                                                           "engine samples"))
                 notes.append("no exact law: first-token methods on engine samples (speceq's sizes and "
                              f"n={self.s.false_alarm_n}); no Neyman-Pearson limit")
-        self.log(f"{name}: greedy exact match")
+        self.log(f"{name}: greedy exact match and speceq's greedy check")
         reps = self.s.false_alarm_reps if lossless else self.s.reps
-        sizes_g = list(self.s.greedy_grid)
-        detections.append(self._detection("greedy", sizes_g, self.greedy_rates(name, spec, engine, self.s.greedy_grid, reps),
-                                          reps, "engine samples"))
+        exact_match, speceq_greedy, greedy_tv = self.greedy_checks(name, spec, engine, oracle, reps)
+        detections += [exact_match, speceq_greedy]
+        row_tvs: list[RowTV] = []
+        if not lossless:
+            row_tvs.append(greedy_tv)
+            sampled = self.sampled_row_tv(spec, engine, case, cand, oracle)
+            if sampled is not None:
+                row_tvs.append(sampled)
         if laws is not None:
             tv, source = laws.tv, "exact (enumeration)"
         else:
@@ -262,6 +303,7 @@ class Calibrator:
             batch_size=case.batch_size, companions=len(case.companions), tv=tuple(tv), tv_source=source,
             accept_rate=None if laws is None else laws.accept_rate, detections=tuple(detections),
             budget_rate=budget_rate, budget_reps=budget_reps, seconds=time.perf_counter() - t0, notes=tuple(notes),
+            row_tvs=tuple(r.to_dict() for r in row_tvs), row_tv_complete=bool(spec is not None and spec.row_law),
         )
 
     # ---- the mixture power curve ------------------------------------------------------------

@@ -34,12 +34,13 @@ class CalibrationSettings:
     budget_alpha: the default budget of ``speceq run`` (samples, family-wise alpha), also
     measured for every mutant. prompt_index: which ``DEFAULT_PROMPTS`` entry the cases use;
     batch_size, max_new_tokens: the calibration cases' layout and length. mutants: names to
-    run (empty: the whole gallery).
+    run (empty: the whole gallery). ceiling_rows: mutant rows used to compute the one-row TV
+    of the one-sample ceiling (:mod:`harness.calibrate.ceiling`).
     """
 
     mode: str = "quick"
     reps: int = 5
-    grid: tuple[int, ...] = (10, 50, 250, 1_000, 4_000)
+    grid: tuple[int, ...] = (1, 3, 10, 50, 250, 1_000, 4_000)
     method_grid: tuple[int, ...] = METHOD_GRID
     sim_reps: int = 200
     null_reps: int = 1000
@@ -59,6 +60,7 @@ class CalibrationSettings:
     max_new_tokens: int = 8
     seed: int = 0
     mutants: tuple[str, ...] = ()
+    ceiling_rows: int = 1_000
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -68,7 +70,7 @@ class CalibrationSettings:
             return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
 
         for name in ("reps", "sim_reps", "null_reps", "false_alarm_n", "false_alarm_reps", "curve_n", "curve_reps",
-                     "budget", "budget_reps", "batch_size", "max_new_tokens"):
+                     "budget", "budget_reps", "batch_size", "max_new_tokens", "ceiling_rows"):
             if not is_int(getattr(self, name), 1):
                 raise bad(name, "an integer >= 1")
         for name in ("seed", "prompt_index"):
@@ -93,8 +95,9 @@ class CalibrationSettings:
 
 QUICK = CalibrationSettings()
 FULL = CalibrationSettings(
-    mode="full", reps=20, grid=(5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000), sim_reps=400, null_reps=2000,
-    greedy_grid=(1, 4, 16, 64), false_alarm_n=1_000, false_alarm_reps=40, budget_reps=5,
+    mode="full", reps=20, grid=(1, 2, 3, 5, 10, 15, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000), sim_reps=400,
+    null_reps=2000, greedy_grid=(1, 2, 4, 8, 16, 32, 64), false_alarm_n=1_000, false_alarm_reps=100, budget_reps=5,
+    ceiling_rows=4_000,
     curve_mix=(0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5), curve_n=1_000, curve_reps=20,
 )
 PRESETS: dict[str, CalibrationSettings] = {"quick": QUICK, "full": FULL}

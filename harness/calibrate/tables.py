@@ -13,9 +13,9 @@ MARKDOWN_FILE = "power.md"
 JSON_FILE = "power.json"
 SVG_FILE = "power-curve.svg"
 #: Columns of the samples-to-detect table.
-DETECT_METHODS = ("speceq", "np", "vllm", "trtllm", "greedy")
+DETECT_METHODS = ("speceq", "speceq_greedy", "np", "vllm", "trtllm", "greedy")
 #: Columns of the false-alarm table.
-ALARM_METHODS = ("speceq", "vllm", "trtllm", "greedy", "vllm_published", "trtllm_published")
+ALARM_METHODS = ("speceq", "speceq_greedy", "vllm", "trtllm", "greedy", "vllm_published", "trtllm_published")
 
 
 def _n90(d: Detection | None) -> str:
@@ -79,8 +79,27 @@ def markdown(report: CalibrationReport) -> str:
     ]
     for v in report.lossless:
         lines.append(f"| {v.name} | {v.bug} | " + " | ".join(_count(v.detection(m)) for m in ALARM_METHODS) + " |")
-    lines += ["", "Counts are rejections / repetitions; greedy: repetitions with a row unequal to the baseline's "
-              f"(at {s['greedy_grid'][0]} row(s))."]
+    lines += ["", "Counts are rejections / repetitions; greedy exact match: repetitions with a row unequal to the "
+              f"baseline's; speceq greedy check: repetitions with a divergence that is not a near-tie (both at "
+              f"{s['greedy_grid'][0]} row(s))."]
+    ceilings = [v for v in report.mutants if v.row_tvs]
+    if ceilings:
+        lines += ["", "## One-row TVs and the one-sample ceiling", "",
+                  "No level-alpha test detects from one row with probability above alpha + TV(one-row laws). "
+                  "Greedy and support TVs are exact (estimated on mutant rows), the mixture's is an upper bound; "
+                  "95% upper bounds in brackets.", "",
+                  "| mutant | greedy rows | sampled rows | ceiling at one row |", "|---|---|---|---|"]
+        for v in ceilings:
+            by_kind = {r["kind"]: r for r in v.row_tvs}
+            greedy = by_kind.get("greedy")
+            sampled = next((r for k, r in by_kind.items() if k != "greedy"), None)
+
+            def cell(r: dict | None) -> str:
+                return "unknown" if r is None else f"{r['estimate']:.3f} [{r['upper']:.3f}] ({r['kind']}, {r['rows']:,} rows)"
+
+            ceiling = v.one_sample_ceiling(float(s["alpha"]))
+            lines.append(f"| {v.name} | {cell(greedy)} | {cell(sampled)} | "
+                         + ("unknown (sampled rows' TV not known)" if ceiling is None else f"{ceiling:.3f}") + " |")
     if report.curve:
         methods = [m for m in ("speceq", "np", "vllm", "trtllm") if any(m in c.rates for c in report.curve)]
         lines += ["", f"## Mixture power curve (n = {report.curve[0].n:,} per engine)", "",

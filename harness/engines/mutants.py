@@ -304,6 +304,9 @@ class MutantSpec:
     params: sampling parameters under which the bug acts (overrides of SamplingParams'
     defaults used by the calibration). options: engine options of the calibration (e.g.
     ``k=1`` so that a bonus bug acts at position 1, where its TV is computed exactly).
+    row_law: how the TV between one-row laws is known (:mod:`harness.calibrate.ceiling`):
+    ``support`` (exact: the chance a row leaves the target's support), ``mixture`` (a bound)
+    or None (not known).
     """
 
     name: str
@@ -314,6 +317,7 @@ class MutantSpec:
     exact: bool = True
     params: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    row_law: str | None = None
 
 
 def _spec(cls: type[_Mutant], bug_class: str, bug: str, **kw: Any) -> tuple[str, MutantSpec]:
@@ -327,9 +331,9 @@ MUTANTS: dict[str, MutantSpec] = dict([
     _spec(TargetWithoutTemperature, "processing",
           "temperature on the draft only: the target is verified at T = 1", params={"temperature": 0.7}),
     _spec(TopKDraftOnly, "processing", "top-k on the draft only: the target is not truncated",
-          params={"top_k": 10}),
+          params={"top_k": 10}, row_law="support"),
     _spec(TopPDraftOnly, "processing", "top-p on the draft only: the target is not truncated",
-          params={"top_p": 0.9}),
+          params={"top_p": 0.9}, row_law="support"),
     _spec(GreedyAcceptance, "rejection", "accepts a draft iff it is the target's argmax, while sampling"),
     _spec(BiasedAcceptRatio, "rejection", "accept ratio min(1, (p/q)^0.9) instead of min(1, p/q)"),
     _spec(UnnormalisedResidual, "rejection",
@@ -337,7 +341,8 @@ MUTANTS: dict[str, MutantSpec] = dict([
     _spec(CacheColumnPositions, "batch",
           "position ids from the shared cache column (padding and rolled-back slots counted)", exact=False),
     _spec(NoRollback, "cache", "rejected draft tokens stay visible in the KV caches", exact=False),
-    _spec(MixtureTowardDraft, "mixture", "verifies against (1 - mix) p + mix q (mix = 0.1 by default)"),
+    _spec(MixtureTowardDraft, "mixture", "verifies against (1 - mix) p + mix q (mix = 0.1 by default)",
+          row_law="mixture"),
     _spec(DraftOtherTemperature, "lossless",
           "temperature on the target only, draft at T = 1: the ratio uses the q the draft sampled from",
           lossless=True, params={"temperature": 0.7}),

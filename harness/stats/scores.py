@@ -30,6 +30,9 @@ class TokenScores:
     draft_llr, draft_llr_mean, draft_llr_var: f = log q_t(x) - log p_t(x) with q_t the
         processed draft distribution (q floored at 1e-30), and its mean and variance under
         p_t. ``None`` when no draft model is given to the oracle.
+    draft_tv: TV(p_t, q_t), the total variation between the processed target and draft laws
+        at the token's prefix (1 - draft_tv is the expected acceptance of a draft there).
+        ``None`` when no draft model is given to the oracle.
     """
 
     row: np.ndarray
@@ -46,6 +49,7 @@ class TokenScores:
     draft_llr: np.ndarray | None = None
     draft_llr_mean: np.ndarray | None = None
     draft_llr_var: np.ndarray | None = None
+    draft_tv: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.token)

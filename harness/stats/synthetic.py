@@ -120,6 +120,7 @@ def scores_from_probs(probs: np.ndarray, tokens: np.ndarray, *, draft_probs: np.
             draft_llr=np.log(np.maximum(q[idx, x], 1e-30)) - logp,
             draft_llr_mean=mean,
             draft_llr_var=np.maximum((p * llr_all**2).sum(axis=1) - mean**2, 0.0),
+            draft_tv=np.clip(0.5 * np.abs(p - q).sum(axis=1), 0.0, 1.0),
         )
     return TokenScores(
         row=idx.astype(np.int64), position=np.zeros(n, dtype=np.int64), token=x, prob=px, cdf_before=cdf_before,

@@ -18,11 +18,15 @@ def det(method: str, sizes, rates, n90, reps=10, source="engine samples") -> Det
     return Detection(method=method, sizes=tuple(sizes), rates=tuple(rates), reps=reps, source=source, n90=n90)
 
 
-def variant(name: str, *, lossless: bool, tv, dets, budget=None) -> VariantReport:
+def variant(name: str, *, lossless: bool, tv, dets, budget=None, row_tvs=(), complete=False) -> VariantReport:
     return VariantReport(name=name, bug=f"{name} bug", bug_class="lossless" if lossless else "rejection", lossless=lossless,
                          params="T=1 len=8", batch_size=128, companions=0, tv=tuple(tv), tv_source="exact (enumeration)",
                          accept_rate=0.8, detections=tuple(dets), budget_rate=budget, budget_reps=None if budget is None else 10,
-                         seconds=1.0)
+                         seconds=1.0, row_tvs=tuple(row_tvs), row_tv_complete=complete)
+
+
+def row_tv(kind: str, estimate: float, upper: float) -> dict:
+    return {"kind": kind, "estimate": estimate, "upper": upper, "rows": 1000}
 
 
 def report(*, speceq_n90: int = 250, alarm: float = 0.0) -> CalibrationReport:
@@ -46,19 +50,54 @@ def test_goals_say_what_was_met() -> None:
     goals = report().goals()
     # the weak mutant (TV 0.01 < 0.02) is exempt from the budget goal but never reached by speceq within its grid
     assert [g["met"] for g in goals] == [True, False, True, True]
-    assert "weak: speceq not at 90%" in goals[1]["detail"] and "strong 1.2" in goals[2]["detail"]
+    assert "met: strong (250 vs trtllm 5000)" in goals[1]["detail"] and "NOT met: weak (> 1000 vs > 1)" in goals[1]["detail"]
+    assert "strong 1.2" in goals[2]["detail"]
     ratios = report(speceq_n90=100).goals()
-    assert "strong 0.02" in ratios[1]["detail"] and "strong 0.5" in ratios[2]["detail"]
+    assert "strong (100 vs trtllm 5000)" in ratios[1]["detail"] and "strong 0.5" in ratios[2]["detail"]
+
+
+def tenth_goal(*dets, row_tvs=(), complete=False) -> dict:
+    v = variant("m", lossless=False, tv=(0.1, 0.1), budget=1.0, dets=dets, row_tvs=row_tvs, complete=complete)
+    return CalibrationReport(settings=QUICK.to_dict(), variants=(v,), curve=()).goals()[1]
+
+
+def test_tenth_goal_takes_speceqs_best_check_and_says_when_no_method_can_meet_it() -> None:
+    # speceq's greedy check counts: 1 greedy row vs trtllm's 20 samples -> met
+    g = tenth_goal(det("speceq", [5, 10], [0.5, 1.0], 10), det("speceq_greedy", [1], [1.0], 1),
+                   det("trtllm", [10, 20], [0.5, 0.95], 20), det("greedy", [1], [0.0], None))
+    assert g["met"] is True and "met: m (1 vs trtllm 20)" in g["detail"]
+    # the best engine method needs 5 samples: 1/10 is half a sample, which no method can use
+    g = tenth_goal(det("speceq", [1, 3], [0.5, 1.0], 3), det("trtllm", [5], [1.0], 5))
+    assert g["met"] is True and "unattainable by any method: m (3 vs trtllm 5: 1/10 of it is below one sample)" in g["detail"]
+    # 1/10 of 10 allows one sample: unattainable only with a known ceiling below 90 %
+    dets = (det("speceq", [1, 3], [0.7, 1.0], 3), det("trtllm", [10], [1.0], 10))
+    g = tenth_goal(*dets)
+    assert g["met"] is False and "NOT met: m (3 vs trtllm 10)" in g["detail"]
+    tvs = (row_tv("greedy", 0.0, 0.004), row_tv("support", 0.70, 0.73))
+    g = tenth_goal(*dets, row_tvs=tvs, complete=False)  # sampled rows' TV unknown: no ceiling
+    assert g["met"] is False
+    g = tenth_goal(*dets, row_tvs=tvs, complete=True)
+    assert g["met"] is True and "ceiling alpha + one-row TV <= 0.74" in g["detail"]
+    g = tenth_goal(*dets, row_tvs=(row_tv("greedy", 0.0, 0.004), row_tv("support", 0.95, 0.97)), complete=True)
+    assert g["met"] is False  # a one-row test could reach 90 %: speceq's 3 samples miss the goal
     assert report(alarm=0.2).goals()[3]["met"] is False  # 2/10 at alpha = 0.01: binomial p ~ 0.004
     assert report(alarm=0.1).goals()[3]["met"] is True  # 1/10: p ~ 0.1, no evidence above alpha
 
 
 def test_markdown_lists_every_variant_and_marks_unreached_sizes() -> None:
     text = markdown(report())
-    assert "| strong | strong bug | T=1 len=8 | 0.080 / 0.060 | 250 | 200 | 10,000 | 5,000 | > 4 | 10/10 |" in text
+    assert "| strong | strong bug | T=1 len=8 | 0.080 / 0.060 | 250 | — | 200 | 10,000 | 5,000 | > 4 | 10/10 |" in text
     assert "| weak |" in text and "> 1,000" in text
-    assert "| clean | clean bug | 0/10 |" in text
+    assert "| clean | clean bug | 0/10 | — |" in text
+    assert "One-row TVs" not in text  # no mutant has one
     assert "![power curve](power-curve.svg)" in text and "**NOT met**" in text
+
+
+def test_markdown_lists_one_row_tvs_and_the_ceiling() -> None:
+    v = variant("m", lossless=False, tv=(0.1, 0.1), budget=1.0, dets=[det("speceq", [1], [1.0], 1)],
+                row_tvs=(row_tv("greedy", 0.0, 0.004), row_tv("support", 0.70, 0.73)), complete=True)
+    text = markdown(CalibrationReport(settings=QUICK.to_dict(), variants=(v,), curve=()))
+    assert "| m | 0.000 [0.004] (greedy, 1,000 rows) | 0.700 [0.730] (support, 1,000 rows) | 0.740 |" in text
 
 
 def test_json_round_trip_and_files(tmp_path) -> None:
