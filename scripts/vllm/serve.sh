@@ -6,7 +6,9 @@
 #     '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
 #     '{"method":"draft_model","model":"harness/models/draft","num_speculative_tokens":3}'
 # Environment: SPECEQ_VLLM_VENV (default .venv-vllm), SPECEQ_VLLM_RUN_DIR (pid and log files,
-#   default .venv-vllm/run), SPECEQ_VLLM_WAIT_S (default 600), VLLM_CPU_KVCACHE_SPACE (GiB, default 1).
+#   default .venv-vllm/run), SPECEQ_VLLM_WAIT_S (default 600), VLLM_CPU_KVCACHE_SPACE (GiB, default 1),
+#   SPECEQ_VLLM_PATCH_EXPAND=1: start vLLM with the workaround for vllm-project/vllm#55005
+#   (scripts/vllm/patched/sitecustomize.py; for experiments, see docs/VLLM.md).
 # Prints the server's process-group id on stdout; stop it with `kill -- -PGID` (ci.sh does).
 # Exits non-zero, after stopping the server, when it does not answer /v1/models in time.
 set -euo pipefail
@@ -48,8 +50,13 @@ if [[ -f "$venv_dir/lib/libiomp5.so" ]]; then
     preload="$venv_dir/lib/libiomp5.so${preload:+:$preload}"
 fi
 
+pythonpath="${PYTHONPATH:-}"
+if [[ "${SPECEQ_VLLM_PATCH_EXPAND:-0}" == "1" ]]; then
+    pythonpath="$repo_root/scripts/vllm/patched${pythonpath:+:$pythonpath}"
+fi
+
 # setsid: the server and its engine-core child form one process group, stopped together.
-VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" LD_PRELOAD="$preload" \
+VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" LD_PRELOAD="$preload" PYTHONPATH="$pythonpath" \
     setsid "$venv_dir/bin/python" "${args[@]}" >"$log" 2>&1 < /dev/null &
 pgid=$!
 echo "$pgid" > "$pidfile"

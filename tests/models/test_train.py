@@ -45,7 +45,7 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["--out", str(tmp_path), "--steps", "2", "--draft-steps", "2", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "held-out loss" in out and "acceptance" in out
-    for name in ("target", "draft"):
+    for name in ("target", "draft", "draft-hd32"):
         folder = tmp_path / name
         for f in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
             assert (folder / f).is_file(), f"{name}/{f}"
@@ -63,6 +63,16 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     again = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
     assert again["training"] == metrics["training"]
     assert again["models"]["target"] == pytest.approx(before)
+    # the vLLM draft (2 heads of 32): trained with the others, its numbers kept by --measure-only
+    assert load_model(tmp_path / "draft-hd32").config.head_dim == 32
+    hd32 = metrics["draft_hd32"]
+    assert hd32["settings"]["draft_steps"] == 2 and hd32["seconds"] is not None and hd32["final_kl"] >= 0
+    assert again["draft_hd32"]["seconds"] == hd32["seconds"] and again["draft_hd32"]["final_kl"] == hd32["final_kl"]
+
+    # --draft-hd32 alone: redistils only that draft from the saved target
+    assert main(["--out", str(tmp_path), "--draft-hd32", "--draft-steps", "3"]) == 0
+    third = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
+    assert third["draft_hd32"]["settings"]["draft_steps"] == 3 and third["training"] == metrics["training"]
 
 
 def test_cli_rejects_bad_counts(capsys: pytest.CaptureFixture[str]) -> None:
