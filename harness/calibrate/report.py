@@ -195,9 +195,10 @@ class CalibrationReport:
                 continue
             reached = [d for d in others if d.n90 is not None]
             best = min(reached, key=lambda d: d.n90) if reached else None
-            allowed = (best.n90 if best else max(max(d.sizes) for d in others)) / 10
+            largest = max(max(d.sizes) for d in others)
+            allowed = (best.n90 if best else largest) / 10
             label = f"{mine.n90 if mine.n90 is not None else '> ' + str(max(mine.sizes))} vs " + (
-                f"{best.method} {best.n90}" if best else f"> {max(max(d.sizes) for d in others)}")
+                f"{best.method} {best.n90}" if best else f"> {largest}")
             if mine.n90 is not None and mine.n90 <= allowed:
                 met.append(f"{v.name} ({label})")
             elif best is not None and allowed < 1:

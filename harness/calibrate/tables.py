@@ -38,6 +38,10 @@ def _count(d: Detection | None) -> str:
     return f"{round(rate * d.reps)}/{d.reps}"
 
 
+def _row_tv(r: dict | None) -> str:
+    return "unknown" if r is None else f"{r['estimate']:.3f} [{r['upper']:.3f}] ({r['kind']}, {r['rows']:,} rows)"
+
+
 def _budget(v: VariantReport) -> str:
     if v.budget_rate is None or v.budget_reps is None:
         return "—"
@@ -93,12 +97,8 @@ def markdown(report: CalibrationReport) -> str:
             by_kind = {r["kind"]: r for r in v.row_tvs}
             greedy = by_kind.get("greedy")
             sampled = next((r for k, r in by_kind.items() if k != "greedy"), None)
-
-            def cell(r: dict | None) -> str:
-                return "unknown" if r is None else f"{r['estimate']:.3f} [{r['upper']:.3f}] ({r['kind']}, {r['rows']:,} rows)"
-
             ceiling = v.one_sample_ceiling(float(s["alpha"]))
-            lines.append(f"| {v.name} | {cell(greedy)} | {cell(sampled)} | "
+            lines.append(f"| {v.name} | {_row_tv(greedy)} | {_row_tv(sampled)} | "
                          + ("unknown (sampled rows' TV not known)" if ceiling is None else f"{ceiling:.3f}") + " |")
     if report.curve:
         methods = [m for m in ("speceq", "np", "vllm", "trtllm") if any(m in c.rates for c in report.curve)]
