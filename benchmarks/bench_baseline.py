@@ -18,12 +18,12 @@ import time
 
 import torch
 
-from harness.engines._hf_utils import load_causal_lm
-from harness.engines._torch import configure_threads
-from harness.engines.base import SampleRequest
-from harness.engines.baseline import BaselineEngine
-from harness.models import ByteTokenizer
-from harness.params import SamplingParams
+from speceq.engines._hf_utils import load_causal_lm
+from speceq.engines._torch import configure_threads
+from speceq.engines.base import SampleRequest
+from speceq.engines.baseline import BaselineEngine
+from speceq.models import ByteTokenizer
+from speceq.params import SamplingParams
 
 #: A short and a long prompt (5 and 53 tokens with BOS).
 PROMPTS = ("def ", "def get(self, key):\n    return self._data[key]\n\ndef ")

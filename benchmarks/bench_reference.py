@@ -22,14 +22,14 @@ import time
 
 import torch
 
-from harness.engines._kv import SlotCache
-from harness.engines._torch import configure_threads
-from harness.engines.base import SampleRequest
-from harness.engines.baseline import BaselineEngine
-from harness.engines.reference import ReferenceSpeculativeEngine
-from harness.models import ByteTokenizer
-from harness.models.prompts import DEFAULT_PROMPTS
-from harness.params import SamplingParams
+from speceq.engines._kv import SlotCache
+from speceq.engines._torch import configure_threads
+from speceq.engines.base import SampleRequest
+from speceq.engines.baseline import BaselineEngine
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.models import ByteTokenizer
+from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.params import SamplingParams
 
 
 def cpu_seconds(fn) -> tuple[float, object]:

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from harness.stats import (
+from speceq.stats import (
     argmax_leak_z,
     benjamini_hochberg,
     chisquare_gof,
@@ -34,9 +34,9 @@ from harness.stats import (
     support_violations,
     temperature_drift_z,
 )
-from harness.stats.calibration import toy_sequences
-from harness.stats.scores import TokenScores
-from harness.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs
+from speceq.stats.calibration import toy_sequences
+from speceq.stats.scores import TokenScores
+from speceq.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs
 
 BUDGET_S = 10.0
 

@@ -20,7 +20,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from harness.stats.calibration import collect_pvalues, oracle_replicate, rejection_band, two_sample_replicate
+from speceq.stats.calibration import collect_pvalues, oracle_replicate, rejection_band, two_sample_replicate
 
 DISCRETE = {"KS lengths", "CvM lengths"}
 

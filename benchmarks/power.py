@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.cli_calibrate import add_arguments, handle
+from speceq.cli_calibrate import add_arguments, handle
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ one-sample bound against the exact target law instead.
 
 Greedy cases (temperature 0) are not tested statistically: rows must be equal token for
 token; each distinct first divergence is classified by the target's raw top-2 margin there
-(:mod:`harness.greedy`). A real mismatch is a hard failure (``shifted``); near-ties alone are
+(:mod:`speceq.greedy`). A real mismatch is a hard failure (``shifted``); near-ties alone are
 reported and the case stays ``equivalent``; divergences without an oracle to explain them
 make it ``inconclusive``.
 """
@@ -37,12 +37,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from harness import stats
-from harness.engines.base import SampleBatch
-from harness.greedy import NEAR_TIE_NATS, classify_margin, first_divergence
-from harness.params import Case
-from harness.verdicts.decide import CaseDecision, CaseEvidence, decide_run, run_verdict
-from harness.verdicts.result import (
+from speceq import stats
+from speceq.engines.base import SampleBatch
+from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence
+from speceq.params import Case
+from speceq.verdicts.decide import CaseDecision, CaseEvidence, decide_run, run_verdict
+from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
     GreedySummary,
@@ -104,7 +104,7 @@ class _Tok:
     """Token labels for display: ByteTokenizer for the bundled vocabulary, ids otherwise."""
 
     def __init__(self, vocab_size: int) -> None:
-        from harness.models import VOCAB_SIZE, ByteTokenizer
+        from speceq.models import VOCAB_SIZE, ByteTokenizer
 
         self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
 
@@ -332,7 +332,7 @@ def analyse_run(
 
     baseline / candidate: case id -> every row collected for that case (chunks concatenated
     in slice order; ``prompt_index`` says which prompt of ``case.prompts`` a row continues).
-    ``oracle``: a :class:`harness.oracle.TargetOracle` or None for black-box mode.
+    ``oracle``: a :class:`speceq.oracle.TargetOracle` or None for black-box mode.
     ``engines``: {"baseline": describe(), "candidate": describe()}.
     """
     vocab = getattr(oracle, "vocab_size", None) or 259

@@ -1,7 +1,7 @@
 """Cases files (JSON or TOML) -> list[Case], and the default cases of ``speceq run``.
 
 The format is documented in ``docs/CASES.md`` (example: ``examples/cases.json``). Every
-problem is a :class:`~harness.errors.ConfigError` whose ``where`` names the file, the case
+problem is a :class:`~speceq.errors.ConfigError` whose ``where`` names the file, the case
 (index and id) and the field, and whose message says what was expected.
 """
 
@@ -15,8 +15,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from harness.errors import ConfigError
-from harness.params import Case, SamplingParams
+from speceq.errors import ConfigError
+from speceq.params import Case, SamplingParams
 
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos")
 #: Fields a case or the ``defaults`` section may set.
@@ -114,7 +114,7 @@ class _Tokenizers:
 
     def _load(self, name: str, where: str) -> Encoder:
         if name == BYTES_TOKENIZER:
-            from harness.models.tokenizer import ByteTokenizer
+            from speceq.models.tokenizer import ByteTokenizer
 
             return ByteTokenizer().encode
         path = Path(name)
@@ -297,8 +297,8 @@ def default_cases() -> list[Case]:
     of batch size 32, so only one case uses it, and only for the first token (the exact
     single-step law of the speculative sampler, certified against the oracle's exact law).
     """
-    from harness.models.prompts import DEFAULT_PROMPTS
-    from harness.models.tokenizer import ByteTokenizer
+    from speceq.models.prompts import DEFAULT_PROMPTS
+    from speceq.models.tokenizer import ByteTokenizer
 
     tok = ByteTokenizer()
     P = DEFAULT_PROMPTS

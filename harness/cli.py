@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.errors import SpeceqError, StoreError
-from harness.verdicts.result import EXIT_USAGE, RunResult
+from speceq.errors import SpeceqError, StoreError
+from speceq.verdicts.result import EXIT_USAGE, RunResult
 
 EXIT_INTERRUPTED = 130
 AddArguments = Callable[[argparse.ArgumentParser], None]
@@ -26,13 +26,13 @@ Handler = Callable[[argparse.Namespace], int]
 
 #: Subcommands defined in other modules: name -> module with HELP, add_arguments, handle.
 PLUGIN_COMMANDS: dict[str, str] = {
-    "calibrate": "harness.cli_calibrate",
+    "calibrate": "speceq.cli_calibrate",
 }
 
 
 # ----- speceq run ------------------------------------------------------------------------
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from harness.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+    from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/CASES.md). Default: the built-in cases")
@@ -67,9 +67,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def handle_run(args: argparse.Namespace) -> int:
-    from harness.cases import default_cases, load_cases
-    from harness.engines.registry import parse_engine_options
-    from harness.run import RunConfig, run
+    from speceq.cases import default_cases, load_cases
+    from speceq.engines.registry import parse_engine_options
+    from speceq.run import RunConfig, run
 
     config = RunConfig(
         baseline=args.baseline, candidate=args.candidate,
@@ -96,7 +96,7 @@ def handle_run(args: argparse.Namespace) -> int:
 
 
 def _write_report(result: RunResult, path: str) -> Path:
-    from reports.render import write_report
+    from speceq.reports.render import write_report
 
     return write_report(result, path)
 
@@ -139,7 +139,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
 
 
 def _params_label(params: dict[str, Any], batch_size: Any) -> str:
-    from harness.params import SamplingParams
+    from speceq.params import SamplingParams
 
     try:
         label = SamplingParams(**params).label()
@@ -156,7 +156,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_result(path: str | Path) -> RunResult:
     """A RunResult from a result.json; ConfigError naming the file when it is not one."""
-    from harness.errors import ConfigError
+    from speceq.errors import ConfigError
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -180,7 +180,7 @@ def add_engines_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def handle_engines(args: argparse.Namespace) -> int:
-    from harness.engines.registry import BUILTIN_ENGINES, list_engines
+    from speceq.engines.registry import BUILTIN_ENGINES, list_engines
 
     for name in list_engines():
         target = BUILTIN_ENGINES.get(name)
@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2, message printed)
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
-    from harness.run import RunInterrupted
+    from speceq.run import RunInterrupted
 
     try:
         return args.handler(args)

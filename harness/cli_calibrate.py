@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harness.calibrate.settings import CalibrationSettings
+    from speceq.calibrate.settings import CalibrationSettings
 
 HELP = "measure how many samples speceq and the engines' own checks need to catch each mutant"
 
@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> "CalibrationSettings":
     """The mode's preset with the options given on the command line."""
-    from harness.calibrate.settings import settings_for
+    from speceq.calibrate.settings import settings_for
 
     return settings_for(
         args.mode, mutants=args.mutants, reps=args.reps, grid=args.grid, sim_reps=args.sim_reps,
@@ -82,8 +82,8 @@ def settings_from_args(args: argparse.Namespace) -> "CalibrationSettings":
 
 
 def handle(args: argparse.Namespace) -> int:
-    from harness.calibrate.power import calibrate
-    from harness.calibrate.tables import markdown, write_outputs
+    from speceq.calibrate.power import calibrate
+    from speceq.calibrate.tables import markdown, write_outputs
 
     settings = settings_from_args(args)
     start = time.perf_counter()

@@ -2,8 +2,8 @@
 
 For every generated token of a sample set, the oracle computes the processed next-token
 law p_t of the target at that token's prefix, with exactly the logit processing the engines
-use (:func:`harness.processing.process_logits`), and reduces it to the per-token numbers of
-:class:`harness.stats.scores.TokenScores`. Rows are scored in batches (one forward pass per
+use (:func:`speceq.processing.process_logits`), and reduces it to the per-token numbers of
+:class:`speceq.stats.scores.TokenScores`. Rows are scored in batches (one forward pass per
 batch of rows, right-padded, rows sorted by length to limit padding).
 """
 
@@ -15,13 +15,13 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from harness.engines._hf_utils import describe_model, load_causal_lm, model_pad_id, model_vocab_size
-from harness.engines._torch import configure_threads
-from harness.engines.base import SampleBatch
-from harness.errors import ConfigError
-from harness.params import SamplingParams
-from harness.processing import process_logits
-from harness.stats.scores import TokenScores
+from speceq.engines._hf_utils import describe_model, load_causal_lm, model_pad_id, model_vocab_size
+from speceq.engines._torch import configure_threads
+from speceq.engines.base import SampleBatch
+from speceq.errors import ConfigError
+from speceq.params import SamplingParams
+from speceq.processing import process_logits
+from speceq.stats.scores import TokenScores
 
 #: Floor of the draft probability inside log q (TokenScores.draft_llr).
 DRAFT_PROB_FLOOR = 1e-30

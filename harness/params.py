@@ -2,7 +2,7 @@
 
 A :class:`Case` is one prompt (token ids), its sampling parameters and its batch context
 (batch size and the companion prompts that share a batch with it, so that padding and
-ragged acceptance are exercised). Validation raises :class:`~harness.errors.ConfigError`
+ragged acceptance are exercised). Validation raises :class:`~speceq.errors.ConfigError`
 naming the case and the field.
 """
 
@@ -12,14 +12,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from harness.errors import ConfigError
+from speceq.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
     """Sampling parameters shared by baseline, candidate and oracle.
 
-    Processing order (see :mod:`harness.processing`): temperature, then top-k, then top-p,
+    Processing order (see :mod:`speceq.processing`): temperature, then top-k, then top-p,
     on the target's logits. ``temperature == 0`` means greedy (argmax). ``top_k == 0`` and
     ``top_p == 1.0`` disable truncation. ``max_new_tokens`` counts generated tokens, EOS
     included. With ``ignore_eos`` every row has exactly ``max_new_tokens`` tokens and EOS is

@@ -1,9 +1,9 @@
 """The speceq pytest plugin (entry point ``speceq``): hooks only.
 
 Options (group ``speceq``, prefix ``--speceq-``, ini mirrors ``speceq_*``) are defined in
-:mod:`harness.pytest_support.options`; the per-session state in
-:mod:`harness.pytest_support.session`; the ``speceq`` fixture's checker in
-:mod:`harness.pytest_support.checker`. Nothing heavy is imported until a test asks for the
+:mod:`speceq.pytest_support.options`; the per-session state in
+:mod:`speceq.pytest_support.session`; the ``speceq`` fixture's checker in
+:mod:`speceq.pytest_support.checker`. Nothing heavy is imported until a test asks for the
 fixture, so collecting a project that has this plugin installed costs nothing.
 
 Markers: ``speceq_case(**fields)`` (a case, as in a cases file, for ``speceq.check()``
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
-from harness.pytest_support.options import add_options, resolve_settings
+from speceq.pytest_support.options import add_options, resolve_settings
 
 if TYPE_CHECKING:
-    from harness.pytest_support.checker import EquivalenceChecker
-    from harness.pytest_support.session import EquivalenceSession
+    from speceq.pytest_support.checker import EquivalenceChecker
+    from speceq.pytest_support.session import EquivalenceSession
 
 SESSION_KEY = pytest.StashKey["EquivalenceSession"]()
 SESSION_PLUGIN_NAME = "speceq-session"
@@ -34,7 +34,7 @@ MARKERS = (
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from harness import hookspec
+    from speceq import hookspec
 
     pluginmanager.add_hookspecs(hookspec)
 
@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from harness.pytest_support.session import EquivalenceSession
+    from speceq.pytest_support.session import EquivalenceSession
 
     for line in MARKERS:
         config.addinivalue_line("markers", line)
@@ -65,9 +65,9 @@ def speceq(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
     Fails the test with the evidence when the candidate is shifted; applies
     ``--speceq-inconclusive`` when a check is inconclusive. See
-    :class:`harness.pytest_support.checker.EquivalenceChecker`.
+    :class:`speceq.pytest_support.checker.EquivalenceChecker`.
     """
-    from harness.pytest_support.checker import EquivalenceChecker, _safe_name
+    from speceq.pytest_support.checker import EquivalenceChecker, _safe_name
 
     session = request.config.stash[SESSION_KEY]
     if session.settings.store is not None:
@@ -83,13 +83,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.when != "call":
         return report
-    from harness.pytest_support.session import ITEM_NOTES_KEY, ITEM_RESULTS_KEY
+    from speceq.pytest_support.session import ITEM_NOTES_KEY, ITEM_RESULTS_KEY
 
     results = item.stash.get(ITEM_RESULTS_KEY, [])
     notes = item.stash.get(ITEM_NOTES_KEY, [])
     if not results and not notes:
         return report
-    from harness.pytest_support.explain import section_text
+    from speceq.pytest_support.explain import section_text
 
     text = section_text(results, notes)
     report.sections.append(("speceq", text))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.params import SamplingParams
+from speceq.params import SamplingParams
 
 
 def process_logits(

@@ -3,10 +3,10 @@
 - **plan**: every case is cut into seed slices of at most ``chunk_size`` samples; one chunk
   = (role, case, slice). Its seed is :func:`chunk_seed` of (run seed, role, case id, slice).
 - **collect**: chunks already in the store (same fingerprint) are reused; the others are
-  sampled, checked with :func:`~harness.engines.base.validate_batch` and stored atomically.
+  sampled, checked with :func:`~speceq.engines.base.validate_batch` and stored atomically.
   A failure stops the run and keeps every finished chunk. Ctrl-C stops after the chunk being
   sampled is stored (a second Ctrl-C stops at once) and says how to resume.
-- **analyse**: :func:`harness.analysis.analyse_run` on every case's rows (chunks joined in
+- **analyse**: :func:`speceq.analysis.analyse_run` on every case's rows (chunks joined in
   slice order) and, when on, the target oracle.
 - **write**: ``result.json`` and ``provenance.json`` in the output folder, next to the
   store's ``chunks/``.
@@ -26,14 +26,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from harness.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
-from harness.errors import ConfigError, EngineError, SpeceqError
-from harness.params import Case
-from harness.provenance import collect_provenance, utc_now
-from harness.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
-from harness.verdicts.result import RunResult
+from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
+from speceq.errors import ConfigError, EngineError, SpeceqError
+from speceq.params import Case
+from speceq.provenance import collect_provenance, utc_now
+from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
+from speceq.verdicts.result import RunResult
 
-from harness.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 RESULT_FILE = "result.json"
 PROVENANCE_FILE = "provenance.json"
 _ROLE_CODES = {"baseline": 1, "candidate": 2}
@@ -320,7 +320,7 @@ def _interrupted_message(config: RunConfig, done: int, total: int) -> str:
 
 def resolve_engines(config: RunConfig) -> dict[str, Engine]:
     """The baseline and candidate engines of ``config`` from the engine registry."""
-    from harness.engines.registry import resolve_engine
+    from speceq.engines.registry import resolve_engine
 
     return {r: resolve_engine(getattr(config, r), options=dict(getattr(config, f"{r}_options"))) for r in ROLES}
 
@@ -337,7 +337,7 @@ MIN_SAMPLES = 10
 
 def check_sample_sizes(config: RunConfig, cases: Sequence[Case]) -> None:
     """Refuse sampling cases with too few samples for any test to say anything."""
-    from harness.stats import required_n_two_sample
+    from speceq.stats import required_n_two_sample
 
     for case in cases:
         n = case.samples or config.samples
@@ -378,13 +378,13 @@ def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
     """The target oracle of ``config`` (None when off); see :class:`RunConfig` for the defaults."""
     if not config.oracle:
         return None
-    from harness.oracle import TargetOracle
+    from speceq.oracle import TargetOracle
 
     target = config.oracle_model if config.oracle_model is not None else _loaded_model(engines["baseline"], "model")
     if config.oracle_draft == "auto":
         draft = _loaded_model(engines["candidate"], "draft")
     elif config.oracle_draft == "bundled":
-        from harness.models import DRAFT_DIR
+        from speceq.models import DRAFT_DIR
 
         draft = DRAFT_DIR
     else:
@@ -396,11 +396,11 @@ def _apply_threads(threads: int | None) -> None:
     """Make ``threads`` the torch thread count of this process and of every engine built afterwards.
 
     None leaves it to the engines (``$SPECEQ_TORCH_THREADS``, else 1; see
-    :func:`harness.engines._torch.configure_threads`) and does not import torch.
+    :func:`speceq.engines._torch.configure_threads`) and does not import torch.
     """
     if threads is None:
         return
-    from harness.engines._torch import THREADS_ENV, configure_threads
+    from speceq.engines._torch import THREADS_ENV, configure_threads
 
     os.environ[THREADS_ENV] = str(threads)  # read by the project's engines and the oracle
     configure_threads(threads)
@@ -423,7 +423,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     engines = dict(engines) if engines is not None else resolve_engines(config)
     check_engines_comparable(engines)
     described = engine_identities(config, engines)
-    seeds = {"run_seed": config.seed, "derivation": "harness.run.chunk_seed(run_seed, role, case_id, slice)"}
+    seeds = {"run_seed": config.seed, "derivation": "speceq.run.chunk_seed(run_seed, role, case_id, slice)"}
     provenance = collect_provenance(seeds=seeds, engines=described, settings=config.settings(),
                                     extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
     config.out_dir.mkdir(parents=True, exist_ok=True)
@@ -446,7 +446,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
 def _analyse(config: RunConfig, cases: Sequence[Case], collected: Collected, engine_configs: Mapping[str, Any],
              oracle: Any | None, provenance: Mapping[str, Any]) -> RunResult:
     """The one call into the analysis."""
-    from harness.analysis import analyse_run
+    from speceq.analysis import analyse_run
 
     return analyse_run(
         cases, collected.baseline, collected.candidate, oracle=oracle, alpha=config.alpha,

@@ -1,4 +1,4 @@
-"""``python -m reports RESULT.json [-o REPORT.html]``: write the HTML report of a saved result.
+"""``speceq report RESULT.json [-o REPORT.html]``: write the HTML report of a saved result.
 
 Exit status 0 when the page was written (whatever the verdict), 2 when the result cannot be
 read or rendered (the message says which file and why).
@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness.errors import ConfigError
-from harness.verdicts.result import EXIT_USAGE, RunResult
-from reports.render import write_report
+from speceq.errors import ConfigError
+from speceq.verdicts.result import EXIT_USAGE, RunResult
+from speceq.reports.render import write_report
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reports", description="Render a saved speceq result (JSON) as one HTML page.")
+    p = argparse.ArgumentParser(prog="speceq report", description="Render a saved speceq result (JSON) as one HTML page.")
     p.add_argument("result", type=Path, help="result JSON written by a speceq run")
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="HTML file to write. Default: RESULT with the suffix .html")

@@ -1,7 +1,7 @@
-"""Render a saved :class:`~harness.verdicts.result.RunResult` as one self-contained HTML page.
+"""Render a saved :class:`~speceq.verdicts.result.RunResult` as one self-contained HTML page.
 
 The page has no script and makes no request: CSS is inline, charts are inline SVG built from
-numbers (:mod:`reports.svg`), and a Content-Security-Policy meta tag forbids any script,
+numbers (:mod:`speceq.reports.svg`), and a Content-Security-Policy meta tag forbids any script,
 image, font or connection anyway. Jinja2 autoescaping is on for every template; data is never
 marked safe. The output depends only on the result, so the same result gives the same bytes.
 """
@@ -18,10 +18,10 @@ from typing import Any, Sequence
 import jinja2
 from markupsafe import Markup
 
-from harness.errors import ConfigError
-from harness.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
-from reports import svg
-from reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
+from speceq.errors import ConfigError
+from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
+from speceq.reports import svg
+from speceq.reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
 
 #: At most this many sample texts per engine are shown per case (the result may hold more).
 MAX_SAMPLES_PER_ENGINE = 4
@@ -71,7 +71,7 @@ class CaseView:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("reports", "templates"),
+        loader=jinja2.PackageLoader("speceq.reports", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         finalize=finalize,

@@ -14,8 +14,8 @@ from typing import Sequence
 from markupsafe import Markup, escape
 from scipy import stats
 
-from harness.verdicts.result import TokenFrequency
-from reports.format import clean_text, finite_or_none, fmt_num, fmt_pct, token_label, visible_token
+from speceq.verdicts.result import TokenFrequency
+from speceq.reports.format import clean_text, finite_or_none, fmt_num, fmt_pct, token_label, visible_token
 
 CHART_WIDTH = 760
 #: Standardised difference of two proportions beyond which a bar pair is marked as moved (visual aid, not a test).

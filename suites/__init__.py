@@ -8,9 +8,9 @@ From a checkout::
 
 From an installed package (``pip install speceq``)::
 
-    pytest --pyargs suites --speceq-candidate=my_pkg.engines:MyEngine
+    pytest --pyargs speceq.suites --speceq-candidate=my_pkg.engines:MyEngine
 
-The prompts are byte strings of the bundled byte vocabulary (:mod:`harness.models`), so the
+The prompts are byte strings of the bundled byte vocabulary (:mod:`speceq.models`), so the
 candidate must sample the bundled target (or a model of the same 259-token byte vocabulary,
 given to both engines with ``--speceq-baseline-option`` / ``--speceq-candidate-option``).
 

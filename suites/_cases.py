@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from harness.models.prompts import DEFAULT_PROMPTS
-from harness.models.tokenizer import ByteTokenizer
-from harness.params import Case, SamplingParams
+from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.models.tokenizer import ByteTokenizer
+from speceq.params import Case, SamplingParams
 
 #: Rows per engine batch in suites that do not study batching: copies of one prompt share a
 #: batch (no padding), which keeps sampling fast; test_batch_invariance covers batch size 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites._cases import PROMPTS, byte_case
+from speceq.suites._cases import PROMPTS, byte_case
 
 #: Companions of the case prompt, by batch size: other lengths, so batches are ragged.
 COMPANIONS = {1: (), 2: (PROMPTS[10],), 8: (PROMPTS[0], PROMPTS[8], PROMPTS[4])}

@@ -15,7 +15,7 @@ alone and four prompts in ragged batches of 8.
 
 from __future__ import annotations
 
-from suites._cases import PROMPTS, byte_case
+from speceq.suites._cases import PROMPTS, byte_case
 
 #: Rows per prompt and engine (passed to check(): a keyword beats --speceq-samples).
 GREEDY_ROWS = 4

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites._cases import PROMPTS, byte_case
+from speceq.suites._cases import PROMPTS, byte_case
 
 
 @pytest.mark.speceq_budget(samples=400)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.engines.base import SampleRequest, validate_batch
-from suites._cases import PROMPTS, byte_case
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.suites._cases import PROMPTS, byte_case
 
 pytestmark = pytest.mark.speceq_budget(samples=64)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites._cases import PROMPTS, byte_case
+from speceq.suites._cases import PROMPTS, byte_case
 
 SETTINGS = {
     "top_k5-T1": dict(top_k=5, temperature=1.0),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites._cases import PROMPTS, byte_case
+from speceq.suites._cases import PROMPTS, byte_case
 
 TEMPERATURES = (0.3, 0.7, 1.0, 1.3)
 

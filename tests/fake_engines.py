@@ -1,4 +1,4 @@
-"""Fake numpy engines for the store, run and CLI tests (no torch): conform to harness.engines.base.
+"""Fake numpy engines for the store, run and CLI tests (no torch): conform to speceq.engines.base.
 
 ``FakeEngine`` samples each token from a fixed distribution over 8 tokens (7 = EOS) that
 depends on the position and on the previous token, seeded only by ``request.seed``, so
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.engines.base import SampleBatch, SampleRequest
+from speceq.engines.base import SampleBatch, SampleRequest
 
 VOCAB = 8
 EOS = 7

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.analysis import analyse_run
-from harness.engines.base import PAD_OUT, SampleBatch, row_layout
-from harness.params import Case, SamplingParams
-from harness.stats.synthetic import scores_from_probs
-from harness.stats.scores import TokenScores
+from speceq.analysis import analyse_run
+from speceq.engines.base import PAD_OUT, SampleBatch, row_layout
+from speceq.params import Case, SamplingParams
+from speceq.stats.synthetic import scores_from_probs
+from speceq.stats.scores import TokenScores
 
 VOCAB = 259
 EOS = 257
@@ -175,7 +175,7 @@ def test_greedy_equal_rows_are_equivalent() -> None:
 
 
 def test_result_round_trips_through_json() -> None:
-    from harness.verdicts.result import RunResult
+    from speceq.verdicts.result import RunResult
 
     p = law(0)
     c = case("json", companions=((5, 6),))

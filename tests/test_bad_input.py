@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_engines import FakeEngine  # noqa: E402
 
-from harness.errors import ConfigError  # noqa: E402
-from harness.params import Case, SamplingParams  # noqa: E402
-from harness.run import RunConfig, check_oracle_matches, run  # noqa: E402
+from speceq.errors import ConfigError  # noqa: E402
+from speceq.params import Case, SamplingParams  # noqa: E402
+from speceq.run import RunConfig, check_oracle_matches, run  # noqa: E402
 
 
 def cases(**kw) -> list[Case]:

@@ -3,7 +3,7 @@
 Level 2: the baseline engine's samples against the oracle (the oracle's primary tests on a
 correct sampler's tokens). Level 3: baseline against baseline with independent seeds (the
 two-sample primary tests). R repetitions, each the full analysis pipeline
-(``harness.analysis.analyse_run``) on one case; every primary test's raw p-value must reject at
+(``speceq.analysis.analyse_run``) on one case; every primary test's raw p-value must reject at
 alpha = 0.05 at a rate inside alpha +- 2 sqrt(alpha (1 - alpha) / R). Seeded: deterministic.
 """
 
@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis import analyse_run
-from harness.engines.base import SampleBatch, SampleRequest
-from harness.params import Case, SamplingParams
+from speceq.analysis import analyse_run
+from speceq.engines.base import SampleBatch, SampleRequest
+from speceq.params import Case, SamplingParams
 
 R = 200
 ROWS_PER_REP = 150
@@ -27,9 +27,9 @@ CONSERVATIVE_AT_THIS_SIZE = {"chi2 length"}
 
 @pytest.fixture(scope="module")
 def engines():
-    from harness.engines.baseline import BaselineEngine
-    from harness.models import ByteTokenizer
-    from harness.oracle import TargetOracle
+    from speceq.engines.baseline import BaselineEngine
+    from speceq.models import ByteTokenizer
+    from speceq.oracle import TargetOracle
 
     base = BaselineEngine()
     return base, TargetOracle(base.model), ByteTokenizer()

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.cases import CASE_FIELDS, default_cases, load_cases, parse_cases, parse_cases_text
-from harness.errors import ConfigError
-from harness.models.prompts import DEFAULT_PROMPTS
-from harness.models.tokenizer import ByteTokenizer, VOCAB_SIZE
-from harness.params import Case
+from speceq.cases import CASE_FIELDS, default_cases, load_cases, parse_cases, parse_cases_text
+from speceq.errors import ConfigError
+from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.models.tokenizer import ByteTokenizer, VOCAB_SIZE
+from speceq.params import Case
 
 REPO = Path(__file__).resolve().parent.parent
 TOK = ByteTokenizer()
@@ -84,7 +84,7 @@ def test_the_example_file_loads():
 
 
 def test_named_tokenizer_file_relative_to_the_cases_file(tmp_path):
-    from harness.models.tokenizer import write_hf_tokenizer
+    from speceq.models.tokenizer import write_hf_tokenizer
 
     write_hf_tokenizer(tmp_path / "tok")
     cases = load_cases(write(tmp_path, {"defaults": {"tokenizer": "tok"}, "cases": [
@@ -303,9 +303,9 @@ def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
     """A case's own `samples` wins over the run's for that case only (and is validated)."""
     import json
 
-    from harness.cases import load_cases
-    from harness.errors import ConfigError
-    from harness.run import RunConfig, plan_chunks
+    from speceq.cases import load_cases
+    from speceq.errors import ConfigError
+    from speceq.run import RunConfig, plan_chunks
     from fake_engines import FakeEngine
 
     f = tmp_path / "c.json"

@@ -15,10 +15,10 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # fake_engines.py lives next to this file
 
-from harness import cli  # noqa: E402
-from harness.cli import EXIT_INTERRUPTED, main  # noqa: E402
-from harness.errors import EngineError  # noqa: E402
-from harness.verdicts.result import CaseResult, RunResult  # noqa: E402
+from speceq import cli  # noqa: E402
+from speceq.cli import EXIT_INTERRUPTED, main  # noqa: E402
+from speceq.errors import EngineError  # noqa: E402
+from speceq.verdicts.result import CaseResult, RunResult  # noqa: E402
 
 REPO = HERE.parent
 FAKE = "fake_engines:FakeEngine"
@@ -150,7 +150,7 @@ def test_a_plugin_command_plugs_in_by_one_line(tmp_path, monkeypatch, capsys):
 def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)])}
     argv = fake_run(tmp_path, "--candidate-option", "bad_output_on_call=1")
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "speceq.cli", *argv], capture_output=True, text=True, env=env,
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': row 0 position 0 holds token 13")
@@ -195,7 +195,7 @@ def test_table_and_report_of_a_run(tmp_path, capsys):
 @pytest.mark.slow
 def test_bundled_engines_end_to_end(tmp_path, capsys):
     """speceq run on the bundled models (baseline vs reference, oracle on), then an identical rerun."""
-    from harness.store import load_samples_frame
+    from speceq.store import load_samples_frame
 
     p = tmp_path / "cases.json"
     p.write_text(json.dumps({"cases": [

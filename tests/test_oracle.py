@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness.engines._hf_utils import tiny_random_llama
-from harness.engines.base import SampleBatch, batch_from_lists
-from harness.errors import ConfigError
-from harness.oracle import TargetOracle
-from harness.params import SamplingParams
+from speceq.engines._hf_utils import tiny_random_llama
+from speceq.engines.base import SampleBatch, batch_from_lists
+from speceq.errors import ConfigError
+from speceq.oracle import TargetOracle
+from speceq.params import SamplingParams
 
 PROMPTS = ((5, 17, 99, 3), (7,), (200, 31, 64))
 ROWS = [[10, 11, 12], [13], [14, 15, 16, 17, 18], [19, 20], [21], [22, 23, 24]]
@@ -35,7 +35,7 @@ def batch() -> SampleBatch:
 
 def direct_laws(model, prefix: list[int], params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     """(processed p, raw logits) of the next token after ``prefix``, one unpadded forward."""
-    from harness.processing import process_logits
+    from speceq.processing import process_logits
 
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([prefix])).logits[0, -1]

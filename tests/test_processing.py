@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from harness.params import SamplingParams
-from harness.processing import process_logits, sample_from_probs
+from speceq.params import SamplingParams
+from speceq.processing import process_logits, sample_from_probs
 
 
 def logits_of(*weights: float) -> torch.Tensor:

@@ -19,9 +19,9 @@ if str(HERE) not in sys.path:
 
 from fake_engines import EOS, FakeEngine  # noqa: E402
 
-from harness.errors import ConfigError, EngineError, StoreError  # noqa: E402
-from harness.params import Case, SamplingParams  # noqa: E402
-from harness.run import (  # noqa: E402
+from speceq.errors import ConfigError, EngineError, StoreError  # noqa: E402
+from speceq.params import Case, SamplingParams  # noqa: E402
+from speceq.run import (  # noqa: E402
     RunConfig,
     RunInterrupted,
     chunk_seed,
@@ -30,7 +30,7 @@ from harness.run import (  # noqa: E402
     plan_chunks,
     slice_sizes,
 )
-from harness.store import SampleStore, load_samples_frame  # noqa: E402
+from speceq.store import SampleStore, load_samples_frame  # noqa: E402
 
 REPO = HERE.parent
 
@@ -194,7 +194,7 @@ def test_run_config_validation_names_the_field(tmp_path):
 
 
 def test_concat_batches_sums_counts_only_when_every_chunk_has_them():
-    from harness.engines.base import batch_from_lists
+    from speceq.engines.base import batch_from_lists
 
     a = batch_from_lists([[1], [2, 3]], np.array([0, 0]), 2, drafted_tokens=4, accepted_tokens=2, wall_time_s=1.0)
     b = batch_from_lists([[4, 5]], np.array([0]), 2, drafted_tokens=6, accepted_tokens=3, wall_time_s=0.5)
@@ -213,7 +213,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     import numpy as np
     import test_run
     from fake_engines import FakeEngine
-    from harness.run import collect
+    from speceq.run import collect
 
     point, at = sys.argv[1], int(sys.argv[2])
     if point == "write":  # die with a chunk half-written into its temp file
@@ -267,8 +267,8 @@ def test_store_files_are_plain_npz_and_json(tmp_path):
 
 
 def test_run_writes_result_and_provenance(tmp_path):
-    from harness.run import run
-    from harness.verdicts.result import RunResult
+    from speceq.run import run
+    from speceq.verdicts.result import RunResult
 
     result = run(config(tmp_path, oracle=False, samples=40), cases(), engines=engines())
     assert [c.case_id for c in result.cases] == ["a", "b/odd id", "c"]
@@ -289,7 +289,7 @@ def test_run_writes_result_and_provenance(tmp_path):
 
 
 def test_run_rejects_empty_and_duplicate_cases(tmp_path):
-    from harness.run import run
+    from speceq.run import run
 
     with pytest.raises(ConfigError, match="no cases"):
         run(config(tmp_path), [], engines=engines())

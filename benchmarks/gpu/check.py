@@ -9,11 +9,11 @@ batch sizes 1 and 32, and transformers' assisted generation (batch size 1 only),
 bfloat16 and float16, on ``--greedy-prompts`` prompts of different lengths. Every row is
 compared with the float32 baseline at batch size 1; each first divergence is classified by
 the float32 target's raw top-2 log-probability margin at that prefix (near-tie when
-<= ``harness.greedy.NEAR_TIE_NATS``, else a real mismatch).
+<= ``speceq.greedy.NEAR_TIE_NATS``, else a real mismatch).
 
 Part 2, sampling (temperature 1): float32 plain, bfloat16 plain and bfloat16 reference
 speculative samples of a few cases (batch size 32), up to ``--tokens`` generated tokens per
-engine (time-boxed), analysed with :func:`harness.analysis.analyse_run` against the float32
+engine (time-boxed), analysed with :func:`speceq.analysis.analyse_run` against the float32
 oracle at 10 % of the tokens and at all of them: is bf16 speculation distinguishable from bf16
 plain sampling (two-sample tests), and from the float32 target (oracle tests)?
 """
@@ -36,11 +36,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from harness.engines.base import SampleBatch, SampleRequest, validate_batch  # noqa: E402
-from harness.greedy import NEAR_TIE_NATS, classify_margin, first_divergence  # noqa: E402
-from harness.models import ByteTokenizer  # noqa: E402
-from harness.models.prompts import DEFAULT_PROMPTS  # noqa: E402
-from harness.params import Case, SamplingParams  # noqa: E402
+from speceq.engines.base import SampleBatch, SampleRequest, validate_batch  # noqa: E402
+from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence  # noqa: E402
+from speceq.models import ByteTokenizer  # noqa: E402
+from speceq.models.prompts import DEFAULT_PROMPTS  # noqa: E402
+from speceq.params import Case, SamplingParams  # noqa: E402
 
 DTYPES = ("float32", "bfloat16", "float16")
 GREEDY_BATCH_SIZES = (1, 32)
@@ -71,15 +71,15 @@ def greedy_prompts(count: int) -> list[tuple[int, ...]]:
 
 def make_engine(kind: str, device: str, dtype: str) -> Any:
     if kind == "baseline":
-        from harness.engines.baseline import BaselineEngine
+        from speceq.engines.baseline import BaselineEngine
 
         return BaselineEngine(device=device, dtype=dtype, name=f"baseline-{dtype}")
     if kind == "reference":
-        from harness.engines.reference import ReferenceSpeculativeEngine
+        from speceq.engines.reference import ReferenceSpeculativeEngine
 
         return ReferenceSpeculativeEngine(device=device, dtype=dtype, k=4, name=f"reference-{dtype}")
     if kind == "hf-assisted":
-        from harness.engines.hf import HFAssistedEngine
+        from speceq.engines.hf import HFAssistedEngine
 
         return HFAssistedEngine(device=device, dtype=dtype, num_assistant_tokens=4, name=f"hf-assisted-{dtype}")
     raise ValueError(kind)
@@ -150,7 +150,7 @@ def sampling_cases(args: argparse.Namespace) -> list[Case]:
 
 def collect(engine: Any, cases: list[Case], tokens: int, seconds: float, seed: int) -> tuple[dict[str, SampleBatch], int, float]:
     """Rows per case until ``tokens`` generated tokens in all (or the time box is spent)."""
-    from harness.engines.base import batch_from_lists
+    from speceq.engines.base import batch_from_lists
 
     parts: dict[str, list[SampleBatch]] = {c.case_id: [] for c in cases}
     generated, started, round_ = 0, time.perf_counter(), 0
@@ -173,7 +173,7 @@ def collect(engine: Any, cases: list[Case], tokens: int, seconds: float, seed: i
 
 def head(batches: dict[str, SampleBatch], fraction: float) -> dict[str, SampleBatch]:
     """The first ``fraction`` of every case's rows (whole rounds of the prompt layout)."""
-    from harness.engines.base import SampleBatch as SB
+    from speceq.engines.base import SampleBatch as SB
 
     out = {}
     for cid, b in batches.items():
@@ -184,7 +184,7 @@ def head(batches: dict[str, SampleBatch], fraction: float) -> dict[str, SampleBa
 
 
 def verdicts(cases: list[Case], base: dict[str, SampleBatch], cand: dict[str, SampleBatch], oracle: Any, label: str) -> dict[str, Any]:
-    from harness.analysis import analyse_run
+    from speceq.analysis import analyse_run
 
     result = analyse_run(cases, base, cand, oracle=oracle, alpha=1e-3, tolerance=0.01, seed=0,
                          engines={"baseline": {"name": label.split(" vs ")[1]}, "candidate": {"name": label.split(" vs ")[0]}},
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         torch.set_num_threads(1)
     started = time.perf_counter()
-    from harness.oracle import TargetOracle
+    from speceq.oracle import TargetOracle
 
     oracle = TargetOracle(device=args.device, dtype="float32")
     report: dict[str, Any] = {"environment": environment(args.device), "settings": vars(args)}

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.engines.reference import ReferenceSpeculativeEngine
-from harness.errors import ConfigError
-from harness.params import Case
-from harness.processing import process_logits
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.errors import ConfigError
+from speceq.params import Case
+from speceq.processing import process_logits
 
 
 @dataclass(frozen=True, slots=True)

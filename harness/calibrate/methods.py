@@ -179,7 +179,7 @@ def trtllm_kl_gap(
 ) -> MethodResult:
     """TensorRT-LLM's check: flagged unless |KL(p||spec) - KL(p||plain)| < ``threshold`` (NaN fails).
 
-    ``bins`` (int ``[V]``, e.g. :func:`harness.stats.probability_bins`; -1 for p = 0) merges
+    ``bins`` (int ``[V]``, e.g. :func:`speceq.stats.probability_bins`; -1 for p = 0) merges
     tokens before the KLs (:func:`merge_bins`): an adaptation for full-support laws, not in
     the original.
     """

@@ -13,10 +13,10 @@ import zlib
 
 import numpy as np
 
-from harness.engines._torch import derive_seed
-from harness.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
-from harness.params import Case
-from harness.run import concat_batches
+from speceq.engines._torch import derive_seed
+from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
+from speceq.params import Case
+from speceq.run import concat_batches
 
 #: Samples of the case's prompt drawn per chunk (companions get as many).
 DEFAULT_CHUNK = 512

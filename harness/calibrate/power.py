@@ -2,15 +2,15 @@
 
 For each mutant (at the sampling parameters where its bug acts, :attr:`MutantSpec.params`):
 
-- speceq: the full analysis (:func:`harness.analysis.analyse_run`, oracle on) of ``n``
+- speceq: the full analysis (:func:`speceq.analysis.analyse_run`, oracle on) of ``n``
   baseline and ``n`` candidate samples per repetition (disjoint slices of seeded sample
   pools), ``reps`` repetitions, sizes from ``grid`` in increasing order until the rejection
   rate at ``alpha`` reaches ``power``; the default budget of ``speceq run`` is measured too
   (from the same analyses: Holm-adjusted p-values do not depend on alpha).
-- first-token methods (:mod:`~harness.calibrate.simulate`): simulated from the mutant's exact
+- first-token methods (:mod:`~speceq.calibrate.simulate`): simulated from the mutant's exact
   first-token law when it has one (many cheap repetitions), else on engine samples.
 - greedy exact match and speceq's own greedy check: the same case at temperature 0.
-- one-row TVs (:mod:`~harness.calibrate.ceiling`): what any test could detect from one row.
+- one-row TVs (:mod:`~speceq.calibrate.ceiling`): what any test could detect from one row.
 
 Lossless variants and the reference engine get the same measurements at one size
 (``false_alarm_n``): every rejection there is a false alarm.
@@ -25,14 +25,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.calibrate.ceiling import RowTV, greedy_row_tv, mixture_row_tv, support_row_tv
-from harness.calibrate.exact import ExactLaws, exact_laws
-from harness.calibrate.pools import SamplePool
-from harness.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
-from harness.calibrate.settings import CalibrationSettings
-from harness.calibrate.simulate import FIRST_TOKEN_METHODS, first_token_rates
-from harness.engines.mutants import MUTANTS, MutantSpec, enumerable, make_mutant
-from harness.params import Case, SamplingParams
+from speceq.calibrate.ceiling import RowTV, greedy_row_tv, mixture_row_tv, support_row_tv
+from speceq.calibrate.exact import ExactLaws, exact_laws
+from speceq.calibrate.pools import SamplePool
+from speceq.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
+from speceq.calibrate.settings import CalibrationSettings
+from speceq.calibrate.simulate import FIRST_TOKEN_METHODS, first_token_rates
+from speceq.engines.mutants import MUTANTS, MutantSpec, enumerable, make_mutant
+from speceq.params import Case, SamplingParams
 
 Log = Callable[[str], None]
 #: The reference engine's row in the lossless table.
@@ -49,11 +49,11 @@ class Calibrator:
     """Loads the bundled models once and measures variants; see the module docstring."""
 
     def __init__(self, settings: CalibrationSettings, *, threads: int | None = None, log: Log = _quiet) -> None:
-        from harness.engines._torch import configure_threads
-        from harness.engines.baseline import BaselineEngine
-        from harness.engines.reference import ReferenceSpeculativeEngine
-        from harness.models import ByteTokenizer, load_draft
-        from harness.models.prompts import DEFAULT_PROMPTS
+        from speceq.engines._torch import configure_threads
+        from speceq.engines.baseline import BaselineEngine
+        from speceq.engines.reference import ReferenceSpeculativeEngine
+        from speceq.models import ByteTokenizer, load_draft
+        from speceq.models.prompts import DEFAULT_PROMPTS
 
         configure_threads(threads)
         self.s = settings
@@ -95,7 +95,7 @@ class Calibrator:
 
     def speceq_min_p(self, case: Case, base: SamplePool, cand: SamplePool, oracle: Any, n: int, r: int) -> float:
         """Smallest Holm-adjusted primary p-value of one repetition (0 on a hard failure)."""
-        from harness.analysis import analyse_run
+        from speceq.analysis import analyse_run
 
         cid = case.case_id
         result = analyse_run([case], {cid: base.rep(r, n)}, {cid: cand.rep(r, n)}, oracle=oracle, alpha=self.s.alpha,
@@ -213,7 +213,7 @@ class Calibrator:
         Plug-in TV minus its mean under H0 (simulated draws of the same size from the exact
         marginal), floored at 0.
         """
-        from harness import stats
+        from speceq import stats
 
         target = self.target_laws(case).target
         batch = pool.take(0, samples)
@@ -238,7 +238,7 @@ class Calibrator:
         lossless = spec is None or spec.lossless
         engine = self.engine(spec)
         case = self.case(name, spec)
-        from harness.oracle import TargetOracle
+        from speceq.oracle import TargetOracle
 
         oracle = TargetOracle(self.baseline.model, draft=engine.draft)
         base, cand = self.baseline_pool(case), SamplePool(engine, case, seed=self.s.seed, label=f"candidate|{name}")
@@ -313,7 +313,7 @@ class Calibrator:
         engine = self.engine(spec, mix=mix)
         case = dataclasses.replace(self.case(name, spec), case_id=name)
         laws = exact_laws(engine, case)
-        from harness.oracle import TargetOracle
+        from speceq.oracle import TargetOracle
 
         oracle = TargetOracle(self.baseline.model, draft=engine.draft)
         n, reps = self.s.curve_n, self.s.curve_reps
@@ -331,7 +331,7 @@ class Calibrator:
 
 def calibrate(settings: CalibrationSettings, *, threads: int | None = None, log: Log = _quiet) -> CalibrationReport:
     """Run the whole calibration of ``settings`` and return its report."""
-    from harness.provenance import collect_provenance
+    from speceq.provenance import collect_provenance
 
     names = list(settings.mutants) or list(MUTANTS)
     unknown = [n for n in names if n not in MUTANTS and n != REFERENCE]

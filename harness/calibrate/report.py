@@ -61,14 +61,14 @@ class VariantReport:
     budget_reps: int | None
     seconds: float
     notes: tuple[str, ...] = ()
-    #: one-row TVs (:class:`harness.calibrate.ceiling.RowTV` as dicts) and whether they cover
+    #: one-row TVs (:class:`speceq.calibrate.ceiling.RowTV` as dicts) and whether they cover
     #: both kinds of row (greedy and sampled), so that the one-sample ceiling is valid.
     row_tvs: tuple[dict[str, Any], ...] = ()
     row_tv_complete: bool = False
 
     def one_sample_ceiling(self, alpha: float) -> float | None:
         """alpha + the largest one-row TV upper bound, when it covers every kind of row; else None."""
-        from harness.calibrate.ceiling import RowTV, one_sample_ceiling
+        from speceq.calibrate.ceiling import RowTV, one_sample_ceiling
 
         if not self.row_tv_complete:
             return None
@@ -182,7 +182,7 @@ class CalibrationReport:
 
         Per mutant: met, NOT met, or unattainable. Unattainable when 1/10 of the best engine
         method's samples is below one sample, or when it allows exactly one sample and the
-        one-sample ceiling (alpha + the one-row TV, :mod:`harness.calibrate.ceiling`) is
+        one-sample ceiling (alpha + the one-row TV, :mod:`speceq.calibrate.ceiling`) is
         below the target power: then no method at all can meet it. The goal is met when no
         mutant is NOT met.
         """

@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import ConfigError
-from harness.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+from speceq.errors import ConfigError
+from speceq.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 
 #: Sample sizes of the simulated first-token methods (per engine).
 METHOD_GRID: tuple[int, ...] = (10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000,
@@ -35,7 +35,7 @@ class CalibrationSettings:
     measured for every mutant. prompt_index: which ``DEFAULT_PROMPTS`` entry the cases use;
     batch_size, max_new_tokens: the calibration cases' layout and length. mutants: names to
     run (empty: the whole gallery). ceiling_rows: mutant rows used to compute the one-row TV
-    of the one-sample ceiling (:mod:`harness.calibrate.ceiling`).
+    of the one-sample ceiling (:mod:`speceq.calibrate.ceiling`).
     """
 
     mode: str = "quick"

@@ -1,4 +1,4 @@
-"""Rejection rates of the first-token methods (:mod:`harness.calibrate.methods`) over repetitions.
+"""Rejection rates of the first-token methods (:mod:`speceq.calibrate.methods`) over repetitions.
 
 Every method gets a level-``alpha`` threshold from statistics simulated under H0 (draws
 from the exact first-token target law p), and the published rule is evaluated as well.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.calibrate.methods import (
+from speceq.calibrate.methods import (
     TRTLLM_KL_THRESHOLD,
     VLLM_MULTIPLIER,
     LogLikelihoodRatio,
@@ -29,7 +29,7 @@ from harness.calibrate.methods import (
     vllm_reference_laws,
     vllm_sizes,
 )
-from harness.stats.goodness import probability_bins
+from speceq.stats.goodness import probability_bins
 
 FIRST_TOKEN_METHODS = ("np", "vllm", "vllm_published", "trtllm", "trtllm_published")
 #: Expected count per bin of the binned KL gap: an empty bin (KL = inf) then has probability ~e^-25.
@@ -61,7 +61,7 @@ def counts_of_rows(tokens: np.ndarray, vocab: int) -> np.ndarray:
 def vllm_statistics(nested: np.ndarray, target: np.ndarray, references: np.ndarray) -> np.ndarray:
     """vLLM's (ratio to target) / (ratio to references) per repetition, ``[reps]`` (small = flagged).
 
-    Same distances as :func:`harness.calibrate.methods.vllm_statistic`, vectorised:
+    Same distances as :func:`speceq.calibrate.methods.vllm_statistic`, vectorised:
     ||R - h||_F^2 = sum ||r_i||^2 - 2 h . sum r_i + rows ||h||^2.
     """
     h = nested / nested.sum(axis=2, keepdims=True)  # [R, S, V]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.calibrate.plot import power_curve_svg
-from harness.calibrate.report import METHOD_LABELS, CalibrationReport, Detection, VariantReport
-from harness.store import write_json_atomic
+from speceq.calibrate.plot import power_curve_svg
+from speceq.calibrate.report import METHOD_LABELS, CalibrationReport, Detection, VariantReport
+from speceq.store import write_json_atomic
 
 MARKDOWN_FILE = "power.md"
 JSON_FILE = "power.json"

@@ -1,13 +1,13 @@
 """Engines: the samplers under test, behind one small Protocol.
 
 Importing this package is cheap (no torch): the project's own engines
-(:mod:`~harness.engines.baseline`, :mod:`~harness.engines.reference`) and the adapters are
+(:mod:`~speceq.engines.baseline`, :mod:`~speceq.engines.reference`) and the adapters are
 imported on first use through :func:`resolve_engine`.
 """
 
-from harness.engines.base import PAD_OUT, Engine, SampleBatch, SampleRequest, row_layout, validate_batch
-from harness.engines.function import FunctionEngine
-from harness.engines.registry import (
+from speceq.engines.base import PAD_OUT, Engine, SampleBatch, SampleRequest, row_layout, validate_batch
+from speceq.engines.function import FunctionEngine
+from speceq.engines.registry import (
     BUILTIN_ENGINES,
     ENTRY_POINT_GROUP,
     list_engines,

@@ -11,8 +11,8 @@ from typing import Any, Literal, Sequence
 
 import torch
 
-from harness.engines._torch import first_eos_id, resolve_dtype
-from harness.errors import ConfigError
+from speceq.engines._torch import first_eos_id, resolve_dtype
+from speceq.errors import ConfigError
 
 
 def load_causal_lm(
@@ -29,12 +29,12 @@ def load_causal_lm(
     """
     torch_dtype = resolve_dtype(dtype)
     if model is None:
-        from harness import models
+        from speceq import models
 
         loader = models.load_target if role == "target" else models.load_draft
         return loader(dtype=torch_dtype, device=device)
     if isinstance(model, (str, Path)):
-        from harness.models import load_model
+        from speceq.models import load_model
 
         return load_model(model, dtype=torch_dtype, device=device)
     if not (isinstance(model, torch.nn.Module) and hasattr(model, "config")):

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.engines._torch import accepts_kwarg, cache_kwarg
+from speceq.engines._torch import accepts_kwarg, cache_kwarg
 
 
 class SlotCache:

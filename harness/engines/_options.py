@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.errors import ConfigError
+from speceq.errors import ConfigError
 
 
 def as_int(value: Any, option: str, *, minimum: int = 0) -> int:

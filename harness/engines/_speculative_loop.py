@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from harness.engines._hf_utils import check_prompts, distinct_prompts, left_padded
-from harness.engines._kv import SlotCache
-from harness.engines._torch import batch_generator
-from harness.engines.base import PAD_OUT, SampleBatch, SampleRequest
-from harness.params import SamplingParams
-from harness.engines.reference import accept_prefix_lengths
-from harness.processing import sample_from_probs
+from speceq.engines._hf_utils import check_prompts, distinct_prompts, left_padded
+from speceq.engines._kv import SlotCache
+from speceq.engines._torch import batch_generator
+from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
+from speceq.params import SamplingParams
+from speceq.engines.reference import accept_prefix_lengths
+from speceq.processing import sample_from_probs
 
 if TYPE_CHECKING:
-    from harness.engines.reference import ReferenceSpeculativeEngine
+    from speceq.engines.reference import ReferenceSpeculativeEngine
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import ConfigError
+from speceq.errors import ConfigError
 
 #: Environment variable that sets torch's intra-op threads for speceq (overrides the default 1).
 THREADS_ENV = "SPECEQ_TORCH_THREADS"

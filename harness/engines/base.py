@@ -13,8 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from harness.errors import EngineError
-from harness.params import SamplingParams
+from speceq.errors import EngineError
+from speceq.params import SamplingParams
 
 #: Fill value of ``SampleBatch.tokens`` after the end of a row.
 PAD_OUT = -1

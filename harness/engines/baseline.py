@@ -4,8 +4,8 @@ Rows follow :meth:`SampleRequest.rows` and are cut into batches of ``request.bat
 A batch is left-padded, with an attention mask and explicit per-row position ids, so each
 row is computed exactly as if it were alone (up to float rounding); each distinct prompt of
 a batch is computed once and its KV cache copied to the rows that continue it. Every step applies
-:func:`harness.processing.process_logits` and draws with
-:func:`harness.processing.sample_from_probs` from one ``torch.Generator`` per batch,
+:func:`speceq.processing.process_logits` and draws with
+:func:`speceq.processing.sample_from_probs` from one ``torch.Generator`` per batch,
 seeded from ``(request.seed, batch index)``. A row ends at EOS (unless ``ignore_eos``) or
 after ``max_new_tokens``; finished rows leave the batch.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.engines._hf_utils import (
+from speceq.engines._hf_utils import (
     check_prompts,
     describe_model,
     distinct_prompts,
@@ -29,11 +29,11 @@ from harness.engines._hf_utils import (
     model_pad_id,
     model_vocab_size,
 )
-from harness.engines._kv import SlotCache
-from harness.engines._torch import batch_generator, configure_threads
-from harness.engines.base import PAD_OUT, SampleBatch, SampleRequest
-from harness.params import SamplingParams
-from harness.processing import process_logits, sample_from_probs
+from speceq.engines._kv import SlotCache
+from speceq.engines._torch import batch_generator, configure_threads
+from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
+from speceq.params import SamplingParams
+from speceq.processing import process_logits, sample_from_probs
 
 
 class BaselineEngine:

@@ -15,13 +15,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
-from harness.errors import ConfigError, EngineError
-from harness.params import SamplingParams
+from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from speceq.errors import ConfigError, EngineError
+from speceq.params import SamplingParams
 
 SampleFunction = Callable[[list[int], int, SamplingParams, int], Sequence[Sequence[int]]]
 
-#: Defaults match the bundled byte models (harness.models: VOCAB_SIZE, EOS_ID).
+#: Defaults match the bundled byte models (speceq.models: VOCAB_SIZE, EOS_ID).
 DEFAULT_VOCAB_SIZE = 259
 DEFAULT_EOS_TOKEN_ID = 257
 

@@ -15,7 +15,7 @@ top_p -> ``top_p``, max_new_tokens -> ``max_new_tokens``; ``ignore_eos`` -> ``su
 plus ``min_new_tokens=max_new_tokens``. Penalties, min-p, typical-p, epsilon/eta cut-offs are set to
 their neutral values.
 
-Processing compared with :func:`harness.processing.process_logits` (checked by
+Processing compared with :func:`speceq.processing.process_logits` (checked by
 ``tests/engines/test_hf.py``). transformers applies ``SuppressTokens`` (EOS -> -inf) before the
 warpers, then ``Temperature -> TopK -> TopP``, the same order as ours, and its top-p keeps a token
 when the mass of the tokens ranked strictly above it is < top_p (it removes tokens whose ascending
@@ -50,12 +50,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from harness.engines._hf_utils import check_prompts, load_causal_lm
-from harness.engines._options import as_int
-from harness.engines._torch import derive_seed
-from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
-from harness.errors import ConfigError, EngineError
-from harness.params import SamplingParams
+from speceq.engines._hf_utils import check_prompts, load_causal_lm
+from speceq.engines._options import as_int
+from speceq.engines._torch import derive_seed
+from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from speceq.errors import ConfigError, EngineError
+from speceq.params import SamplingParams
 
 if TYPE_CHECKING:
     import torch

@@ -1,6 +1,6 @@
 """The mutant gallery: the reference speculative engine with ONE deliberate, documented bug each.
 
-Every mutant is a small subclass of :class:`~harness.engines.reference.ReferenceSpeculativeEngine`
+Every mutant is a small subclass of :class:`~speceq.engines.reference.ReferenceSpeculativeEngine`
 overriding one hook (see that class's docstring), so the bug is the only difference from
 the correct engine. The gallery also holds LOSSLESS variants that look wrong but sample
 exactly the target law (a draft at another temperature, the target as its own draft, k = 1,
@@ -9,7 +9,7 @@ an untruncated draft): a sound test must flag the bugs and leave these alone.
 ``MUTANTS`` maps a name to its :class:`MutantSpec`; :func:`make_mutant` builds one (the
 registry resolves ``"mutant:<name>"`` to it). :func:`exact_tv` gives a mutant's true TV
 shift at the first two generated positions, computed exactly by enumeration on the models
-(:mod:`harness.calibrate.exact`), for the bugs that act on the per-step law; bugs that act
+(:mod:`speceq.calibrate.exact`), for the bugs that act on the per-step law; bugs that act
 only at batch size > 1 or only after a rejection are "not computed by enumeration" (None)
 and are measured empirically by the calibration.
 """
@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
-from harness.engines._kv import SlotCache
-from harness.engines.reference import ReferenceSpeculativeEngine, gather_token_probs, residual_probs
-from harness.errors import ConfigError, EngineNotFound
-from harness.params import SamplingParams
-from harness.processing import process_logits
+from speceq.engines._kv import SlotCache
+from speceq.engines.reference import ReferenceSpeculativeEngine, gather_token_probs, residual_probs
+from speceq.errors import ConfigError, EngineNotFound
+from speceq.params import SamplingParams
+from speceq.processing import process_logits
 
 if TYPE_CHECKING:
-    from harness.params import Case
+    from speceq.params import Case
 
 #: Default exponent of the biased accept ratio min(1, (p/q)^power).
 DEFAULT_POWER = 0.9
@@ -276,7 +276,7 @@ class DraftIsTarget(_Mutant):
             raise ConfigError("this variant uses the target as its draft; do not pass a draft",
                               where=f"mutant:{self.MUTANT}.draft")
         if target is None:
-            from harness.models import TARGET_DIR
+            from speceq.models import TARGET_DIR
 
             target = TARGET_DIR
         super().__init__(target, target, **kwargs)
@@ -304,7 +304,7 @@ class MutantSpec:
     params: sampling parameters under which the bug acts (overrides of SamplingParams'
     defaults used by the calibration). options: engine options of the calibration (e.g.
     ``k=1`` so that a bonus bug acts at position 1, where its TV is computed exactly).
-    row_law: how the TV between one-row laws is known (:mod:`harness.calibrate.ceiling`):
+    row_law: how the TV between one-row laws is known (:mod:`speceq.calibrate.ceiling`):
     ``support`` (exact: the chance a row leaves the target's support), ``mixture`` (a bound)
     or None (not known).
     """
@@ -394,7 +394,7 @@ def exact_tv(
     size > 1 or after a rejection ("not computed by enumeration"; measure it empirically).
     ``mutant``: a gallery name or a built engine.
     """
-    from harness.calibrate.exact import exact_laws
+    from speceq.calibrate.exact import exact_laws
 
     engine = make_mutant(mutant) if isinstance(mutant, str) else mutant
     if not enumerable(engine):

@@ -27,7 +27,7 @@ Speculation counters: when the server exposes Prometheus ``/metrics`` with vLLM'
 ``drafted_tokens``/``accepted_tokens``/``verify_steps`` (exact only when no other client uses the
 server meanwhile).
 
-HTTP: the standard library (:mod:`harness.engines._http`), threads from :mod:`concurrent.futures`
+HTTP: the standard library (:mod:`speceq.engines._http`), threads from :mod:`concurrent.futures`
 for bounded concurrency. The API key is read from the environment variable ``api_key_env`` at
 each call and never appears in ``describe()``, ``SampleBatch.info``, exceptions or logs.
 """
@@ -41,11 +41,11 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from harness.engines._http import TransportFault, get_text, parse_prometheus, request_json
-from harness.engines._options import as_int
-from harness.engines.base import SampleBatch, SampleRequest, batch_from_lists
-from harness.errors import ConfigError, EngineError
-from harness.params import SamplingParams
+from speceq.engines._http import TransportFault, get_text, parse_prometheus, request_json
+from speceq.engines._options import as_int
+from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from speceq.errors import ConfigError, EngineError
+from speceq.params import SamplingParams
 
 TOKEN_IDS_MODES = ("vllm", "token_ids")
 _TOKEN_PREFIX = "token_id:"

@@ -2,7 +2,7 @@
 
 Algorithm (Leviathan et al., arXiv:2211.17192, Alg. 1; Chen et al., arXiv:2302.01318), per
 row and step, with ``target_probs`` = p and ``draft_probs`` = q after the SAME logit
-processing (:func:`harness.processing.process_logits`; greedy T=0 runs through the same
+processing (:func:`speceq.processing.process_logits`; greedy T=0 runs through the same
 code with one-hot p and q):
 
 1. the draft proposes ``d_1..d_k``, each drawn from its processed q_i;
@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from harness.engines._hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
-from harness.engines._kv import SlotCache
-from harness.engines._torch import configure_threads
-from harness.engines.base import SampleBatch, SampleRequest
-from harness.errors import ConfigError
-from harness.params import SamplingParams
-from harness.processing import process_logits
+from speceq.engines._hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
+from speceq.engines._kv import SlotCache
+from speceq.engines._torch import configure_threads
+from speceq.engines.base import SampleBatch, SampleRequest
+from speceq.errors import ConfigError
+from speceq.params import SamplingParams
+from speceq.processing import process_logits
 
 
 def gather_token_probs(
@@ -230,6 +230,6 @@ class ReferenceSpeculativeEngine:
     # ---- sampling ---------------------------------------------------------------------
     def sample(self, request: SampleRequest) -> SampleBatch:
         """Draw ``request.n`` continuations of every prompt by speculative sampling."""
-        from harness.engines._speculative_loop import run_speculative  # the loop imports this module
+        from speceq.engines._speculative_loop import run_speculative  # the loop imports this module
 
         return run_speculative(self, request)

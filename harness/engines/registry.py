@@ -9,7 +9,7 @@ Third-party engines register in the entry-point group ``speceq.engines``::
 
 The resolved attribute may be an Engine instance, a class or factory (called with
 ``**options``), or a plain sampling function ``fn(prompt_ids, n, params, seed)`` (wrapped
-by :class:`~harness.engines.function.FunctionEngine` with ``options``).
+by :class:`~speceq.engines.function.FunctionEngine` with ``options``).
 """
 
 from __future__ import annotations
@@ -25,26 +25,26 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from harness.engines.base import Engine
-from harness.engines.function import FunctionEngine
-from harness.errors import ConfigError, EngineNotFound
+from speceq.engines.base import Engine
+from speceq.engines.function import FunctionEngine
+from speceq.errors import ConfigError, EngineNotFound
 
 #: Entry-point group of third-party engines.
 ENTRY_POINT_GROUP = "speceq.engines"
 
 #: Built-in engines, loaded on first use.
 BUILTIN_ENGINES: dict[str, str] = {
-    "baseline": "harness.engines.baseline:BaselineEngine",
-    "reference": "harness.engines.reference:ReferenceSpeculativeEngine",
-    "hf-sample": "harness.engines.hf:HFSampleEngine",
-    "hf-assisted": "harness.engines.hf:HFAssistedEngine",
-    "hf-prompt-lookup": "harness.engines.hf:HFPromptLookupEngine",
-    "openai": "harness.engines.openai:OpenAICompletionsEngine",
+    "baseline": "speceq.engines.baseline:BaselineEngine",
+    "reference": "speceq.engines.reference:ReferenceSpeculativeEngine",
+    "hf-sample": "speceq.engines.hf:HFSampleEngine",
+    "hf-assisted": "speceq.engines.hf:HFAssistedEngine",
+    "hf-prompt-lookup": "speceq.engines.hf:HFPromptLookupEngine",
+    "openai": "speceq.engines.openai:OpenAICompletionsEngine",
 }
 
 #: ``mutant:<name>`` resolves to ``make_mutant(name, **options)`` of this module.
 MUTANT_PREFIX = "mutant:"
-MUTANT_FACTORY = "harness.engines.mutants:make_mutant"
+MUTANT_FACTORY = "speceq.engines.mutants:make_mutant"
 
 #: Number of required positional parameters of a plain sampling function.
 _SAMPLE_FN_ARITY = 4

@@ -2,7 +2,7 @@
 
 Both read the byte vocabulary of :class:`ByteTokenizer` (ids 0..255 = bytes, ``<bos>`` = 256,
 ``<eos>`` = 257, ``<pad>`` = 258) and were trained on Python standard-library source by
-``python -m harness.models.train`` (see ``metrics.json`` next to this file). Importing this
+``python -m speceq.models.train`` (see ``metrics.json`` next to this file). Importing this
 package is cheap: torch and transformers are imported inside the loaders.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import ConfigError
-from harness.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
+from speceq.errors import ConfigError
+from speceq.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 
 if TYPE_CHECKING:
     import torch

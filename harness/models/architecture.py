@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
+from speceq.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 
 if TYPE_CHECKING:
     import transformers

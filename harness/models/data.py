@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.errors import ConfigError
-from harness.models.tokenizer import BOS_ID, EOS_ID
+from speceq.errors import ConfigError
+from speceq.models.tokenizer import BOS_ID, EOS_ID
 
 if TYPE_CHECKING:
     import torch

@@ -8,7 +8,7 @@ Every number is measured on a deterministic slice of the held-out corpus (evenly
 - ``top1_prob``: mean probability of the most likely token;
 - ``acceptance``: mean over prefixes of sum_x min(p(x), q(x)) = 1 - TV(p, q), the expected
   per-token acceptance rate of speculative sampling, with target p and draft q both
-  processed by :func:`harness.processing.process_logits` at the given temperature.
+  processed by :func:`speceq.processing.process_logits` at the given temperature.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.models.tokenizer import EOS_ID
+from speceq.models.tokenizer import EOS_ID
 
 if TYPE_CHECKING:
     import torch
@@ -81,8 +81,8 @@ def acceptance_rate(
     """Mean of sum_x min(p, q) over prefixes, p and q processed at ``temperature``."""
     import torch
 
-    from harness.params import SamplingParams
-    from harness.processing import process_logits
+    from speceq.params import SamplingParams
+    from speceq.processing import process_logits
 
     params = SamplingParams(temperature=temperature)
     target_probs = process_logits(target_logits, params, eos_token_id=EOS_ID)
@@ -100,7 +100,7 @@ def measure(
     seq_len: int = EVAL_SEQ_LEN,
 ) -> dict[str, Any]:
     """All metrics as a JSON-able dict: per model, and acceptance per temperature."""
-    from harness.models.data import fixed_windows
+    from speceq.models.data import fixed_windows
 
     windows = fixed_windows(heldout, n_windows, seq_len)
     target_logits = next_token_logits(target, windows)

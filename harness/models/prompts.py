@@ -3,7 +3,7 @@
 Chosen so the trained target continues them with realistic, non-degenerate entropy (see
 ``tests/models/test_prompts.py``), with distinct lengths from 4 to 52 bytes so batches are
 ragged, and with repeated n-grams in several of them, which prompt-lookup / n-gram
-speculation needs to propose anything. Encode with :class:`harness.models.ByteTokenizer`.
+speculation needs to propose anything. Encode with :class:`speceq.models.ByteTokenizer`.
 """
 
 from __future__ import annotations

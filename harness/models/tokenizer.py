@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.errors import ConfigError
+from speceq.errors import ConfigError
 
 VOCAB_SIZE = 259
 BOS_ID = 256

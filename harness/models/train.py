@@ -1,7 +1,7 @@
 """Train the bundled target and draft, reproducibly, then measure them.
 
-``python -m harness.models.train`` trains the target (next-byte cross-entropy on the
-standard-library corpus of :mod:`harness.models.data`), then distils the draft from it
+``python -m speceq.models.train`` trains the target (next-byte cross-entropy on the
+standard-library corpus of :mod:`speceq.models.data`), then distils the draft from it
 (per-token KL(p_target || q_draft) on the same kind of windows), writes both model folders
 (``config.json``, ``model.safetensors`` in fp32, ``generation_config.json``, tokenizer files)
 and ``metrics.json``, and prints the metrics table. Fixed seeds, a sorted file list and
@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import ConfigError
-from harness.models import DRAFT_DIR, METRICS_PATH, TARGET_DIR, load_model
-from harness.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, write_hf_tokenizer
+from speceq.errors import ConfigError
+from speceq.models import DRAFT_DIR, METRICS_PATH, TARGET_DIR, load_model
+from speceq.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, write_hf_tokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -72,7 +72,7 @@ def _optimise(
     """AdamW with warm-up + cosine schedule and gradient clipping; returns the loss per step."""
     import torch
 
-    from harness.models.data import random_windows
+    from speceq.models.data import random_windows
 
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay)
@@ -104,7 +104,7 @@ def train_target(stream: torch.Tensor, settings: TrainSettings) -> tuple[transfo
     import torch
     from transformers import LlamaForCausalLM
 
-    from harness.models.architecture import target_config
+    from speceq.models.architecture import target_config
 
     torch.manual_seed(settings.seed)
     model = LlamaForCausalLM(target_config())
@@ -121,12 +121,12 @@ def distil_draft(
 ) -> tuple[transformers.PreTrainedModel, list[float]]:
     """Distil the draft from the target: minimise the mean per-token KL(p_target || q_draft).
 
-    ``hd32``: the vLLM layout (:func:`~harness.models.architecture.draft_hd32_config`), own seed.
+    ``hd32``: the vLLM layout (:func:`~speceq.models.architecture.draft_hd32_config`), own seed.
     """
     import torch
     from transformers import LlamaForCausalLM
 
-    from harness.models.architecture import draft_config, draft_hd32_config
+    from speceq.models.architecture import draft_config, draft_hd32_config
 
     seed = settings.seed + (2 if hd32 else 1)
     torch.manual_seed(seed)
@@ -173,9 +173,9 @@ def measure_folders(target_dir: Path, draft_dir: Path, seed: int) -> dict[str, A
     import torch
     from transformers import LlamaForCausalLM
 
-    from harness.models.architecture import target_config
-    from harness.models.data import load_corpus
-    from harness.models.metrics import measure
+    from speceq.models.architecture import target_config
+    from speceq.models.data import load_corpus
+    from speceq.models.metrics import measure
 
     corpus = load_corpus()
     torch.manual_seed(seed)  # the same initial weights train_target starts from
@@ -192,7 +192,7 @@ def measure_folders(target_dir: Path, draft_dir: Path, seed: int) -> dict[str, A
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     defaults = TrainSettings()
-    ap = argparse.ArgumentParser(prog="python -m harness.models.train", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m speceq.models.train", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None,
                     help="folder to write target/, draft/ and metrics.json into. Default: the packaged harness/models/")
     ap.add_argument("--steps", type=int, default=defaults.target_steps, help="target training steps. Default: %(default)r")
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             training = json.loads(metrics_path.read_text(encoding="utf-8")).get("training")
         seed = training["settings"]["seed"] if training else args.seed
     else:
-        from harness.models.data import load_corpus
+        from speceq.models.data import load_corpus
 
         settings = TrainSettings(seed=args.seed, target_steps=args.steps, draft_steps=args.draft_steps, threads=args.threads)
         corpus = load_corpus()
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         seed = settings.seed
     metrics = measure_folders(target_dir, draft_dir, seed)
-    from harness.models.metrics import format_table
+    from speceq.models.metrics import format_table
 
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     kept = {}  # --measure-only keeps the vLLM draft's training numbers
@@ -274,8 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _distil_hd32(args: argparse.Namespace, target_dir: Path, metrics_path: Path) -> int:
     """``--draft-hd32``: distil the vLLM draft from the saved target; record it under ``draft_hd32``."""
-    from harness.models.data import load_corpus
-    from harness.models.metrics import measure
+    from speceq.models.data import load_corpus
+    from speceq.models.metrics import measure
 
     if not metrics_path.is_file():
         raise ConfigError("train the target and draft first (no metrics.json)", where=str(metrics_path))
@@ -293,8 +293,8 @@ def _distil_hd32(args: argparse.Namespace, target_dir: Path, metrics_path: Path)
 def _measure_hd32(target_dir: Path, metrics_path: Path, settings: TrainSettings, seconds: float | None,
                   final_kl: float | None) -> None:
     """Measure draft-hd32/ against the target into ``metrics.json``'s ``draft_hd32`` (keeps known training numbers)."""
-    from harness.models.data import load_corpus
-    from harness.models.metrics import measure
+    from speceq.models.data import load_corpus
+    from speceq.models.metrics import measure
 
     draft = load_model(target_dir.parent / "draft-hd32")
     measured = measure(load_model(target_dir), draft, load_corpus().heldout)

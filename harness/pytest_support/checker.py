@@ -1,12 +1,12 @@
 """The ``speceq`` fixture's object: run equivalence checks inside a test and apply the verdict.
 
 ``speceq.check(case)`` runs the session's baseline and candidate engines on ``case`` (see
-:func:`harness.run.run`), records the result for the report and the test's report section,
-then applies the verdict: ``shifted`` raises :class:`~harness.errors.DistributionMismatch`
+:func:`speceq.run.run`), records the result for the report and the test's report section,
+then applies the verdict: ``shifted`` raises :class:`~speceq.errors.DistributionMismatch`
 with the evidence; ``inconclusive`` fails (:class:`EquivalenceInconclusive`), skips or passes
 as ``--speceq-inconclusive`` (or ``inconclusive=``) says; ``equivalent`` passes.
 
-Settings resolve as :mod:`harness.pytest_support.options` describes (keyword > command
+Settings resolve as :mod:`speceq.pytest_support.options` describes (keyword > command
 line > marker > ini > default). Each check stores its samples in its own folder, named from
 the test id, the check's index in the test and a digest of what determines the samples, so
 a rerun with ``--speceq-store`` reuses them.
@@ -22,14 +22,14 @@ from typing import Any, Mapping, Sequence
 
 import pytest
 
-from harness.engines.base import Engine, SampleRequest
-from harness.errors import ConfigError, DistributionMismatch, SpeceqError
-from harness.params import Case
-from harness.pytest_support.explain import explain_run
-from harness.pytest_support.options import INCONCLUSIVE_OUTCOMES, Settings
-from harness.pytest_support.probes import Repeatability, SoloEngine, repeatability
-from harness.pytest_support.session import ITEM_NOTES_KEY, ITEM_RESULTS_KEY, EquivalenceSession
-from harness.verdicts.result import CaseResult, RunResult
+from speceq.engines.base import Engine, SampleRequest
+from speceq.errors import ConfigError, DistributionMismatch, SpeceqError
+from speceq.params import Case
+from speceq.pytest_support.explain import explain_run
+from speceq.pytest_support.options import INCONCLUSIVE_OUTCOMES, Settings
+from speceq.pytest_support.probes import Repeatability, SoloEngine, repeatability
+from speceq.pytest_support.session import ITEM_NOTES_KEY, ITEM_RESULTS_KEY, EquivalenceSession
+from speceq.verdicts.result import CaseResult, RunResult
 
 CaseLike = Case | Mapping[str, Any]
 Cases = CaseLike | Sequence[CaseLike] | str | Path | None
@@ -83,13 +83,13 @@ class EquivalenceChecker:
     # ----- cases ---------------------------------------------------------------------------
     def case(self, **fields: Any) -> Case:
         """A Case from the fields of a cases-file entry (docs/CASES.md), e.g. ``id``, ``prompt``, ``temperature``."""
-        from harness.cases import parse_cases
+        from speceq.cases import parse_cases
 
         return parse_cases([dict(fields)], source=f"{self._item.nodeid}: speceq.case")[0]
 
     def marked_cases(self) -> list[Case]:
         """The cases of the test's ``speceq_case`` markers, in the order they are written."""
-        from harness.cases import parse_cases
+        from speceq.cases import parse_cases
 
         markers = list(self._item.iter_markers("speceq_case"))[::-1]  # decorators apply bottom-up
         if not markers:
@@ -101,7 +101,7 @@ class EquivalenceChecker:
         return parse_cases([dict(m.kwargs) for m in markers], source=f"{self._item.nodeid}: speceq_case marker")
 
     def _cases(self, cases: Cases) -> list[Case]:
-        from harness.cases import load_cases, parse_cases
+        from speceq.cases import load_cases, parse_cases
 
         where = f"{self._item.nodeid}: speceq.check"
         if cases is None:
@@ -165,8 +165,8 @@ class EquivalenceChecker:
         session's when the spec is the session's.
         """
         __tracebackhide__ = True
-        from harness.run import RunConfig
-        from harness.run import run as run_equivalence
+        from speceq.run import RunConfig
+        from speceq.run import run as run_equivalence
 
         case_list = self._cases(cases)
         chosen = {"baseline": self._choose("baseline", baseline, baseline_options),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from harness.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Rejecting tests and moved tokens listed per case.
 MAX_TESTS = 5
@@ -53,8 +53,8 @@ def _token_line(t: TokenFrequency, case: CaseResult) -> str:
 
 def _params_label(case: CaseResult) -> str:
     """Short label of the case's parameters, e.g. ``T=0.7 top_k=20 len=8 batch=4``."""
-    from harness.errors import SpeceqError
-    from harness.params import SamplingParams
+    from speceq.errors import SpeceqError
+    from speceq.params import SamplingParams
 
     spec = case.case if isinstance(case.case, dict) else {}
     try:

@@ -38,10 +38,10 @@ _OFF = frozenset({"off", "false", "no", "0", "none"})
 def default_samples() -> int:
     """Samples per case and engine when nothing else says: the same as ``speceq run``.
 
-    Read from :data:`harness.run.DEFAULT_SAMPLES` when needed (``--help``, configure), so
+    Read from :data:`speceq.run.DEFAULT_SAMPLES` when needed (``--help``, configure), so
     that loading the plugin imports nothing but pytest.
     """
-    from harness.run import DEFAULT_SAMPLES
+    from speceq.run import DEFAULT_SAMPLES
 
     return DEFAULT_SAMPLES
 
@@ -167,7 +167,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                help="score the candidate's tokens with the target: on (the baseline's loaded target, "
                     "else the bundled one), off (two-sample tests only), or a target model folder."),
     OptionSpec(name="samples", default=None, default_factory=default_samples,
-               default_text="as `speceq run` (harness.run.DEFAULT_SAMPLES)", convert=_int_at_least(1), metavar="N",
+               default_text="as `speceq run` (speceq.run.DEFAULT_SAMPLES)", convert=_int_at_least(1), metavar="N",
                help="samples of each case's prompt per engine; on the command line it overrides "
                     "every speceq_budget marker (the suites' budgets)."),
     OptionSpec(name="alpha", default=1e-3, convert=_probability(upper_inclusive=False, what="a level in (0, 1)"),
@@ -269,8 +269,8 @@ def _engine_options(config: pytest.Config, role: str, spec: str) -> dict[str, An
     cli_lines = config.getoption(o.dest) or []
     if not ini_lines and not cli_lines:
         return {}
-    from harness.engines.registry import parse_engine_options  # imported only when options are given
-    from harness.errors import ConfigError
+    from speceq.engines.registry import parse_engine_options  # imported only when options are given
+    from speceq.errors import ConfigError
 
     ini_spec_raw = config.getini(OPTION_BY_NAME[role].ini)
     has_ini_spec = isinstance(ini_spec_raw, str) and bool(ini_spec_raw.strip())

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
-from harness.engines.function import prompt_seed
-from harness.errors import ConfigError
+from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
+from speceq.engines.function import prompt_seed
+from speceq.errors import ConfigError
 
 
 class SoloEngine:
@@ -32,7 +32,7 @@ class SoloEngine:
         self.inner = inner
         self.batch_size = batch_size
         self.name = f"{inner.name} (alone)"
-        self.model = getattr(inner, "model", None)  # the oracle reuses a loaded target (harness.run.make_oracle)
+        self.model = getattr(inner, "model", None)  # the oracle reuses a loaded target (speceq.run.make_oracle)
         self.vocab_size = inner.vocab_size
         self.eos_token_id = inner.eos_token_id
 

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pytest
 
-from harness.pytest_support.options import Settings
+from speceq.pytest_support.options import Settings
 
 if TYPE_CHECKING:
-    from harness.engines.base import Engine
-    from harness.verdicts.result import RunResult
+    from speceq.engines.base import Engine
+    from speceq.verdicts.result import RunResult
 
 #: Per-item stash: the test's checks (result, store folder) and its information notes.
 ITEM_RESULTS_KEY = pytest.StashKey[list]()
@@ -46,7 +46,7 @@ class CheckRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "CheckRecord":
-        from harness.verdicts.result import RunResult
+        from speceq.verdicts.result import RunResult
 
         return cls(str(d["nodeid"]), int(d["index"]), RunResult.from_dict(dict(d["result"])), d.get("store"))
 
@@ -77,7 +77,7 @@ def merge_results(records: Sequence[CheckRecord]) -> RunResult:
     The run verdict is the worst of the checks' verdicts. Each check's Holm adjustment is
     over its own tests: the merged result does not re-adjust (a note says so).
     """
-    from harness.verdicts.result import RunResult
+    from speceq.verdicts.result import RunResult
 
     if not records:
         raise ValueError("`records` is empty: no check ran")
@@ -137,8 +137,8 @@ class EquivalenceSession:
             return self._engines[key]
         if key in self._engine_errors:
             pytest.fail(self._engine_errors[key], pytrace=False)
-        from harness.engines.registry import resolve_engine
-        from harness.errors import SpeceqError
+        from speceq.engines.registry import resolve_engine
+        from speceq.errors import SpeceqError
 
         try:
             engine = self.config.hook.pytest_speceq_make_engine(config=self.config, role=role, spec=spec,
@@ -189,8 +189,8 @@ class EquivalenceSession:
 
 def write_session_report(records: Sequence[CheckRecord], path: Path) -> Path:
     """Write the merged result's HTML report to ``path`` and its JSON beside it; return ``path``."""
-    from harness.store import atomic_write
-    from reports.render import write_report
+    from speceq.store import atomic_write
+    from speceq.reports.render import write_report
 
     merged = merge_results(records)
     data = (merged.to_json() + "\n").encode("utf-8")

@@ -1,12 +1,12 @@
 """Register the plugin exactly once, for checkouts where the ``pytest11`` entry point is absent.
 
-The package declares the entry point ``speceq = "harness.plugin"``; once installed
+The package declares the entry point ``speceq = "speceq.plugin"``; once installed
 (``pip install -e .``) pytest loads it by itself and a second registration would fail
 ("Plugin already registered under a different name"). The root ``conftest.py`` and
 ``suites/conftest.py`` call :func:`ensure_plugin` from ``pytest_addhooks``, which pytest
 calls when the conftest is registered, before the command line is parsed.
 
-With the package installed, ``-p harness.plugin`` on top of the entry point makes pytest
+With the package installed, ``-p speceq.plugin`` on top of the entry point makes pytest
 register one module under two names and stop; name the entry point instead (``-p speceq``,
 needed only under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``).
 """
@@ -17,15 +17,15 @@ import sys
 
 import pytest
 
-PLUGIN_MODULE = "harness.plugin"
+PLUGIN_MODULE = "speceq.plugin"
 ENTRY_POINT_NAME = "speceq"
 
 
 def ensure_plugin(pluginmanager: pytest.PytestPluginManager) -> bool:
-    """Register :mod:`harness.plugin` unless it is registered or blocked; True when this call did it.
+    """Register :mod:`speceq.plugin` unless it is registered or blocked; True when this call did it.
 
-    Registered already: by the entry point (name ``speceq``), by ``-p harness.plugin``, or by
-    another conftest. Blocked: ``-p no:speceq`` or ``-p no:harness.plugin`` (respected).
+    Registered already: by the entry point (name ``speceq``), by ``-p speceq.plugin``, or by
+    another conftest. Blocked: ``-p no:speceq`` or ``-p no:speceq.plugin`` (respected).
     """
     if pluginmanager.is_blocked(ENTRY_POINT_NAME) or pluginmanager.is_blocked(PLUGIN_MODULE):
         return False

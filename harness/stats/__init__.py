@@ -12,30 +12,30 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
 """
 
-from harness.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
-from harness.stats.goodness import chisquare_gof, probability_bins
-from harness.stats.martingale import (
+from speceq.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
+from speceq.stats.goodness import chisquare_gof, probability_bins
+from speceq.stats.martingale import (
     argmax_leak_z,
     draft_drift_z,
     martingale_z,
     support_violations,
     temperature_drift_z,
 )
-from harness.stats.multitest import benjamini_hochberg, holm
-from harness.stats.pit import (
+from speceq.stats.multitest import benjamini_hochberg, holm
+from speceq.stats.pit import (
     anderson_darling_uniform_sf,
     anderson_darling_uniform_statistic,
     pit_uniformity,
     randomized_pit,
 )
-from harness.stats.power import (
+from speceq.stats.power import (
     noncentrality_for_power,
     required_n_equivalence_oracle,
     required_n_equivalence_two_sample,
     required_n_oracle,
     required_n_two_sample,
 )
-from harness.stats.results import (
+from speceq.stats.results import (
     ConfidenceInterval,
     GoodnessOfFitResult,
     HomogeneityResult,
@@ -45,10 +45,10 @@ from harness.stats.results import (
     UniformityResult,
     ZTestResult,
 )
-from harness.stats.scores import TokenScores
-from harness.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
-from harness.stats.tv import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
-from harness.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, pooled_bins
+from speceq.stats.scores import TokenScores
+from speceq.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
+from speceq.stats.tv import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
+from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, pooled_bins
 
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",

@@ -13,14 +13,14 @@ from typing import Callable
 
 import numpy as np
 
-from harness.stats._validate import check_int, check_level, check_rng
-from harness.stats.counts import joint_symbols, paired_counts, position_symbols
-from harness.stats.goodness import chisquare_gof
-from harness.stats.martingale import argmax_leak_z, draft_drift_z, temperature_drift_z
-from harness.stats.pit import pit_uniformity, randomized_pit
-from harness.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
-from harness.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs
-from harness.stats.twosample import chisquare_homogeneity
+from speceq.stats._validate import check_int, check_level, check_rng
+from speceq.stats.counts import joint_symbols, paired_counts, position_symbols
+from speceq.stats.goodness import chisquare_gof
+from speceq.stats.martingale import argmax_leak_z, draft_drift_z, temperature_drift_z
+from speceq.stats.pit import pit_uniformity, randomized_pit
+from speceq.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
+from speceq.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs
+from speceq.stats.twosample import chisquare_homogeneity
 
 #: Replicate functions: Generator -> {test name: p-value}.
 Replicate = Callable[[np.random.Generator], dict[str, float]]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from harness.stats._validate import as_counts, as_probs, check_int, check_level, check_positive
-from harness.stats.results import GoodnessOfFitResult
-from harness.stats.tv import tv_to_oracle, tv_upper_bound_oracle
+from speceq.stats._validate import as_counts, as_probs, check_int, check_level, check_positive
+from speceq.stats.results import GoodnessOfFitResult
+from speceq.stats.tv import tv_to_oracle, tv_upper_bound_oracle
 
 
 def _probability_bins_iv(probs: object, n: object, min_expected: object) -> tuple[np.ndarray, int, float]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from harness.stats.results import SupportResult, ZTestResult
-from harness.stats.scores import TokenScores
+from speceq.stats.results import SupportResult, ZTestResult
+from speceq.stats.scores import TokenScores
 
 
 def _martingale_z_iv(f: object, mean: object, var: object, name: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:

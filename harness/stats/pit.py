@@ -25,9 +25,9 @@ import math
 import numpy as np
 from scipy import special, stats
 
-from harness.stats._validate import check_int, check_rng
-from harness.stats.results import PITResult, UniformityResult
-from harness.stats.scores import TokenScores
+from speceq.stats._validate import check_int, check_rng
+from speceq.stats.results import PITResult, UniformityResult
+from speceq.stats.scores import TokenScores
 
 #: Switch from Marsaglia's CDF approximation to the analytic tail of the AD limiting law.
 _AD_TAIL_FROM = 4.0

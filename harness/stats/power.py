@@ -17,7 +17,7 @@ import math
 
 from scipy import optimize, stats
 
-from harness.stats._validate import check_int, check_level, check_positive
+from speceq.stats._validate import check_int, check_level, check_positive
 
 
 def _noncentrality_for_power_iv(dof: object, alpha: object, power: object) -> tuple[int, float, float]:

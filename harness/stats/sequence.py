@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from harness.stats._validate import as_real_sample, check_int, check_rng
-from harness.stats.results import TwoSampleResult
+from speceq.stats._validate import as_real_sample, check_int, check_rng
+from speceq.stats.results import TwoSampleResult
 
 _CHUNK_CELLS = 2_000_000  # permutation-matrix cells handled at once
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.stats._validate import check_int, check_positive, check_rng
-from harness.stats.scores import TokenScores
+from speceq.stats._validate import check_int, check_positive, check_rng
+from speceq.stats.scores import TokenScores
 
 
 def _random_target_probs_iv(rng: object, n: object, vocab: object, top_k: object) -> tuple[np.random.Generator, int, int, int]:

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from harness.stats._validate import as_counts, as_probs, check_int, check_level
+from speceq.stats._validate import as_counts, as_probs, check_int, check_level
 
 
 def _tv_distance_iv(counts_a: object, counts_b: object) -> tuple[np.ndarray, np.ndarray]:

@@ -13,9 +13,9 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from harness.stats._validate import as_counts, check_int, check_level
-from harness.stats.results import HomogeneityResult
-from harness.stats.tv import tv_distance, tv_upper_bound_two_sample
+from speceq.stats._validate import as_counts, check_int, check_level
+from speceq.stats.results import HomogeneityResult
+from speceq.stats.tv import tv_distance, tv_upper_bound_two_sample
 
 #: Default Monte Carlo null tables; p-values then have granularity 1 / 10_000.
 DEFAULT_MC_SAMPLES = 9999

@@ -1,8 +1,8 @@
-"""Append-only, atomically written store of engine samples (see :mod:`harness.store.chunks`)."""
+"""Append-only, atomically written store of engine samples (see :mod:`speceq.store.chunks`)."""
 
-from harness.store.atomic import atomic_write, write_json_atomic
-from harness.store.chunks import ROLES, STORE_FORMAT, ChunkKey, SampleStore, canonical_json, diff_identities
-from harness.store.frame import FRAME_COLUMNS, load_samples_frame
+from speceq.store.atomic import atomic_write, write_json_atomic
+from speceq.store.chunks import ROLES, STORE_FORMAT, ChunkKey, SampleStore, canonical_json, diff_identities
+from speceq.store.frame import FRAME_COLUMNS, load_samples_frame
 
 __all__ = [
     "ROLES",

@@ -1,6 +1,6 @@
 """Append-only chunk store of engine samples.
 
-One chunk = the :class:`~harness.engines.base.SampleBatch` of one engine role
+One chunk = the :class:`~speceq.engines.base.SampleBatch` of one engine role
 (``"baseline"`` or ``"candidate"``), one case and one seed slice. Its :class:`ChunkKey`
 carries the *identity* of the chunk: a JSON document of everything that determines its
 samples (engine spec and ``describe()`` config, the case's prompt ids, parameters and batch
@@ -16,7 +16,7 @@ A chunk file is an uncompressed ``.npz`` (``np.savez``) holding ``tokens``, ``le
 the batch's scalar fields). Why ``.npz`` rather than parquet: a chunk is three dense int64
 arrays, which numpy writes and reads with no conversion, and ``np.load(...,
 allow_pickle=False)`` can never execute code from a file. Files are written atomically
-(:mod:`harness.store.atomic`).
+(:mod:`speceq.store.atomic`).
 
 The same (role, case, slice) with a different fingerprint is a :class:`StoreError` naming
 the fields that differ: samples of two configurations are never mixed. A chunk file that
@@ -38,9 +38,9 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from harness.engines.base import SampleBatch
-from harness.errors import StoreError
-from harness.store.atomic import atomic_write, jsonable, remove_temp_files
+from speceq.engines.base import SampleBatch
+from speceq.errors import StoreError
+from speceq.store.atomic import atomic_write, jsonable, remove_temp_files
 
 #: Bump when the chunk file layout changes; part of every chunk identity.
 STORE_FORMAT = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.store.chunks import SampleStore
+from speceq.store.chunks import SampleStore
 
 FRAME_COLUMNS: tuple[str, ...] = (
     "engine", "engine_name", "case", "slice", "seed", "row", "prompt_index", "tokens", "length",

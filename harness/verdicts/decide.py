@@ -11,7 +11,7 @@
 The required n of an inconclusive case is the larger of (a) the size at which the case's
 chi-square detects a TV shift of ``tolerance`` with power 0.9 at the Bonferroni level
 alpha / (number of primary tests), the first step of Holm, and (b) the size at which the TV
-upper bound falls below ``tolerance`` when the engines truly agree (harness.stats.power).
+upper bound falls below ``tolerance`` when the engines truly agree (speceq.stats.power).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from harness.stats.multitest import benjamini_hochberg, holm
-from harness.stats.power import (
+from speceq.stats.multitest import benjamini_hochberg, holm
+from speceq.stats.power import (
     required_n_equivalence_oracle,
     required_n_equivalence_two_sample,
     required_n_oracle,
     required_n_two_sample,
 )
-from harness.verdicts.result import TestOutcome
+from speceq.verdicts.result import TestOutcome
 
 #: Power at which the required sample size of an inconclusive case is computed.
 DESIGN_POWER = 0.9

@@ -63,9 +63,9 @@ s.close()
 PY
 }
 
-# `python -m harness.cli` is `speceq` without needing the console script on PATH
+# `python -m speceq.cli` is `speceq` without needing the console script on PATH
 speceq() {
-    python -m harness.cli "$@"
+    python -m speceq.cli "$@"
 }
 
 # expect_verdict NAME EXPECTED RC: EXPECTED is "shifted" (rc 1) or "not-shifted" (rc 0 or 3)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binom
 
-from harness.calibrate.ceiling import (
+from speceq.calibrate.ceiling import (
     RowTV,
     greedy_row_tv,
     mixture_row_tv,

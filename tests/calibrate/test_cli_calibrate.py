@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.cli import main
+from speceq.cli import main
 
 
 def test_calibrate_writes_tables_for_a_bug_and_a_lossless_variant(tmp_path, capsys) -> None:

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from harness.calibrate.exact import exact_laws
-from harness.engines._hf_utils import tiny_random_llama
-from harness.engines.mutants import BonusFromDraft, ResampleFromTarget
-from harness.engines.reference import ReferenceSpeculativeEngine
-from harness.errors import ConfigError
-from harness.params import Case, SamplingParams
+from speceq.calibrate.exact import exact_laws
+from speceq.engines._hf_utils import tiny_random_llama
+from speceq.engines.mutants import BonusFromDraft, ResampleFromTarget
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.errors import ConfigError
+from speceq.params import Case, SamplingParams
 
 PROMPT = (5, 17, 99, 3)
 

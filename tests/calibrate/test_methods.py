@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.calibrate.methods import (
+from speceq.calibrate.methods import (
     CLT_MIN_N,
     LogLikelihoodRatio,
     greedy_exact_match,
@@ -20,7 +20,7 @@ from harness.calibrate.methods import (
     vllm_l2_convergence,
     vllm_sizes,
 )
-from harness.calibrate.simulate import first_token_rates
+from speceq.calibrate.simulate import first_token_rates
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -92,7 +92,7 @@ def test_trtllm_fails_on_a_full_support_law_unless_binned() -> None:
     plain, spec = draw(target, 5_000, rng), draw(target, 5_000, rng)
     res = trtllm_kl_gap(spec, plain, target)
     assert res.flagged and math.isnan(res.statistic)
-    from harness.stats import probability_bins
+    from speceq.stats import probability_bins
 
     binned = trtllm_kl_gap(spec, plain, target, bins=probability_bins(target, 5_000, 25.0))
     assert math.isfinite(binned.statistic) and not binned.flagged

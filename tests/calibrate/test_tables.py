@@ -7,11 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.calibrate.plot import power_curve_svg
-from harness.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
-from harness.calibrate.settings import QUICK, settings_for
-from harness.calibrate.tables import load_report, markdown, write_outputs
-from harness.errors import ConfigError
+from speceq.calibrate.plot import power_curve_svg
+from speceq.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
+from speceq.calibrate.settings import QUICK, settings_for
+from speceq.calibrate.tables import load_report, markdown, write_outputs
+from speceq.errors import ConfigError
 
 
 def det(method: str, sizes, rates, n90, reps=10, source="engine samples") -> Detection:

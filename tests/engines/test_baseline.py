@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.baseline import BaselineEngine
-from harness.errors import ConfigError
-from harness.oracle import TargetOracle
-from harness.params import SamplingParams
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.baseline import BaselineEngine
+from speceq.errors import ConfigError
+from speceq.oracle import TargetOracle
+from speceq.params import SamplingParams
 
 PARAMS = [
     SamplingParams(max_new_tokens=6),

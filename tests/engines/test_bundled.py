@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.baseline import BaselineEngine
-from harness.engines.reference import ReferenceSpeculativeEngine
-from harness.models import EOS_ID, ByteTokenizer
-from harness.models.prompts import DEFAULT_PROMPTS
-from harness.oracle import TargetOracle
-from harness.params import SamplingParams
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.baseline import BaselineEngine
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.models import EOS_ID, ByteTokenizer
+from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.oracle import TargetOracle
+from speceq.params import SamplingParams
 
 
 @pytest.fixture(scope="module")

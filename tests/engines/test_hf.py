@@ -10,16 +10,16 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.hf import (
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.hf import (
     HFAssistedEngine,
     HFPromptLookupEngine,
     HFSampleEngine,
     generation_kwargs,
 )
-from harness.errors import ConfigError
-from harness.params import SamplingParams
-from harness.processing import process_logits
+from speceq.errors import ConfigError
+from speceq.params import SamplingParams
+from speceq.processing import process_logits
 
 torch.set_num_threads(1)
 

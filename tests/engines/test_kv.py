@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.engines._kv import SlotCache
-from harness.engines._torch import batch_generator, cache_kwarg, configure_threads, derive_seed, resolve_dtype
-from harness.errors import ConfigError
+from speceq.engines._kv import SlotCache
+from speceq.engines._torch import batch_generator, cache_kwarg, configure_threads, derive_seed, resolve_dtype
+from speceq.errors import ConfigError
 
 
 def last_logits(model, ids: list[int]) -> torch.Tensor:

@@ -11,19 +11,19 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from harness import stats
-from harness.analysis import analyse_run
-from harness.calibrate.exact import exact_laws
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.baseline import BaselineEngine
-from harness.engines.mutants import MUTANTS, enumerable, exact_tv, make_mutant
-from harness.engines.reference import ReferenceSpeculativeEngine
-from harness.engines.registry import resolve_engine
-from harness.errors import ConfigError, EngineNotFound
-from harness.models import ByteTokenizer, load_draft, load_target
-from harness.models.prompts import DEFAULT_PROMPTS
-from harness.oracle import TargetOracle
-from harness.params import Case, SamplingParams
+from speceq import stats
+from speceq.analysis import analyse_run
+from speceq.calibrate.exact import exact_laws
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.baseline import BaselineEngine
+from speceq.engines.mutants import MUTANTS, enumerable, exact_tv, make_mutant
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.engines.registry import resolve_engine
+from speceq.errors import ConfigError, EngineNotFound
+from speceq.models import ByteTokenizer, load_draft, load_target
+from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.oracle import TargetOracle
+from speceq.params import Case, SamplingParams
 
 HOOKS = ("process_target", "process_draft", "effective_target", "accept_probs", "residual", "bonus_probs",
          "position_ids", "rollback")
@@ -204,7 +204,7 @@ def test_no_lossless_variant_is_shifted_at_the_same_seed(models, baseline_sample
 
 
 def test_mutant_through_speceq_run(models, tmp_path) -> None:
-    from harness.run import RunConfig, run
+    from speceq.run import RunConfig, run
 
     case = dataclasses.replace(case_for("resample-from-target", 3), case_id="def")
     config = RunConfig(candidate="mutant:resample-from-target", samples=300, chunk_size=300, alpha=1e-3,

@@ -8,10 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.openai import OpenAICompletionsEngine, call_seed
-from harness.errors import ConfigError, EngineError
-from harness.params import SamplingParams
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.openai import OpenAICompletionsEngine, call_seed
+from speceq.errors import ConfigError, EngineError
+from speceq.params import SamplingParams
 from fake_openai_server import FAULTS, FakeOpenAIServer
 
 KEY_ENV = "SPECEQ_TEST_FAKE_KEY"

@@ -9,18 +9,18 @@ import pytest
 import torch
 from scipy import stats
 
-from harness.engines._kv import SlotCache
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.baseline import BaselineEngine
-from harness.engines.reference import (
+from speceq.engines._kv import SlotCache
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.baseline import BaselineEngine
+from speceq.engines.reference import (
     ReferenceSpeculativeEngine,
     accept_prefix_lengths,
     acceptance_ratios,
     residual_probs,
 )
-from harness.errors import ConfigError
-from harness.oracle import TargetOracle
-from harness.params import SamplingParams
+from speceq.errors import ConfigError
+from speceq.oracle import TargetOracle
+from speceq.params import SamplingParams
 
 PARAMS = [
     SamplingParams(max_new_tokens=7),

@@ -11,18 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.engines import registry
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.baseline import BaselineEngine
-from harness.engines.function import FunctionEngine, prompt_seed
-from harness.engines.registry import list_engines, parse_engine_options, resolve_engine
-from harness.errors import ConfigError, EngineError, EngineNotFound
-from harness.params import SamplingParams
+from speceq.engines import registry
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.baseline import BaselineEngine
+from speceq.engines.function import FunctionEngine, prompt_seed
+from speceq.engines.registry import list_engines, parse_engine_options, resolve_engine
+from speceq.errors import ConfigError, EngineError, EngineNotFound
+from speceq.params import SamplingParams
 
 PLUGIN_SOURCE = textwrap.dedent(
     """
     import numpy as np
-    from harness.engines.base import batch_from_lists, SampleBatch
+    from speceq.engines.base import batch_from_lists, SampleBatch
 
     def sample_fn(prompt_ids, n, params, seed):
         rng = np.random.default_rng(seed)
@@ -193,6 +193,6 @@ def test_parse_engine_options() -> None:
 
 
 def test_importing_the_registry_imports_no_torch() -> None:
-    code = "import sys, harness.engines.registry, harness.engines; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = "import sys, speceq.engines.registry, speceq.engines; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])
     assert out.stdout.split() == ["False", "False"]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from harness.models import load_draft, load_target
+from speceq.models import load_draft, load_target
 
 
 @pytest.fixture(autouse=True)

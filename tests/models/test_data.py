@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.errors import ConfigError
-from harness.models import BOS_ID, EOS_ID
-from harness.models.data import HELDOUT_BYTES, fixed_windows, load_corpus, random_windows, stdlib_files
+from speceq.errors import ConfigError
+from speceq.models import BOS_ID, EOS_ID
+from speceq.models.data import HELDOUT_BYTES, fixed_windows, load_corpus, random_windows, stdlib_files
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.errors import ConfigError
-from harness.models import (
+from speceq.errors import ConfigError
+from speceq.models import (
     BOS_ID,
     DRAFT_DIR,
     DRAFT_HD32_DIR,

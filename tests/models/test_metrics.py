@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from harness.models import VOCAB_SIZE
-from harness.models.metrics import acceptance_rate, format_table, model_metrics
+from speceq.models import VOCAB_SIZE
+from speceq.models.metrics import acceptance_rate, format_table, model_metrics
 
 
 def test_uniform_logits_give_chance_values() -> None:

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from harness.models import VOCAB_SIZE, ByteTokenizer
-from harness.models.prompts import DEFAULT_PROMPTS
+from speceq.models import VOCAB_SIZE, ByteTokenizer
+from speceq.models.prompts import DEFAULT_PROMPTS
 
 TOK = ByteTokenizer()
 

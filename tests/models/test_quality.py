@@ -12,16 +12,16 @@ import math
 import pytest
 import torch
 
-from harness.models import METRICS_PATH, VOCAB_SIZE
-from harness.models.data import load_corpus
-from harness.models.metrics import acceptance_rate, model_metrics, next_token_logits
+from speceq.models import METRICS_PATH, VOCAB_SIZE
+from speceq.models.data import load_corpus
+from speceq.models.metrics import acceptance_rate, model_metrics, next_token_logits
 
 SLICE_WINDOWS, SLICE_LEN = 8, 128
 
 
 @pytest.fixture(scope="module")
 def heldout_slice() -> torch.Tensor:
-    from harness.models.data import fixed_windows
+    from speceq.models.data import fixed_windows
 
     return fixed_windows(load_corpus().heldout, SLICE_WINDOWS, SLICE_LEN)
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.errors import ConfigError
-from harness.models import BOS_ID, DRAFT_DIR, DRAFT_HD32_DIR, EOS_ID, PAD_ID, TARGET_DIR, VOCAB_SIZE, ByteTokenizer
-from harness.models.tokenizer import byte_symbols, write_hf_tokenizer
+from speceq.errors import ConfigError
+from speceq.models import BOS_ID, DRAFT_DIR, DRAFT_HD32_DIR, EOS_ID, PAD_ID, TARGET_DIR, VOCAB_SIZE, ByteTokenizer
+from speceq.models.tokenizer import byte_symbols, write_hf_tokenizer
 
 TOK = ByteTokenizer()
 

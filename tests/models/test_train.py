@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.models import load_model
-from harness.models.train import TrainSettings, distil_draft, lr_factor, main, train_target
+from speceq.models import load_model
+from speceq.models.train import TrainSettings, distil_draft, lr_factor, main, train_target
 
 TINY = TrainSettings(seed=7, target_steps=3, draft_steps=3, batch=2, seq_len=24, warmup_steps=2)
 

@@ -17,10 +17,10 @@ import pytest
 
 # Imported here, before any pytester run: an in-process run removes from sys.modules every
 # module first imported during it, so scipy & co. would be imported again by every run.
-import harness.analysis  # noqa: F401
-import harness.pytest_support.checker  # noqa: F401
-import harness.run  # noqa: F401
-import reports.render  # noqa: F401
+import speceq.analysis  # noqa: F401
+import speceq.pytest_support.checker  # noqa: F401
+import speceq.run  # noqa: F401
+import speceq.reports.render  # noqa: F401
 from plugin_support import INI, REPO, TOY_ENGINES
 
 

@@ -11,7 +11,7 @@ import pytest
 
 HOT_ENGINE = '''
 import dataclasses
-from harness.engines.baseline import BaselineEngine
+from speceq.engines.baseline import BaselineEngine
 
 class HotEngine(BaselineEngine):
     """Samples the target at 1.5 x the requested temperature (a deliberate bug)."""

@@ -58,7 +58,7 @@ def test_shifted_engine_fails_with_the_evidence(project: pytest.Pytester) -> Non
 def test_mismatch_exception_carries_the_result(project: pytest.Pytester) -> None:
     project.makepyfile(test_catch="""
         import pytest
-        from harness.errors import DistributionMismatch
+        from speceq.errors import DistributionMismatch
 
         def test_catch(speceq):
             with pytest.raises(DistributionMismatch) as info:
@@ -171,7 +171,7 @@ def test_hooks_build_engines_and_see_results(project: pytest.Pytester) -> None:
 def pytest_speceq_make_engine(config, role, spec, options):
     if spec == "my-engine":
         import toy_engines
-        from harness.engines.function import FunctionEngine
+        from speceq.engines.function import FunctionEngine
         return FunctionEngine(toy_engines.correct, vocab_size=6, eos_token_id=5, name=f"made-{options['tag']}")
     return None
 

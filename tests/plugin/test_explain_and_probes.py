@@ -7,14 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.function import FunctionEngine, prompt_seed
-from harness.errors import ConfigError
-from harness.params import SamplingParams
-from harness.pytest_support.explain import explain_case, explain_run, moved_tokens, rejecting_tests, section_text
-from harness.pytest_support.probes import SoloEngine, repeatability
-from harness.pytest_support.session import CheckRecord, merge_results
-from harness.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.function import FunctionEngine, prompt_seed
+from speceq.errors import ConfigError
+from speceq.params import SamplingParams
+from speceq.pytest_support.explain import explain_case, explain_run, moved_tokens, rejecting_tests, section_text
+from speceq.pytest_support.probes import SoloEngine, repeatability
+from speceq.pytest_support.session import CheckRecord, merge_results
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 import toy_engines
 
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from harness.plugin import SESSION_KEY
-from harness.pytest_support.options import OPTION_BY_NAME, OPTIONS, BuiltinDefault, Settings, default_samples
+from speceq.plugin import SESSION_KEY
+from speceq.pytest_support.options import OPTION_BY_NAME, OPTIONS, BuiltinDefault, Settings, default_samples
 from plugin_support import TOY
 
 
@@ -24,12 +24,12 @@ import pytest
 # run a plain test with the plugin loaded (entry point or conftest), other plugins off (they import their own deps)
 pytest.main(["-q", "-p", "no:hypothesispytest", "-p", "no:benchmark",
              "-p", "no:html", "-p", "no:metadata", "-p", "no:anyio", "-p", "no:xdist"])
-print("HEAVY", sorted(m for m in ("torch", "numpy", "scipy", "harness.run") if m in sys.modules))
+print("HEAVY", sorted(m for m in ("torch", "numpy", "scipy", "speceq.run") if m in sys.modules))
 """
 
 
 def test_default_samples_are_the_run_default_and_loading_the_plugin_stays_cheap(project: pytest.Pytester) -> None:
-    from harness.run import DEFAULT_SAMPLES
+    from speceq.run import DEFAULT_SAMPLES
 
     assert default_samples() == DEFAULT_SAMPLES
     project.makepyfile(check_imports=CHECK_IMPORTS, test_plain="def test_plain():\n    pass\n")
@@ -143,7 +143,7 @@ def test_invalid_ini_values_name_the_ini_option(project: pytest.Pytester) -> Non
 
 
 def test_oracle_accepts_a_model_folder_and_on_off_words(project: pytest.Pytester) -> None:
-    from harness.models import TARGET_DIR
+    from speceq.models import TARGET_DIR
 
     assert settings_of(project, f"--speceq-oracle={TARGET_DIR}").oracle == str(TARGET_DIR)
     assert settings_of(project, "--speceq-oracle=false").oracle == "off"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.verdicts.result import RunResult
+from speceq.verdicts.result import RunResult
 from plugin_support import TOY
 
 TWO_TESTS = """

@@ -1,6 +1,6 @@
 """The plugin registers exactly once: entry point, root conftest, -p, and -p no:speceq; suites collect.
 
-With the package installed, ``-p harness.plugin`` on top of the entry point is a pluggy error
+With the package installed, ``-p speceq.plugin`` on top of the entry point is a pluggy error
 ("already registered under a different name") that no conftest can prevent: ``-p speceq``
 names the entry point instead (pytest loads ``-p`` names as entry points too).
 """
@@ -14,7 +14,7 @@ from plugin_support import REPO
 USES_FIXTURE = """
 def test_uses_fixture(speceq, request):
     names = [name for name, plugin in request.config.pluginmanager.list_name_plugin()
-             if getattr(plugin, "__name__", None) == "harness.plugin"]
+             if getattr(plugin, "__name__", None) == "speceq.plugin"]
     print("REGISTERED-AS", names)
 """
 
@@ -24,12 +24,12 @@ def fake_installed_entry_point(project: pytest.Pytester) -> None:
     dist = project.mkdir("site").joinpath("speceq_fake-0.1.dist-info")
     dist.mkdir()
     dist.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: speceq-fake\nVersion: 0.1\n")
-    dist.joinpath("entry_points.txt").write_text("[pytest11]\nspeceq = harness.plugin\n")
+    dist.joinpath("entry_points.txt").write_text("[pytest11]\nspeceq = speceq.plugin\n")
 
 
 @pytest.mark.parametrize(("entry_point", "autoload", "extra", "expected"), [
-    (False, False, (), "['harness.plugin']"),  # no entry point loaded: the root conftest registers it
-    (False, False, ("-p", "harness.plugin"), "['harness.plugin']"),  # -p first; the conftest sees it
+    (False, False, (), "['speceq.plugin']"),  # no entry point loaded: the root conftest registers it
+    (False, False, ("-p", "speceq.plugin"), "['speceq.plugin']"),  # -p first; the conftest sees it
     (True, True, (), "['speceq']"),  # installed: the entry point; the conftest does nothing
     (True, False, ("-p", "speceq"), "['speceq']"),  # installed, autoload off: -p by entry-point name
 ])
@@ -55,7 +55,7 @@ def test_blocking_the_plugin_is_respected(project: pytest.Pytester) -> None:
 
 def test_suites_collect_from_the_checkout_and_as_an_installed_package(project: pytest.Pytester) -> None:
     # from another folder, as `pytest --pyargs suites` runs them after `pip install`
-    result = project.runpytest_subprocess("--pyargs", "suites", "--collect-only", "-q")
+    result = project.runpytest_subprocess("--pyargs", "speceq.suites", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str()
     ids = [line for line in result.stdout.lines if "::" in line]
     assert len(ids) == 25

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.engines.function import FunctionEngine
-from harness.params import SamplingParams
+from speceq.engines.function import FunctionEngine
+from speceq.params import SamplingParams
 
 VOCAB = 6
 EOS = 5

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.verdicts.result import RunResult
-from reports import render_report
+from speceq.verdicts.result import RunResult
+from speceq.reports import render_report
 from report_example import DATA_FILE
 from chromium_cdp import CHROMIUM, Chromium
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, stats
 
-from harness.verdicts.result import (
+from speceq.verdicts.result import (
     CaseResult, GreedyDivergence, GreedySummary, RunResult, SampleText, TestOutcome, TokenFrequency,
 )
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from chromium_cdp import Chromium
-from harness.verdicts.result import RunResult
+from speceq.verdicts.result import RunResult
 from html_inspect import parse
 from report_example import PAYLOADS, inject
-from reports import write_report
+from speceq.reports import write_report
 
 pytestmark = pytest.mark.browser
 

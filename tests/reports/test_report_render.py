@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.verdicts.result import RunResult
+from speceq.errors import ConfigError
+from speceq.verdicts.result import RunResult
 from html_inspect import parse, unsafe_markup
 from report_example import DATA_FILE, EXAMPLE_FILE, build_example_result
-from reports import render_report, write_report
-from reports.__main__ import main as cli_main
+from speceq.reports import render_report, write_report
+from speceq.reports.__main__ import main as cli_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -215,7 +215,7 @@ def test_cli_writes_the_page_and_reports_bad_input(tmp_path: Path, capsys: pytes
 def test_python_dash_m_reports_default_output(tmp_path: Path) -> None:
     src = tmp_path / "result.json"
     src.write_bytes(DATA_FILE.read_bytes())
-    proc = subprocess.run([sys.executable, "-m", "reports", str(src)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run([sys.executable, "-m", "speceq.reports", str(src)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "result.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.stats import chisquare_homogeneity, required_n_two_sample
-from harness.stats.calibration import collect_pvalues, oracle_replicate, rejection_band, two_sample_replicate
+from speceq.stats import chisquare_homogeneity, required_n_two_sample
+from speceq.stats.calibration import collect_pvalues, oracle_replicate, rejection_band, two_sample_replicate
 
 REPS = 200
 ALPHA = 0.05

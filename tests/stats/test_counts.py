@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.stats import END, decode_joint, joint_symbols, paired_counts, position_symbols
+from speceq.stats import END, decode_joint, joint_symbols, paired_counts, position_symbols
 
 TOKENS = np.array([[5, 7, 9], [5, 2, -1], [3, -1, -1], [5, 7, 1]], dtype=np.int64)
 LENGTHS = np.array([3, 2, 1, 3], dtype=np.int64)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from harness.stats import chisquare_gof, probability_bins, tv_to_oracle
+from speceq.stats import chisquare_gof, probability_bins, tv_to_oracle
 
 
 def test_matches_scipy_chisquare_when_no_merge() -> None:

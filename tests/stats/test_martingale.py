@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.stats import (
+from speceq.stats import (
     argmax_leak_z,
     draft_drift_z,
     martingale_z,
     support_violations,
     temperature_drift_z,
 )
-from harness.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs, tempered
+from speceq.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs, tempered
 
 
 def test_martingale_z_formula() -> None:

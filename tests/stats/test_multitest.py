@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from harness.stats import benjamini_hochberg, holm
+from speceq.stats import benjamini_hochberg, holm
 
 pvals = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30)
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from harness.stats import (
+from speceq.stats import (
     anderson_darling_uniform_sf,
     anderson_darling_uniform_statistic,
     pit_uniformity,
     randomized_pit,
 )
-from harness.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs, tempered
+from speceq.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs, tempered
 
 
 def _imhof_sf(z: float, terms: int = 4000) -> float:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.stats import (
+from speceq.stats import (
     noncentrality_for_power,
     required_n_equivalence_oracle,
     required_n_equivalence_two_sample,

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-import harness.stats as S
-from harness.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs
+import speceq.stats as S
+from speceq.stats.synthetic import random_target_probs, sample_categorical, scores_from_probs
 
 
 def _all_results() -> list[object]:

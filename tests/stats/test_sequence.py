@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.stats import cramervonmises_2samp_permutation, ks_2samp_jittered
+from speceq.stats import cramervonmises_2samp_permutation, ks_2samp_jittered
 
 
 def test_ks_equals_scipy_on_continuous_data() -> None:
@@ -67,7 +67,7 @@ def test_invalid_input_names_the_parameter(call, message: str) -> None:
 
 def test_both_relabelling_paths_compute_the_same_statistic() -> None:
     """The tie-group-count path and the label-vector path of the CvM permutation agree."""
-    from harness.stats.sequence import _cvm_u_counts, _cvm_u_labels
+    from speceq.stats.sequence import _cvm_u_counts, _cvm_u_labels
 
     rng = np.random.default_rng(8)
     pooled = rng.integers(0, 7, size=60).astype(float)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.stats import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
+from speceq.stats import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
 
 counts = st.lists(st.integers(0, 50), min_size=2, max_size=12)
 
@@ -76,7 +76,7 @@ def test_disjoint_samples_give_tv_exactly_one_and_a_valid_bound() -> None:
     """Rounding must not push the plug-in above 1 (it did for 3 + 7 disjoint samples)."""
     import numpy as np
 
-    from harness.stats import tv_distance, tv_upper_bound_two_sample
+    from speceq.stats import tv_distance, tv_upper_bound_two_sample
 
     for n_a in range(1, 30):
         for n_b in (3, 7, 10, 11):

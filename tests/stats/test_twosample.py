@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from harness.stats import chisquare_homogeneity, pooled_bins, tv_distance
+from speceq.stats import chisquare_homogeneity, pooled_bins, tv_distance
 
 
 def test_matches_scipy_chi2_contingency_without_yates() -> None:

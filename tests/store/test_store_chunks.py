@@ -9,11 +9,11 @@ import zipfile
 import numpy as np
 import pytest
 
-from harness.engines.base import PAD_OUT, SampleBatch, batch_from_lists
-from harness.errors import StoreError
-from harness.store import ChunkKey, SampleStore, load_samples_frame, write_json_atomic
-from harness.store.atomic import is_temp_file, temp_path_for
-from harness.store.chunks import case_dir_name
+from speceq.engines.base import PAD_OUT, SampleBatch, batch_from_lists
+from speceq.errors import StoreError
+from speceq.store import ChunkKey, SampleStore, load_samples_frame, write_json_atomic
+from speceq.store.atomic import is_temp_file, temp_path_for
+from speceq.store.chunks import case_dir_name
 
 
 def make_batch(seed: int, rows: int = 6, length: int = 5, prompts: int = 2) -> SampleBatch:

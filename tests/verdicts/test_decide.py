@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.stats import (
+from speceq.stats import (
     holm,
     required_n_equivalence_oracle,
     required_n_equivalence_two_sample,
     required_n_oracle,
     required_n_two_sample,
 )
-from harness.verdicts.decide import CaseDecision, CaseEvidence, decide_run, run_verdict
-from harness.verdicts.result import TestOutcome as Outcome  # aliased: pytest would try to collect "Test*"
+from speceq.verdicts.decide import CaseDecision, CaseEvidence, decide_run, run_verdict
+from speceq.verdicts.result import TestOutcome as Outcome  # aliased: pytest would try to collect "Test*"
 
 
 def _test(name: str, p: float, primary: bool = True) -> Outcome:

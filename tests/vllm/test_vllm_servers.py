@@ -13,11 +13,11 @@ import os
 import numpy as np
 import pytest
 
-from harness.engines._http import get_text, parse_prometheus
-from harness.engines.base import SampleRequest, validate_batch
-from harness.engines.openai import OpenAICompletionsEngine
-from harness.models import EOS_ID, VOCAB_SIZE, ByteTokenizer
-from harness.params import SamplingParams
+from speceq.engines._http import get_text, parse_prometheus
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.openai import OpenAICompletionsEngine
+from speceq.models import EOS_ID, VOCAB_SIZE, ByteTokenizer
+from speceq.params import SamplingParams
 
 pytestmark = pytest.mark.vllm
 
