@@ -84,8 +84,8 @@ def main() -> None:
             rows = max(batch, args.rows // 4 if batch == 1 else args.rows)
             time_engine(engine, prompt, batch, batch, args.new_tokens, 0)  # warm-up
             time_generate(model, prompt, batch, batch, args.new_tokens, 0)
-            ours = best_of(args.repeats, lambda s: time_engine(engine, prompt, rows, batch, args.new_tokens, s))
-            theirs = best_of(args.repeats, lambda s: time_generate(model, prompt, rows, batch, args.new_tokens, s))
+            ours = best_of(args.repeats, lambda s, p=prompt, r=rows, b=batch: time_engine(engine, p, r, b, args.new_tokens, s))
+            theirs = best_of(args.repeats, lambda s, p=prompt, r=rows, b=batch: time_generate(model, p, r, b, args.new_tokens, s))
             print(f"{len(prompt):>7} {batch:>5} {rows:>5} | {rows / ours[0]:>10.1f} ({rows / ours[1]:>9.1f}) | "
                   f"{rows / theirs[0]:>10.1f} ({rows / theirs[1]:>9.1f}) | {theirs[0] / ours[0]:6.2f}x")
     print("goal: >= 2x")

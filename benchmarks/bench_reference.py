@@ -89,12 +89,12 @@ def main() -> None:
         request = SampleRequest(prompts=prompts, params=params, n=n, seed=0, batch_size=batch)
         tokens = n * len(prompts) * args.new_tokens
         baseline.sample(SampleRequest(prompts=prompts[:batch], params=params, n=1, seed=0, batch_size=batch))
-        base_s, _ = cpu_seconds(lambda: baseline.sample(request))
+        base_s, _ = cpu_seconds(lambda r=request: baseline.sample(r))
         decode = decode_forward_seconds(baseline.model, batch, context)
         c = decode_forward_seconds(draft, batch, context) / decode
         for k, engine in engines.items():
             v = decode_forward_seconds(baseline.model, batch, context, width=k + 1) / decode
-            spec_s, out = cpu_seconds(lambda: engine.sample(request))
+            spec_s, out = cpu_seconds(lambda e=engine, r=request: e.sample(r))
             a = out.accepted_tokens / out.info["accept_tests"]
             print(f"{batch:>5} {k:>2} | {tokens / base_s:>14.1f} {tokens / spec_s:>15.1f} | {a:>5.3f} "
                   f"{out.acceptance_rate:>8.3f} {c:>5.3f} {v:>5.2f} | {leviathan_speedup(a, k, c):>8.2f}x "

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 

@@ -43,7 +43,12 @@ _PUBLIC: dict[str, str] = {
     "DistributionMismatch": "speceq.errors",
 }
 
-__all__ = ["__version__", *_PUBLIC]
+__all__ = [
+    "__version__", "run", "RunConfig", "Case", "SamplingParams", "default_cases", "load_cases",
+    "parse_cases", "RunResult", "CaseResult", "Engine", "SampleRequest", "SampleBatch",
+    "resolve_engine", "list_engines", "load_samples_frame", "write_report", "render_report",
+    "SpeceqError", "ConfigError", "EngineError", "EngineNotFound", "StoreError", "DistributionMismatch",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -64,8 +69,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from speceq.cases import default_cases, load_cases, parse_cases
     from speceq.engines.base import Engine, SampleBatch, SampleRequest
     from speceq.engines.registry import list_engines, resolve_engine
-    from speceq.errors import (ConfigError, DistributionMismatch, EngineError, EngineNotFound,
-                               SpeceqError, StoreError)
+    from speceq.errors import ConfigError, DistributionMismatch, EngineError, EngineNotFound, SpeceqError, StoreError
     from speceq.params import Case, SamplingParams
     from speceq.reports import render_report, write_report
     from speceq.run import RunConfig, run

@@ -12,8 +12,9 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from speceq.errors import ConfigError
 from speceq.params import Case, SamplingParams

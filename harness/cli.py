@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from speceq.errors import SpeceqError, StoreError
 from speceq.verdicts.result import EXIT_USAGE, RunResult

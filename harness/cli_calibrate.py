@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
-def settings_from_args(args: argparse.Namespace) -> "CalibrationSettings":
+def settings_from_args(args: argparse.Namespace) -> CalibrationSettings:
     """The mode's preset with the options given on the command line."""
     from speceq.calibrate.settings import settings_for
 

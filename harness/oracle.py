@@ -9,8 +9,9 @@ batch of rows, right-padded, rows sorted by length to limit padding).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch

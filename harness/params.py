@@ -9,8 +9,9 @@ naming the case and the field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from speceq.errors import ConfigError
 

@@ -13,7 +13,8 @@ case and engine; ``--speceq-samples`` on the command line overrides it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generator
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,7 +22,6 @@ from speceq.pytest_support.options import add_options, resolve_settings
 
 if TYPE_CHECKING:
     from speceq.pytest_support.checker import EquivalenceChecker
-    from speceq.pytest_support.session import EquivalenceSession
 
 SESSION_KEY = pytest.StashKey["EquivalenceSession"]()
 SESSION_PLUGIN_NAME = "speceq-session"

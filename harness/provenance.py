@@ -11,9 +11,10 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 #: Distributions whose versions are recorded.
 TRACKED_PACKAGES: tuple[str, ...] = ("speceq", "torch", "transformers", "numpy", "scipy")
@@ -71,7 +72,7 @@ def machine_info() -> dict[str, Any]:
 
 def utc_now() -> str:
     """Current UTC time, ISO 8601 with seconds."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def collect_provenance(

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from speceq.errors import ConfigError
-from speceq.verdicts.result import EXIT_USAGE, RunResult
 from speceq.reports.render import write_report
+from speceq.verdicts.result import EXIT_USAGE, RunResult
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,17 +11,18 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import jinja2
 from markupsafe import Markup
 
 from speceq.errors import ConfigError
-from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
 from speceq.reports import svg
 from speceq.reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
+from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
 
 #: At most this many sample texts per engine are shown per case (the result may hold more).
 MAX_SAMPLES_PER_ENGINE = 4

@@ -8,14 +8,14 @@ markup. Coordinates are in SVG user units (= CSS pixels at 100 % zoom).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from markupsafe import Markup, escape
 from scipy import stats
 
-from speceq.verdicts.result import TokenFrequency
 from speceq.reports.format import clean_text, finite_or_none, fmt_num, fmt_pct, token_label, visible_token
+from speceq.verdicts.result import TokenFrequency
 
 CHART_WIDTH = 760
 #: Standardised difference of two proportions beyond which a bar pair is marked as moved (visual aid, not a test).

@@ -12,8 +12,8 @@ import pytest
 from speceq.analysis import analyse_run
 from speceq.engines.base import PAD_OUT, SampleBatch, row_layout
 from speceq.params import Case, SamplingParams
-from speceq.stats.synthetic import scores_from_probs
 from speceq.stats.scores import TokenScores
+from speceq.stats.synthetic import scores_from_probs
 
 VOCAB = 259
 EOS = 257

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from speceq.cases import CASE_FIELDS, default_cases, load_cases, parse_cases, parse_cases_text
 from speceq.errors import ConfigError
 from speceq.models.prompts import DEFAULT_PROMPTS
-from speceq.models.tokenizer import ByteTokenizer, VOCAB_SIZE
+from speceq.models.tokenizer import VOCAB_SIZE, ByteTokenizer
 from speceq.params import Case
 
 REPO = Path(__file__).resolve().parent.parent
@@ -303,10 +303,11 @@ def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
     """A case's own `samples` wins over the run's for that case only (and is validated)."""
     import json
 
+    from fake_engines import FakeEngine
+
     from speceq.cases import load_cases
     from speceq.errors import ConfigError
     from speceq.run import RunConfig, plan_chunks
-    from fake_engines import FakeEngine
 
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"cases": [{"id": "few", "prompt": "a", "samples": 30}, {"id": "run", "prompt": "b"}]}))

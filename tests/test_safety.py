@@ -47,3 +47,15 @@ def test_model_weights_are_safetensors_only() -> None:
         assert not {n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))}
     loader = (ROOT / "harness" / "models" / "__init__.py").read_text(encoding="utf-8")
     assert "use_safetensors=True" in loader
+
+
+def test_public_api_is_lazy_and_complete() -> None:
+    """``import speceq`` imports no torch, and every name in ``__all__`` resolves."""
+    import subprocess
+    import sys
+
+    code = ("import sys, speceq; assert 'torch' not in sys.modules, 'torch imported';"
+            "missing = [n for n in speceq.__all__ if n != '__version__' and n not in speceq._PUBLIC];"
+            "assert not missing, missing; [getattr(speceq, n) for n in speceq.__all__]; print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

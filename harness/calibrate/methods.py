@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+
 import numpy as np
 
 #: vLLM's pass rule: distance to the target must shrink this many times more than to the references.
@@ -226,7 +227,7 @@ class LogLikelihoodRatio:
     minus_inf: np.ndarray
 
     @staticmethod
-    def of(null_law: np.ndarray, alt_law: np.ndarray) -> "LogLikelihoodRatio":
+    def of(null_law: np.ndarray, alt_law: np.ndarray) -> LogLikelihoodRatio:
         p0 = np.asarray(null_law, dtype=np.float64).ravel()
         p1 = np.asarray(alt_law, dtype=np.float64).ravel()
         if p0.shape != p1.shape:

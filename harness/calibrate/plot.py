@@ -7,7 +7,7 @@ repetitions in which each method rejects at level alpha, at one sample size per 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 from speceq.calibrate.report import CurvePoint

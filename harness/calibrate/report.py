@@ -115,7 +115,7 @@ class CalibrationReport:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "CalibrationReport":
+    def from_dict(d: dict[str, Any]) -> CalibrationReport:
         variants = []
         for v in d["variants"]:
             dets = tuple(Detection(**{**x, "sizes": tuple(x["sizes"]), "rates": tuple(x["rates"])})

@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from speceq.errors import ConfigError
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+from speceq.errors import ConfigError
 
 #: Sample sizes of the simulated first-token methods (per engine).
 METHOD_GRID: tuple[int, ...] = (10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000,

@@ -6,8 +6,9 @@ loaded ``PreTrainedModel``. Loading is offline (local folders only).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import torch
 

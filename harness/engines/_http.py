@@ -71,7 +71,7 @@ def request_json(
         kind = "http_5xx" if status >= 500 else "http_4xx"
         message = f"HTTP {status} {detail}".strip()
         raise TransportFault(kind, message, retriable=status in RETRIABLE_STATUS, status=status) from None
-    except (TimeoutError, socket.timeout) as exc:
+    except TimeoutError as exc:
         raise TransportFault("timeout", f"no answer within {timeout_s:g} s ({exc})", retriable=True) from None
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, (TimeoutError, socket.timeout)):
@@ -95,7 +95,7 @@ def get_text(url: str, *, headers: dict[str, str], timeout_s: float) -> str:
     except urllib.error.HTTPError as exc:
         kind = "http_4xx" if exc.code < 500 else "http_5xx"
         raise TransportFault(kind, f"HTTP {exc.code}", retriable=False, status=exc.code) from None
-    except (TimeoutError, socket.timeout, urllib.error.URLError, http.client.HTTPException, ConnectionError) as exc:
+    except (TimeoutError, urllib.error.URLError, http.client.HTTPException, ConnectionError) as exc:
         raise TransportFault("connection", f"{type(exc).__name__}: {exc}", retriable=False) from None
 
 

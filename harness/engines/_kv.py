@@ -10,7 +10,8 @@ Trailing columns that no row uses any more are cropped from the cache.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -24,8 +24,8 @@ from speceq.engines._hf_utils import check_prompts, distinct_prompts, left_padde
 from speceq.engines._kv import SlotCache
 from speceq.engines._torch import batch_generator
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
-from speceq.params import SamplingParams
 from speceq.engines.reference import accept_prefix_lengths
+from speceq.params import SamplingParams
 from speceq.processing import sample_from_probs
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import operator
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

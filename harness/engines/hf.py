@@ -47,8 +47,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from speceq.engines._hf_utils import check_prompts, load_causal_lm
 from speceq.engines._options import as_int
@@ -58,7 +59,7 @@ from speceq.errors import ConfigError, EngineError
 from speceq.params import SamplingParams
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 
 def _model_label(spec: Any, model: Any) -> str:

@@ -19,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from speceq.engines._kv import SlotCache
-from speceq.engines.reference import ReferenceSpeculativeEngine, gather_token_probs, residual_probs
+from speceq.engines.reference import ReferenceSpeculativeEngine, gather_token_probs
 from speceq.errors import ConfigError, EngineNotFound
 from speceq.params import SamplingParams
 from speceq.processing import process_logits

@@ -22,8 +22,9 @@ import importlib.util
 import inspect
 import json
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from speceq.engines.base import Engine
 from speceq.engines.function import FunctionEngine

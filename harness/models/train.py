@@ -275,7 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _distil_hd32(args: argparse.Namespace, target_dir: Path, metrics_path: Path) -> int:
     """``--draft-hd32``: distil the vLLM draft from the saved target; record it under ``draft_hd32``."""
     from speceq.models.data import load_corpus
-    from speceq.models.metrics import measure
 
     if not metrics_path.is_file():
         raise ConfigError("train the target and draft first (no metrics.json)", where=str(metrics_path))

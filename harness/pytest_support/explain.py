@@ -8,8 +8,8 @@ estimate with its upper confidence bound. Pure functions of a RunResult: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 

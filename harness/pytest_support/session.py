@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -45,7 +46,7 @@ class CheckRecord:
         return {"nodeid": self.nodeid, "index": self.index, "store": self.store, "result": self.result.to_dict()}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "CheckRecord":
+    def from_json(cls, d: Mapping[str, Any]) -> CheckRecord:
         from speceq.verdicts.result import RunResult
 
         return cls(str(d["nodeid"]), int(d["index"]), RunResult.from_dict(dict(d["result"])), d.get("store"))
@@ -189,8 +190,8 @@ class EquivalenceSession:
 
 def write_session_report(records: Sequence[CheckRecord], path: Path) -> Path:
     """Write the merged result's HTML report to ``path`` and its JSON beside it; return ``path``."""
-    from speceq.store import atomic_write
     from speceq.reports.render import write_report
+    from speceq.store import atomic_write
 
     merged = merge_results(records)
     data = (merged.to_json() + "\n").encode("utf-8")

@@ -9,7 +9,7 @@ benchmarks/calibration_aa.py (R >= 1000). Pure numpy/scipy.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -65,12 +65,12 @@ class TokenScores:
     def has_draft(self) -> bool:
         return self.draft_llr is not None
 
-    def select(self, mask: np.ndarray) -> "TokenScores":
+    def select(self, mask: np.ndarray) -> TokenScores:
         """Subset of tokens (boolean mask or index array)."""
         return TokenScores(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[mask]) for f in fields(self)})
 
     @staticmethod
-    def concatenate(parts: "list[TokenScores]") -> "TokenScores":
+    def concatenate(parts: list[TokenScores]) -> TokenScores:
         if not parts:
             raise ValueError("`parts` is empty")
         out = {}

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, BinaryIO
+from typing import Any, BinaryIO
 
 TEMP_SUFFIX = ".tmp"
 

@@ -32,9 +32,10 @@ import os
 import re
 import shutil
 import zipfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class ChunkKey:
             raise StoreError(f"chunk slice index must be an integer >= 0, got {self.slice_index!r}")
 
     @classmethod
-    def build(cls, role: str, case_id: str, slice_index: int, identity: Mapping[str, Any]) -> "ChunkKey":
+    def build(cls, role: str, case_id: str, slice_index: int, identity: Mapping[str, Any]) -> ChunkKey:
         """Key from a JSON-able identity mapping (canonicalised here)."""
         return cls(role, case_id, slice_index, canonical_json(dict(identity)))
 

@@ -154,15 +154,15 @@ class RunResult:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True, allow_nan=True)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunResult":
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
         return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ()))})
 
     @classmethod
-    def from_json(cls, text: str) -> "RunResult":
+    def from_json(cls, text: str) -> RunResult:
         return cls.from_dict(json.loads(text))
 
-    def to_dataframe(self) -> "Any":
+    def to_dataframe(self) -> Any:
         """One row per (case, test): case id, verdict, test name, statistic, p, Holm p, q, TV."""
         import pandas as pd
 

@@ -168,7 +168,7 @@ def main():
           f"{'true log p plain':>16} {label + ' true':>12} {label + ' reported':>15}")
     pvals = []
     for pos in range(a.max_tokens):
-        col = lambda rows: [r[pos] for r in rows if len(r) > pos]
+        col = lambda rows, pos=pos: [r[pos] for r in rows if len(r) > pos]
         x, y = col(plain["rows"]), col(spec["rows"])
         if not x or not y:
             break
@@ -176,7 +176,7 @@ def main():
         tv = 0.5 * sum(abs(x.count(c) / len(x) - y.count(c) / len(y)) for c in cats)
         stat, dof, pv = chi2_two_sample(x, y)
         pvals.append(pv)
-        m = lambda lps: np.mean([r[pos] for r in lps if len(r) > pos])
+        m = lambda lps, pos=pos: np.mean([r[pos] for r in lps if len(r) > pos])
         sc = plain["scored"]
         print(f"{pos:>3} {tv:6.3f} {stat:8.1f} {dof:>4} {pv:9.2e}  {m(sc[files['plain']]):16.3f} "
               f"{m(sc[files['spec']]):12.3f} {m(spec['reported']):15.3f}")

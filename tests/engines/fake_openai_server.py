@@ -64,7 +64,7 @@ class FakeOpenAIServer:
         self._timer = threading.Timer(lifetime_s, self.stop)
         self._timer.daemon = True
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         self._thread.start()
         self._timer.start()
         return self

@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 
 import pytest
+from plugin_support import INI, REPO, TOY_ENGINES
 
 # Imported here, before any pytester run: an in-process run removes from sys.modules every
 # module first imported during it, so scipy & co. would be imported again by every run.
 import speceq.analysis  # noqa: F401
 import speceq.pytest_support.checker  # noqa: F401
-import speceq.run  # noqa: F401
 import speceq.reports.render  # noqa: F401
-from plugin_support import INI, REPO, TOY_ENGINES
+import speceq.run  # noqa: F401
 
 
 @pytest.fixture

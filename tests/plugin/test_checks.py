@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from plugin_support import TOY
 
 TOLERANT = (*TOY, "--speceq-tolerance=0.2", "--speceq-samples=1000")

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import toy_engines
 
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.function import FunctionEngine, prompt_seed
@@ -15,7 +16,6 @@ from speceq.pytest_support.explain import explain_case, explain_run, moved_token
 from speceq.pytest_support.probes import SoloEngine, repeatability
 from speceq.pytest_support.session import CheckRecord, merge_results
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
-import toy_engines
 
 
 def outcome(name: str, p: float, holm: float | None, primary: bool = True) -> TestOutcome:

@@ -6,10 +6,10 @@ import argparse
 import re
 
 import pytest
+from plugin_support import TOY
 
 from speceq.plugin import SESSION_KEY
 from speceq.pytest_support.options import OPTION_BY_NAME, OPTIONS, BuiltinDefault, Settings, default_samples
-from plugin_support import TOY
 
 
 def settings_of(project: pytest.Pytester, *args: str) -> Settings:
@@ -152,7 +152,7 @@ def test_oracle_accepts_a_model_folder_and_on_off_words(project: pytest.Pytester
 
 def test_builtin_default_shows_its_value_and_is_not_converted() -> None:
     d = BuiltinDefault(2000)
-    assert repr(d) == "2000" and "%(default)r" % {"default": d} == "2000"
+    assert repr(d) == "2000" and "%(default)r" % {"default": d} == "2000"  # noqa: UP031 (argparse formats help this way)
     parser = argparse.ArgumentParser()
     parser.add_argument("--x", type=int, default=d)
     assert parser.parse_args([]).x is d and parser.parse_args(["--x", "5"]).x == 5

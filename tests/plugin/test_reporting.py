@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from plugin_support import TOY
 
 from speceq.verdicts.result import RunResult
-from plugin_support import TOY
 
 TWO_TESTS = """
 import pytest

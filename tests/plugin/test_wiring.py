@@ -8,7 +8,6 @@ names the entry point instead (pytest loads ``-p`` names as entry points too).
 from __future__ import annotations
 
 import pytest
-
 from plugin_support import REPO
 
 USES_FIXTURE = """

@@ -93,7 +93,7 @@ class Chromium:
         self._next_id = 0
         self._events: list[dict[str, Any]] = []
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -163,7 +163,7 @@ class Chromium:
             self._events.append(msg)
 
     # ---- what the tests use ----------------------------------------------------------------
-    def load(self, path: Path, width: int = 1280, height: int = 900) -> "LoadedPage":
+    def load(self, path: Path, width: int = 1280, height: int = 900) -> LoadedPage:
         """Open ``path`` in a fresh tab with logging on; return once the load event has fired."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]

@@ -6,11 +6,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
-from speceq.verdicts.result import RunResult
-from speceq.reports import render_report
-from report_example import DATA_FILE
 from chromium_cdp import CHROMIUM, Chromium
+from report_example import DATA_FILE
+
+from speceq.reports import render_report
+from speceq.verdicts.result import RunResult
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,13 @@ import numpy as np
 from scipy import optimize, stats
 
 from speceq.verdicts.result import (
-    CaseResult, GreedyDivergence, GreedySummary, RunResult, SampleText, TestOutcome, TokenFrequency,
+    CaseResult,
+    GreedyDivergence,
+    GreedySummary,
+    RunResult,
+    SampleText,
+    TestOutcome,
+    TokenFrequency,
 )
 
 ALPHA = 1e-3

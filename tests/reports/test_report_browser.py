@@ -11,12 +11,12 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from chromium_cdp import Chromium
-from speceq.verdicts.result import RunResult
 from html_inspect import parse
 from report_example import PAYLOADS, inject
+
 from speceq.reports import write_report
+from speceq.verdicts.result import RunResult
 
 pytestmark = pytest.mark.browser
 

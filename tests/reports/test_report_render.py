@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from speceq.errors import ConfigError
-from speceq.verdicts.result import RunResult
 from html_inspect import parse, unsafe_markup
 from report_example import DATA_FILE, EXAMPLE_FILE, build_example_result
+
+from speceq.errors import ConfigError
 from speceq.reports import render_report, write_report
 from speceq.reports.__main__ import main as cli_main
+from speceq.verdicts.result import RunResult
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 
 import pytest
+from html_inspect import parse, unsafe_markup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markupsafe import Markup
-
-from speceq.verdicts.result import RunResult
-from html_inspect import parse, unsafe_markup
 from report_example import INJECTION_SLOTS, PAYLOADS, inject
+
 from speceq.reports import render_report
 from speceq.reports.format import clean_text, fmt_num, fmt_p, token_label
 from speceq.reports.svg import element, nice_ceiling, pit_band, shift_z
+from speceq.verdicts.result import RunResult
 
 _ALPHABET = st.one_of(
     st.characters(codec=None),  # any code point but surrogates
