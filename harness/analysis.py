@@ -109,13 +109,17 @@ class _Tok:
 
         self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
 
+    def _bytes(self, ids: Sequence[int]) -> bool:
+        # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
+        return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
+
     def token(self, t: int) -> str:
         if t == stats.END:
             return "<END>"
-        return self._bt.token_text(int(t)) if self._bt else f"#{int(t)}"
+        return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
 
     def text(self, ids: Sequence[int]) -> str:
-        return self._bt.decode([int(i) for i in ids]) if self._bt else " ".join(str(int(i)) for i in ids)
+        return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
 
 
 def _effective_support(counts: np.ndarray) -> float:

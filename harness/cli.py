@@ -37,6 +37,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/CASES.md). Default: the built-in cases")
+    g.add_argument("--models", default="byte", choices=("byte", "bpe"),
+                   help="bundled model world: its target/draft fill the built-in engines' model options and its "
+                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/BPE.md). Default: %(default)s")
     g.add_argument("--baseline", default="baseline", metavar="SPEC", help="baseline engine (name or module:attr). Default: %(default)s")
     g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
     g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
@@ -68,21 +71,22 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def handle_run(args: argparse.Namespace) -> int:
-    from speceq.cases import default_cases, load_cases
+    from speceq.cases import load_cases
     from speceq.engines.registry import parse_engine_options
+    from speceq.models.worlds import world_cases, world_engine_options
     from speceq.run import RunConfig, run
 
     config = RunConfig(
         baseline=args.baseline, candidate=args.candidate,
-        baseline_options=parse_engine_options(args.baseline_option),
-        candidate_options=parse_engine_options(args.candidate_option),
+        baseline_options=world_engine_options(args.models, args.baseline, parse_engine_options(args.baseline_option)),
+        candidate_options=world_engine_options(args.models, args.candidate, parse_engine_options(args.candidate_option)),
         oracle=args.oracle, oracle_model=args.oracle_model,
         oracle_draft=None if args.oracle_draft == "none" else args.oracle_draft,
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress,
     )
-    cases = load_cases(args.cases) if args.cases else default_cases()
+    cases = load_cases(args.cases) if args.cases else world_cases(args.models)
     try:
         result = run(config, cases)
     except StoreError as e:

@@ -275,7 +275,7 @@ def _sample_chunk(chunk: ChunkPlan, engine: Engine) -> tuple[SampleBatch, float]
         raise EngineError(f"sample() failed on slice {chunk.slice_index}: {type(e).__name__}: {e}",
                           engine=name, case_id=chunk.case.case_id) from e
     elapsed = time.perf_counter() - t0
-    validate_batch(batch, request, engine, case_id=chunk.case.case_id)
+    validate_batch(batch, request, engine, case_id=chunk.case.case_id, role=chunk.role)
     return batch, elapsed
 
 
@@ -286,7 +286,13 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
             try:
                 case.check_vocab(engines[role].vocab_size)
             except ConfigError as e:
-                raise ConfigError(f"{e} ({role} engine {engines[role].name!r})") from None
+                from speceq.engines._vocab import option_hint, source_note
+
+                eng = engines[role]
+                raise ConfigError(
+                    f"{e} ({role} engine {eng.name!r}, vocabulary {eng.vocab_size}{source_note(eng, 'vocab_size')}); "
+                    f"if the prompts are right, {option_hint(role, 'vocab_size', '<the model vocabulary size>')}"
+                ) from None
     chunks = plan_chunks(config, cases, engines)
     store = SampleStore(config.out_dir)
     store.acquire_writer_lock()
@@ -360,13 +366,19 @@ def check_sample_sizes(config: RunConfig, cases: Sequence[Case]) -> None:
 
 def check_engines_comparable(engines: Mapping[str, Engine]) -> None:
     """Baseline and candidate must share a vocabulary and an EOS id: their tokens are compared as ids."""
+    from speceq.engines._vocab import option_hint, source_note
+
     base, cand = engines["baseline"], engines["candidate"]
     for attr in ("vocab_size", "eos_token_id"):
         a, b = getattr(base, attr), getattr(cand, attr)
         if a != b:
+            # fix the side whose value nothing declared (the byte model's default), else the candidate
+            role, value = ("baseline", b) if source_note(base, attr) and not source_note(cand, attr) else ("candidate", a)
+            what = "vocabulary" if attr == "vocab_size" else "EOS id"
             raise ConfigError(
-                f"baseline {base.name!r} has {attr}={a} but candidate {cand.name!r} has {attr}={b}: token ids of "
-                "different vocabularies or tokenizers cannot be compared (use the same tokenizer on both sides)",
+                f"the candidate {cand.name!r} has {what} {b}{source_note(cand, attr)} but the baseline {base.name!r} "
+                f"has {a}{source_note(base, attr)}: token ids of different vocabularies or tokenizers cannot be "
+                f"compared; {option_hint(role, attr, value)}",
                 where=f"engines.{attr}",
             )
 

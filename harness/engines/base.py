@@ -111,8 +111,16 @@ class Engine(Protocol):
     def sample(self, request: SampleRequest) -> SampleBatch: ...
 
 
-def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, case_id: str | None = None) -> None:
-    """Check an engine's output against the contract; raise EngineError saying what broke."""
+def validate_batch(
+    batch: SampleBatch, request: SampleRequest, engine: Engine, case_id: str | None = None, *, role: str | None = None
+) -> None:
+    """Check an engine's output against the contract; raise EngineError saying what broke.
+
+    ``role`` ("baseline" / "candidate") lets vocabulary and EOS errors name the CLI option
+    that fixes them (``--candidate-option vocab_size=...``).
+    """
+    from speceq.engines._vocab import option_hint, source_note
+
     name = getattr(engine, "name", type(engine).__name__)
     expected_rows = len(request.prompts) * request.n
     L = request.params.max_new_tokens
@@ -139,24 +147,37 @@ def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, c
     body = tok[inside]
     if body.size and ((body < 0).any() or (body >= engine.vocab_size).any()):
         bad = np.argwhere(inside & ((tok < 0) | (tok >= engine.vocab_size)))[0]
+        t = int(tok[bad[0], bad[1]])
+        who = f"the {role}'s" if role else "the engine's"
+        fix = f"; {option_hint(role, 'vocab_size', '<the model vocabulary size>')}" if t >= 0 else ""
         raise fail(
-            f"row {bad[0]} position {bad[1]} holds token {int(tok[bad[0], bad[1]])}, outside the vocabulary [0, {engine.vocab_size})"
+            f"token {t} (row {bad[0]}, prompt index {int(request.rows()[bad[0]])}, position {bad[1]}) is outside "
+            f"{who} vocabulary ({engine.vocab_size}{source_note(engine, 'vocab_size')}){fix}"
         )
     if (tok[~inside] != PAD_OUT).any():
         raise fail(f"tokens after each row's length must be {PAD_OUT}")
     eos = engine.eos_token_id
     if eos is not None:
+        layout = request.rows()
+        eos_label = f"EOS id {eos}{source_note(engine, 'eos_token_id')}"
+        fix = option_hint(role, "eos_token_id", "<the model's EOS id>")
         is_eos = (tok == eos) & inside
         if request.params.ignore_eos and is_eos.any():
-            r = int(np.argwhere(is_eos)[0][0])
-            raise fail(f"row {r} contains EOS although ignore_eos is set")
+            r, p = (int(x) for x in np.argwhere(is_eos)[0])
+            raise fail(f"row {r} (prompt index {int(layout[r])}) holds {eos_label} at position {p} although "
+                       f"ignore_eos is set; if that id is not the model's EOS, {fix}")
         if not request.params.ignore_eos:
             last = tok[np.arange(expected_rows), lens - 1]
             early = (lens < L) & (last != eos)
             if early.any():
                 r = int(np.flatnonzero(early)[0])
-                raise fail(f"row {r} stops after {int(lens[r])} tokens without EOS (truncated output?)")
+                raise fail(
+                    f"row {r} (prompt index {int(layout[r])}) stops after {int(lens[r])} of {L} tokens and its last "
+                    f"token {int(last[r])} at position {int(lens[r]) - 1} is not {eos_label} (truncated output? if "
+                    f"{int(last[r])} is the model's EOS, {option_hint(role, 'eos_token_id', int(last[r]))})"
+                )
             eos_before_end = is_eos & (pos < (lens[:, None] - 1))
             if eos_before_end.any():
-                r = int(np.argwhere(eos_before_end)[0][0])
-                raise fail(f"row {r} continues after EOS")
+                r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
+                raise fail(f"row {r} (prompt index {int(layout[r])}) continues after {eos_label} at position {p}; "
+                           f"if that id is not the model's EOS, {fix}")

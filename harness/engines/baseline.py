@@ -25,7 +25,7 @@ from speceq.engines._hf_utils import (
     distinct_prompts,
     left_padded,
     load_causal_lm,
-    model_eos_id,
+    model_eos_source,
     model_pad_id,
     model_vocab_size,
 )
@@ -67,8 +67,10 @@ class BaselineEngine:
         self.name = name
         self.device = device
         self.dtype = dtype
+        # vocabulary and EOS from the model: logit count; generation_config > config > tokenizer
         self.vocab_size = model_vocab_size(self.model)
-        self.eos_token_id = model_eos_id(self.model, eos_token_id)
+        self.vocab_source = "model"
+        self.eos_token_id, self.eos_source = model_eos_source(self.model, eos_token_id)
         self.pad_id = model_pad_id(self.model)
         self.trace = trace
 
@@ -78,6 +80,7 @@ class BaselineEngine:
             "name": self.name,
             "model": describe_model(self.model),
             "eos_token_id": self.eos_token_id,
+            "eos_source": self.eos_source,
             "threads": self.threads,
         }
 
