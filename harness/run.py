@@ -375,9 +375,12 @@ def check_engines_comparable(engines: Mapping[str, Engine]) -> None:
             # fix the side whose value nothing declared (the byte model's default), else the candidate
             role, value = ("baseline", b) if source_note(base, attr) and not source_note(cand, attr) else ("candidate", a)
             what = "vocabulary" if attr == "vocab_size" else "EOS id"
+            def note(engine: Engine, attr: str = attr) -> str:
+                return " (the bundled byte model's default)" if source_note(engine, attr) else ""
+
             raise ConfigError(
-                f"the candidate {cand.name!r} has {what} {b}{source_note(cand, attr)} but the baseline {base.name!r} "
-                f"has {a}{source_note(base, attr)}: token ids of different vocabularies or tokenizers cannot be "
+                f"the candidate {cand.name!r} has {what} {b}{note(cand)} but the baseline {base.name!r} "
+                f"has {a}{note(base)}: token ids of different vocabularies or tokenizers cannot be "
                 f"compared; {option_hint(role, attr, value)}",
                 where=f"engines.{attr}",
             )
@@ -409,7 +412,8 @@ def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
         draft = DRAFT_DIR
     else:
         draft = config.oracle_draft
-    return TargetOracle(target, draft=draft)
+    # the oracle masks the EOS the baseline masks (ignore_eos): the baseline's, learnt from its model
+    return TargetOracle(target, draft=draft, eos_token_id=engines["baseline"].eos_token_id)
 
 
 def _apply_threads(threads: int | None) -> None:

@@ -132,7 +132,7 @@ def test_run_mismatch_names_the_option_to_set(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         run(config, [case], engines={"baseline": declared, "candidate": undeclared})
     msg = str(e.value)
-    assert "259, the bundled byte model's default" in msg and "set --candidate-option vocab_size=32000" in msg
+    assert "vocabulary 259 (the bundled byte model's default)" in msg and "set --candidate-option vocab_size=32000" in msg
 
 
 # ----- tokenizer files -----------------------------------------------------------------------------

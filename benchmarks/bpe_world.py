@@ -1,0 +1,86 @@
+"""Verdicts of the BPE world: baseline vs reference and a few mutants on the ``bpe`` cases.
+
+The same as ``speceq run --models bpe --candidate C --samples N`` for each candidate C, with
+one sample store shared by all candidates so the baseline is sampled once. For every mutant
+whose bug acts at the first token, the exact TV of the first token against the target's law
+(:func:`speceq.engines.mutants.exact_tv`, position 0: an exact sum over the 32 000 tokens) is
+printed next to its verdicts. Prints a markdown table (docs/BPE.md) and writes JSON.
+
+    python benchmarks/bpe_world.py --samples 1000 --out /tmp/bpe-world
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+DEFAULT_CANDIDATES = (
+    "reference",
+    "mutant:draft-untruncated",
+    "mutant:resample-from-target",
+    "mutant:target-no-temperature",
+    "mutant:top-k-draft-only",
+    "mutant:greedy-acceptance",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from speceq.engines.mutants import enumerable, exact_tv, make_mutant
+    from speceq.engines.registry import resolve_engine
+    from speceq.models.worlds import bpe_cases, world_engine_options
+    from speceq.run import RunConfig, run
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--candidates", default=",".join(DEFAULT_CANDIDATES))
+    ap.add_argument("--cases", default="", help="comma-separated case ids (default: all bpe cases)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("bpe-world-out"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    cases = bpe_cases()
+    if args.cases:
+        wanted = args.cases.split(",")
+        cases = [c for c in cases if c.case_id in wanted]
+    baseline = resolve_engine("baseline", options=world_engine_options("bpe", "baseline", {}))
+    rows: list[dict] = []
+    for spec in args.candidates.split(","):
+        options = world_engine_options("bpe", spec, {})
+        candidate = resolve_engine(spec, options=options)
+        config = RunConfig(candidate=spec, candidate_options=options, samples=args.samples,
+                           chunk_size=args.samples, seed=args.seed, out_dir=args.out / "store", progress=False)
+        t0 = time.perf_counter()
+        result = run(config, cases, engines={"baseline": baseline, "candidate": candidate})
+        seconds = time.perf_counter() - t0
+        tv0: dict[str, float | None] = {}
+        if spec.startswith("mutant:"):
+            engine = make_mutant(spec.removeprefix("mutant:"), **options)
+            for c in cases:
+                tv0[c.case_id] = exact_tv(engine, c, positions=1)[0] if enumerable(engine) else None
+        row = {"candidate": spec, "samples": args.samples, "seconds": round(seconds, 1), "run_verdict": result.verdict,
+               "cases": {c.case_id: {"verdict": c.verdict, "tv0_exact": tv0.get(c.case_id),
+                                     "tv_upper_bound": c.tv_upper_bound, "acceptance": c.acceptance_rate}
+                         for c in result.cases}}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bpe-world.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    ids = [c.case_id for c in cases]
+    print("\n| candidate | " + " | ".join(f"`{i}`" for i in ids) + " | run | time |")
+    print("|---|" + "---|" * (len(ids) + 2))
+    for r in rows:
+        cells = []
+        for i in ids:
+            c = r["cases"][i]
+            tv = "" if c["tv0_exact"] is None else f" (TV₀ {c['tv0_exact']:.3f})"
+            cells.append(f"{c['verdict']}{tv}")
+        print(f"| `{r['candidate']}` | " + " | ".join(cells) + f" | {r['run_verdict']} | {r['seconds']:.0f} s |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
