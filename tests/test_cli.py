@@ -153,7 +153,9 @@ def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "speceq.cli", *argv], capture_output=True, text=True, env=env,
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': row 0 position 0 holds token 13")
+    assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': token 13 (row 0, prompt index 0, "
+                                  "position 0) is outside the candidate's vocabulary (8); set --candidate-option "
+                                  "vocab_size=")
     assert "Traceback" not in proc.stderr
 
 
