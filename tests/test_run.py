@@ -153,7 +153,7 @@ def test_engine_failure_names_case_and_engine_and_keeps_finished_chunks(tmp_path
 
 
 def test_invalid_engine_output_is_an_engine_error(tmp_path):
-    with pytest.raises(EngineError, match=r"engine 'fake', case 'a': row 0 position 0 holds token 13"):
+    with pytest.raises(EngineError, match=r"engine 'fake', case 'a': token 13 \(row 0, prompt index 0, position 0\) is outside"):
         collect(config(tmp_path), cases(), {"baseline": FakeEngine(bad_output_on_call=1), "candidate": FakeEngine()})
     assert SampleStore(tmp_path).keys() == []
 
