@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=("oracle", "analysis", "store", "all"))
     ap.add_argument("--vocab", type=int, default=None, help="one vocabulary size (default: 259, 32000, 131072)")
-    ap.add_argument("--rows", type=int, default=256, help="oracle: rows scored (4 tokens each)")
+    ap.add_argument("--rows", type=int, default=128, help="oracle: rows scored (4 tokens each)")
     ap.add_argument("--tokens-per-engine", type=int, default=1_000_000, help="analysis: generated tokens per engine")
     ap.add_argument("--json", action="store_true", help="print one JSON line per point")
     args = ap.parse_args(argv)
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         points.append(oracle_point(args.vocab, args.rows))
     elif args.kind in ("oracle", "all"):
         for v in vocabs:
-            for rows in (256, 1024):
+            for rows in (128, 512):
                 points.append({"kind": "oracle", **_in_subprocess("oracle", vocab=v, rows=rows)})
                 print(json.dumps(points[-1]), flush=True)
     if args.kind in ("analysis", "all"):

@@ -87,8 +87,23 @@ def measure_bpe(target_dir: Path, draft_dir: Path, seed: int) -> dict[str, Any]:
     result["params"] = {"target": sum(p.numel() for p in target.parameters()),
                         "draft": sum(p.numel() for p in draft.parameters())}
     result["vocab_size"] = tok.get_vocab_size()
+    result["eos_mass"] = eos_mass(target, tok)
     result["versions"] = _versions()
     return result
+
+
+def eos_mass(target: transformers.PreTrainedModel, tok: tokenizers.Tokenizer) -> dict[str, float]:
+    """The target's probability of ``<eos>`` as the first generated token (T = 1) after each world prompt."""
+    import torch
+
+    from speceq.models.bpe import BPE_EOS_PROMPTS, BPE_PROMPTS
+
+    out = {}
+    with torch.no_grad():
+        for prompt in (*BPE_PROMPTS, *BPE_EOS_PROMPTS):
+            logits = target(input_ids=torch.tensor([tok.encode(prompt).ids])).logits[0, -1]
+            out[prompt] = round(float(torch.softmax(logits.double(), -1)[BPE_EOS_ID]), 5)
+    return out
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

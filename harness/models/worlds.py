@@ -66,10 +66,11 @@ def bpe_cases() -> list[Case]:
 
     The byte world's shapes (one unbatched first-token case; batch 4 with and without a longer
     companion; batch 32 with companions; T = 1.0 and 0.7; top-k 50 and top-p 0.9), with text
-    prompts encoded by the BPE tokenizer, plus two EOS-prone cases: prompts that end the way
-    modules end (``if __name__ == "__main__": main()``), where the target puts mass on
-    ``<eos>`` (measured in ``bpe-metrics.json``'s ``eos_mass``), so rows of different
-    lengths share a batch.
+    prompts encoded by the BPE tokenizer, plus two cases on prompts that end the way modules
+    end (``if __name__ == "__main__": main()``, followed by ``<eos>`` in the corpus). The
+    bundled target is small and short-trained: it gives ``<eos>`` only ~4e-4 there
+    (``bpe-metrics.json``, ``eos_mass``), so EOS rows are rare; the second of them therefore
+    sets ``ignore_eos``, which exercises masking EOS id 31998 in every engine and the oracle.
     """
     from speceq.models.bpe import BPE_EOS_PROMPTS, BPE_PROMPTS, load_bpe_tokenizer
     from speceq.params import Case, SamplingParams
@@ -98,5 +99,5 @@ def bpe_cases() -> list[Case]:
         case("bpe-repr-t07-b32", P[2], temperature=0.7, batch_size=32, companions=(P[4],)),
         case("bpe-class-topp-b32", P[4], temperature=1.0, top_p=0.9, batch_size=32),
         case("bpe-eos-b32", E[0], temperature=1.0, batch_size=32, companions=(P[5], E[1])),
-        case("bpe-eos-t07-b4", E[1], temperature=0.7, batch_size=4, companions=(P[0],)),
+        case("bpe-ignore-eos-t07-b4", E[1], temperature=0.7, batch_size=4, companions=(P[0],), ignore_eos=True),
     ]
