@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default="", help="comma-separated case ids (default: all bpe cases)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("bpe-world-out"))
+    ap.add_argument("--no-oracle", dest="oracle", action="store_false", help="black-box tests only")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     cases = bpe_cases()
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         options = world_engine_options("bpe", spec, {})
         candidate = resolve_engine(spec, options=options)
         config = RunConfig(candidate=spec, candidate_options=options, samples=args.samples,
-                           chunk_size=args.samples, seed=args.seed, out_dir=args.out / "store", progress=False)
+                           chunk_size=args.samples, seed=args.seed, out_dir=args.out / "store", progress=False,
+                           oracle=args.oracle)
         t0 = time.perf_counter()
         result = run(config, cases, engines={"baseline": baseline, "candidate": candidate})
         seconds = time.perf_counter() - t0

@@ -223,6 +223,7 @@ def first_token_laws(
     *,
     top_k: int = 0,
     top_p: float = 1.0,
+    model: Any = None,
 ) -> dict[tuple[str, float], Any]:
     """The BPE target's law of the first generated token per (prompt, temperature).
 
@@ -230,7 +231,7 @@ def first_token_laws(
     after the harness's own logits processing (temperature, then top-k, then top-p), so a
     calibration study can sample from laws whose support is a real vocabulary's: a few
     tokens carry most mass, tens of thousands carry almost none. Default prompts: the
-    world's prompts and EOS-prone prompts.
+    world's prompts and end-of-module prompts. ``model``: the loaded BPE target (default: load it).
     """
     import torch
 
@@ -238,7 +239,7 @@ def first_token_laws(
     from speceq.processing import process_logits
 
     prompts = list(prompts) if prompts is not None else [*BPE_PROMPTS, *BPE_EOS_PROMPTS]
-    model = load_bpe_target()
+    model = load_bpe_target() if model is None else model
     laws: dict[tuple[str, float], Any] = {}
     with torch.no_grad():
         for prompt, ids in zip(prompts, encode_prompts(prompts)):

@@ -65,13 +65,13 @@ def test_metrics_record_a_trained_pair() -> None:
     assert m["training"]["settings"]["seed"] == 0
 
 
-def test_first_token_laws_are_32k_probability_vectors() -> None:
-    laws = first_token_laws(["def "], temperatures=(1.0, 0.7))
+def test_first_token_laws_are_32k_probability_vectors(bpe_target: torch.nn.Module) -> None:
+    laws = first_token_laws(["def "], temperatures=(1.0, 0.7), model=bpe_target)
     p1, p07 = laws[("def ", 1.0)], laws[("def ", 0.7)]
     assert p1.shape == (BPE_VOCAB_SIZE,) and abs(p1.sum() - 1) < 1e-9 and abs(p07.sum() - 1) < 1e-9
     entropy = lambda p: float(-(p[p > 0] * np.log(p[p > 0])).sum())  # noqa: E731
     assert entropy(p07) < entropy(p1)  # a lower temperature sharpens the law
-    top = first_token_laws(["def "], temperatures=(1.0,), top_k=50)[("def ", 1.0)]
+    top = first_token_laws(["def "], temperatures=(1.0,), top_k=50, model=bpe_target)[("def ", 1.0)]
     assert np.count_nonzero(top) == 50
 
 
