@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 #: BPE training defaults: shorter windows (a token is ~3.5 bytes), fewer steps (V = 32k costs).
 BPE_SETTINGS = TrainSettings(
-    seed=0, target_steps=200, draft_steps=120, batch=8, seq_len=96, target_lr=5e-3, draft_lr=6e-3, warmup_steps=15
+    seed=0, target_steps=200, draft_steps=60, batch=8, seq_len=96, target_lr=5e-3, draft_lr=6e-3, warmup_steps=15
 )
 #: Evaluation slice: 32 windows of 128 tokens (32 x 128 x 32 000 float32 logits = 0.5 GB).
 BPE_EVAL_WINDOWS = 32
@@ -92,6 +92,22 @@ def measure_bpe(target_dir: Path, draft_dir: Path, seed: int) -> dict[str, Any]:
     return result
 
 
+def _tail(xs: list[float]) -> float:
+    return round(sum(xs[-20:]) / len(xs[-20:]), 4)
+
+
+def _distil_saved(target_dir: Path, draft_dir: Path, tok: tokenizers.Tokenizer, corpus: Any,
+                  settings: TrainSettings) -> dict[str, Any]:
+    """Distil the draft from the SAVED (fp16-rounded) target, so --draft-only reproduces a full run."""
+    started = time.perf_counter()
+    target = load_model(target_dir)
+    draft, losses = distil_draft(target, corpus.train, settings, config=bpe_draft_config(), bos_id=BPE_BOS_ID)
+    seconds = time.perf_counter() - started
+    save_bpe_model(draft, tok, draft_dir)
+    return {"draft_method": "distilled from the saved target: per-token KL(p_target || q_draft)",
+            "draft_seconds": round(seconds, 1), "draft_final_kl": _tail(losses)}
+
+
 def eos_mass(target: transformers.PreTrainedModel, tok: tokenizers.Tokenizer) -> dict[str, float]:
     """The target's probability of ``<eos>`` as the first generated token (T = 1) after each world prompt."""
     import torch
@@ -116,6 +132,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=d.seed, help="seed of weights and data order. Default: %(default)r")
     ap.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads. Default: %(default)r")
     ap.add_argument("--measure-only", action="store_true", help="only recompute bpe-metrics.json")
+    ap.add_argument("--draft-only", action="store_true",
+                    help="only distil the draft from the saved bpe-target/ (keeps the recorded target training)")
     args = ap.parse_args(argv)
     for name in ("steps", "draft_steps", "threads"):
         if getattr(args, name) < 1:
@@ -138,10 +156,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = dataclasses.replace(BPE_SETTINGS, seed=args.seed, target_steps=args.steps,
                                    draft_steps=args.draft_steps, threads=args.threads)
     training: dict[str, Any] | None = None
-    if args.measure_only:
+    if args.measure_only or args.draft_only:
         if metrics_path.is_file():
             training = json.loads(metrics_path.read_text(encoding="utf-8")).get("training")
-    else:
+    if args.draft_only:
+        tok = load_bpe_tokenizer(target_dir)
+        corpus = encode_corpus(tok)
+        training = dict(training or {})
+        training["settings"] = {**training.get("settings", asdict(settings)), "draft_steps": settings.draft_steps}
+        training.update(_distil_saved(target_dir, draft_dir, tok, corpus, settings))
+    elif not args.measure_only:
         started = time.perf_counter()
         tok = train_tokenizer(split_files()[0])
         tokenizer_s = time.perf_counter() - started
@@ -151,24 +175,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         target, target_losses = train_target(corpus.train, settings, config=bpe_target_config(), bos_id=BPE_BOS_ID)
         target_s = time.perf_counter() - started
         save_bpe_model(target, tok, target_dir)
-        started = time.perf_counter()
-        draft, draft_losses = distil_draft(target, corpus.train, settings, config=bpe_draft_config(), bos_id=BPE_BOS_ID)
-        draft_s = time.perf_counter() - started
-        save_bpe_model(draft, tok, draft_dir)
-
-        def tail(xs: list[float]) -> float:
-            return round(sum(xs[-20:]) / len(xs[-20:]), 4)
-
         training = {
             "settings": asdict(settings),
-            "draft_method": "distilled from the target: per-token KL(p_target || q_draft)",
             "weights_dtype": "float16 (loaded as float32)",
             "tokenizer_seconds": round(tokenizer_s, 1),
             "target_seconds": round(target_s, 1),
-            "draft_seconds": round(draft_s, 1),
-            "target_final_loss": tail(target_losses),
-            "draft_final_kl": tail(draft_losses),
+            "target_final_loss": _tail(target_losses),
         }
+        training.update(_distil_saved(target_dir, draft_dir, tok, corpus, settings))
     seed = training["settings"]["seed"] if training else args.seed
     metrics = measure_bpe(target_dir, draft_dir, seed)
     from speceq.models.metrics import format_table
@@ -177,8 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics_path.write_text(json.dumps({"training": training, **metrics}, indent=2) + "\n", encoding="utf-8")
     print(format_table(metrics))
     if training:
-        print(f"training: tokenizer {training['tokenizer_seconds']} s, target {training['target_seconds']} s, "
-              f"draft {training['draft_seconds']} s ({settings.threads} thread(s)); wrote {metrics_path}")
+        print(f"training: tokenizer {training.get('tokenizer_seconds')} s, target {training.get('target_seconds')} s, "
+              f"draft {training.get('draft_seconds')} s ({settings.threads} thread(s)); wrote {metrics_path}")
     return 0
 
 
