@@ -311,9 +311,9 @@ def test_the_front_page_and_the_docs_pages_exist() -> None:
     assert len(doc_pages()) > 5
 
 
-#: A path of the parent folder, such as ``../shared/x.md`` (written so this file does not match).
+#: A path into the parent folder of the repository: two dots, a slash, a name.
 _PARENT_PATH = re.compile(r"\.\.[/\\][\w.-]+")
-#: Mentions of documentation files in code: ``docs/X.md`` or an upper-case ``X.md``.
+#: Mentions of documentation files in code: a path ending in .md, or an upper-case name ending in .md.
 _DOC_MENTION = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[A-Z][A-Z0-9_-]*\.md|(?:[\w.-]+/)+[\w.-]+\.md)\b")
 
 
