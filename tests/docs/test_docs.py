@@ -334,17 +334,14 @@ def test_no_file_refers_to_files_outside_the_repository() -> None:
     for path in [*source_files(), *markdown_files()]:
         text = path.read_text(encoding="utf-8", errors="replace")
         for number, line in enumerate(text.splitlines(), start=1):
-            if path.suffix == ".md":
-                code_mentions = re.findall(r"`([^`]*)`", line)  # paths in code spans of the docs
-                candidates = [m for span in code_mentions for m in _PARENT_PATH.findall(span)]
-            else:
-                candidates = _PARENT_PATH.findall(line)
-            errors.extend(f"{rel(path)}:{number}: {c!r} is outside the repository" for c in candidates
-                          if not _inside((path.parent / c).resolve()) and not _inside((REPO / c).resolve()))
+            # tests may hold parent paths as data (path-traversal inputs); their doc mentions are checked
+            for c in _PARENT_PATH.findall(line) if rel(path).split("/")[0] != "tests" else ():
+                if not any(_inside(p) and p.exists() for p in ((path.parent / c).resolve(), (REPO / c).resolve())):
+                    errors.append(f"{rel(path)}:{number}: {c!r} is not a path inside the repository")
             if path.suffix != ".md":
                 for mention in _DOC_MENTION.findall(line):
-                    roots = (REPO, REPO / "docs", path.parent)
-                    if not any((root / mention).is_file() for root in roots):
+                    found = [(root / mention).resolve() for root in (REPO, REPO / "docs", path.parent)]
+                    if not any(_inside(p) and p.is_file() for p in found):
                         errors.append(f"{rel(path)}:{number}: names {mention!r}, which is not a file of the "
                                       "repository")
     assert not errors, "\n".join(errors)
