@@ -13,8 +13,8 @@ import zlib
 
 import numpy as np
 
-from speceq.engines._torch import derive_seed
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
+from speceq.models.torch_utils import derive_seed
 from speceq.params import Case
 from speceq.run import concat_batches
 

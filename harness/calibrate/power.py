@@ -50,11 +50,11 @@ class Calibrator:
     """Loads the bundled models once and measures variants; see the module docstring."""
 
     def __init__(self, settings: CalibrationSettings, *, threads: int | None = None, log: Log = _quiet) -> None:
-        from speceq.engines._torch import configure_threads
         from speceq.engines.baseline import BaselineEngine
         from speceq.engines.reference import ReferenceSpeculativeEngine
         from speceq.models import ByteTokenizer, load_draft
         from speceq.models.prompts import DEFAULT_PROMPTS
+        from speceq.models.torch_utils import configure_threads
 
         configure_threads(threads)
         self.s = settings

@@ -13,10 +13,10 @@ from scipy import stats as sps
 
 from speceq import stats
 from speceq.analysis import analyse_run
-from speceq.calibrate.exact import exact_laws
+from speceq.calibrate.exact import exact_laws, exact_tv
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
-from speceq.engines.mutants import MUTANTS, enumerable, exact_tv, make_mutant
+from speceq.engines.mutants import MUTANTS, enumerable, make_mutant
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.registry import resolve_engine
 from speceq.errors import ConfigError, EngineNotFound
