@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from speceq.cases import Case
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import ConfigError, EngineError, SpeceqError
-from speceq.params import Case
 from speceq.provenance import collect_provenance, utc_now
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
 from speceq.verdicts.result import RunResult

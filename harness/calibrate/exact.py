@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from speceq.cases import Case
 from speceq.engines.mutants import enumerable, make_mutant
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.errors import ConfigError
-from speceq.params import Case
 from speceq.processing import process_logits
 
 

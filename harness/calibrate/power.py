@@ -32,8 +32,9 @@ from speceq.calibrate.pools import SamplePool
 from speceq.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
 from speceq.calibrate.settings import CalibrationSettings
 from speceq.calibrate.simulate import FIRST_TOKEN_METHODS, first_token_rates
+from speceq.cases import Case
 from speceq.engines.mutants import MUTANTS, MutantSpec, enumerable, make_mutant
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 
 Log = Callable[[str], None]
 #: The reference engine's row in the lossless table.
