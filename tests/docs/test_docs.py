@@ -253,8 +253,8 @@ def test_every_marker_is_documented() -> None:
 
 
 def test_every_cases_file_field_is_documented_with_its_default() -> None:
-    from speceq.cases import CASE_FIELDS
-    from speceq.params import Case, SamplingParams
+    from speceq.cases import CASE_FIELDS, Case
+    from speceq.params import SamplingParams
 
     defaults = {**SamplingParams().to_dict(), "batch_size": Case.__dataclass_fields__["batch_size"].default}
     found = [t for t in all_tables() if t.header[:3] == ("field", "type", "default")]
@@ -344,4 +344,19 @@ def test_no_file_refers_to_files_outside_the_repository() -> None:
                     if not any(_inside(p) and p.is_file() for p in found):
                         errors.append(f"{rel(path)}:{number}: names {mention!r}, which is not a file of the "
                                       "repository")
+    assert not errors, "\n".join(errors)
+
+
+_REPO_PATH_SPAN = re.compile(r"`((?:harness|reports|suites|tests|benchmarks|scripts|examples|docs)/[\w./-]*)`")
+
+
+@pytest.mark.parametrize("page", markdown_files(), ids=rel)
+def test_repository_paths_named_in_the_docs_exist(page: Path) -> None:
+    """A file or folder named in a code span (``harness/processing.py``) exists, from the root or the page."""
+    errors = []
+    text = page.read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), start=1):
+        for path in _REPO_PATH_SPAN.findall(line):
+            if not any((root / path.rstrip("/")).exists() for root in (REPO, page.parent)):
+                errors.append(f"{rel(page)}:{number}: `{path}` is not a file or folder of the repository")
     assert not errors, "\n".join(errors)
