@@ -57,8 +57,8 @@ def oracle_point(vocab: int, rows: int, tokens: int = 4, prompt_len: int = 4) ->
     """One oracle measurement in this process: throughput and peak RSS over the loaded model."""
     import torch
 
-    from speceq.engines._hf_utils import tiny_random_llama
     from speceq.engines.base import SampleBatch
+    from speceq.models.hf_utils import tiny_random_llama
     from speceq.oracle import TargetOracle
     from speceq.params import SamplingParams
 

@@ -71,9 +71,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def handle_run(args: argparse.Namespace) -> int:
-    from speceq.cases import load_cases
+    from speceq.cases import default_cases, load_cases
     from speceq.engines.registry import parse_engine_options
-    from speceq.models.worlds import world_cases, world_engine_options
+    from speceq.models.worlds import bpe_cases, world_engine_options
     from speceq.run import RunConfig, run
 
     config = RunConfig(
@@ -86,7 +86,10 @@ def handle_run(args: argparse.Namespace) -> int:
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress,
     )
-    cases = load_cases(args.cases) if args.cases else world_cases(args.models)
+    if args.cases:
+        cases = load_cases(args.cases)
+    else:
+        cases = bpe_cases() if args.models == "bpe" else default_cases()
     try:
         result = run(config, cases)
     except StoreError as e:
@@ -156,7 +159,8 @@ def _params_label(params: dict[str, Any], batch_size: Any) -> str:
 # ----- speceq report ---------------------------------------------------------------------
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", metavar="RESULT", help="a result.json written by speceq run")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="where to write the HTML report")
+    p.add_argument("-o", "--output", default=None, metavar="OUT.html",
+                   help="where to write the HTML report. Default: RESULT with the suffix .html")
 
 
 def load_result(path: str | Path) -> RunResult:
@@ -174,8 +178,19 @@ def load_result(path: str | Path) -> RunResult:
 
 
 def handle_report(args: argparse.Namespace) -> int:
-    out = _write_report(load_result(args.result), args.output)
-    print(f"report: {out}")
+    """Write the HTML report of a saved result; every failure is a ConfigError naming the file."""
+    from speceq.errors import ConfigError
+
+    result = load_result(args.result)
+    out = Path(args.output) if args.output is not None else Path(args.result).with_suffix(".html")
+    try:
+        path = _write_report(result, str(out))
+    except ConfigError as e:
+        raise ConfigError(f"cannot render the result: {e}", where=str(args.result)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot write the report: {e}", where=str(out)) from None
+    print(result.summary())
+    print(f"report: {path}")
     return 0
 
 
@@ -190,7 +205,7 @@ def handle_engines(args: argparse.Namespace) -> int:
     for name in list_engines():
         target = BUILTIN_ENGINES.get(name)
         print(f"{name:<20} {target}" if target else name)
-    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see README)")
+    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see docs/ENGINES.md)")
     return 0
 
 

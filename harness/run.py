@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from speceq.cases import Case
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import ConfigError, EngineError, SpeceqError
-from speceq.params import Case
 from speceq.provenance import collect_provenance, utc_now
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
 from speceq.verdicts.result import RunResult
@@ -286,7 +286,7 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
             try:
                 case.check_vocab(engines[role].vocab_size)
             except ConfigError as e:
-                from speceq.engines._vocab import option_hint, source_note
+                from speceq.models.vocab import option_hint, source_note
 
                 eng = engines[role]
                 raise ConfigError(
@@ -366,7 +366,7 @@ def check_sample_sizes(config: RunConfig, cases: Sequence[Case]) -> None:
 
 def check_engines_comparable(engines: Mapping[str, Engine]) -> None:
     """Baseline and candidate must share a vocabulary and an EOS id: their tokens are compared as ids."""
-    from speceq.engines._vocab import option_hint, source_note
+    from speceq.models.vocab import option_hint, source_note
 
     base, cand = engines["baseline"], engines["candidate"]
     for attr in ("vocab_size", "eos_token_id"):
@@ -420,11 +420,11 @@ def _apply_threads(threads: int | None) -> None:
     """Make ``threads`` the torch thread count of this process and of every engine built afterwards.
 
     None leaves it to the engines (``$SPECEQ_TORCH_THREADS``, else 1; see
-    :func:`speceq.engines._torch.configure_threads`) and does not import torch.
+    :func:`speceq.models.torch_utils.configure_threads`) and does not import torch.
     """
     if threads is None:
         return
-    from speceq.engines._torch import THREADS_ENV, configure_threads
+    from speceq.models.torch_utils import THREADS_ENV, configure_threads
 
     os.environ[THREADS_ENV] = str(threads)  # read by the project's engines and the oracle
     configure_threads(threads)

@@ -119,7 +119,7 @@ def validate_batch(
     ``role`` ("baseline" / "candidate") lets vocabulary and EOS errors name the CLI option
     that fixes them (``--candidate-option vocab_size=...``).
     """
-    from speceq.engines._vocab import option_hint, source_note
+    from speceq.models.vocab import option_hint, source_note
 
     name = getattr(engine, "name", type(engine).__name__)
     expected_rows = len(request.prompts) * request.n

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from speceq.engines._vocab import DEFAULT_SOURCE
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
+from speceq.models.vocab import DEFAULT_SOURCE
 from speceq.params import SamplingParams
 
 SampleFunction = Callable[[list[int], int, SamplingParams, int], Sequence[Sequence[int]]]

@@ -1,6 +1,6 @@
 """The bundled model worlds of ``speceq run --models``: which models and cases a world uses.
 
-- ``byte``: the 259-token byte models (``target/``, ``draft/``) and :func:`speceq.cases.default_cases`;
+- ``byte``: the 259-token byte models (``target/``, ``draft/``) and ``speceq.cases.default_cases()``;
 - ``bpe``: the 32 000-token BPE models (``bpe-target/``, ``bpe-draft/``) and :func:`bpe_cases`.
 
 :func:`world_engine_options` fills the model-folder options (``target``, ``draft``, or the
@@ -49,16 +49,6 @@ def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> d
         if "vocab_size" not in out and "eos_token_id" not in out:
             out.setdefault("tokenizer", str(BPE_TARGET_DIR))
     return out
-
-
-def world_cases(world: str) -> list[Case]:
-    """The default cases of a world."""
-    check_world(world)
-    if world == "byte":
-        from speceq.cases import default_cases
-
-        return default_cases()
-    return bpe_cases()
 
 
 def bpe_cases() -> list[Case]:

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speceq.engines._vocab import read_tokenizer
 from speceq.engines.base import SampleRequest, batch_from_lists, validate_batch
 from speceq.engines.function import FunctionEngine
 from speceq.engines.openai import OpenAICompletionsEngine
 from speceq.errors import ConfigError, EngineError
+from speceq.models.vocab import read_tokenizer
 from speceq.params import Case, SamplingParams
 
 V = 32_000
@@ -164,9 +164,9 @@ def test_hf_engines_read_vocab_eos_and_pad_from_the_model(tmp_path: Path) -> Non
     """A 32k model whose config has no EOS/pad: both come from the tokenizer next to the weights."""
     import torch
 
-    from speceq.engines._hf_utils import tiny_random_llama
     from speceq.engines.baseline import BaselineEngine
     from speceq.engines.hf import HFSampleEngine
+    from speceq.models.hf_utils import tiny_random_llama
 
     torch.set_num_threads(1)
     model = tiny_random_llama(0, hidden_size=16, layers=1, heads=2, vocab_size=V, eos_token_id=EOS, pad_token_id=31999)

@@ -1,4 +1,4 @@
-"""Small torch helpers shared by the project's own engines and the oracle.
+"""Small torch helpers shared by the engines, the oracle, the run, the calibration and benchmarks.
 
 Threads, dtype names, per-batch random generators, and the one place that knows how a
 Hugging Face causal LM takes its KV cache (``cache=`` in transformers 5.24, which warns
@@ -35,7 +35,7 @@ def configure_threads(n: int | None = None) -> int:
 
     ``n`` given: use it. ``None``: use ``$SPECEQ_TORCH_THREADS`` when set, leave torch alone
     when ``$OMP_NUM_THREADS`` is set (the user chose), else 1 thread: on a loaded 2-core
-    machine 2 threads were measured up to 7x slower than 1 (see ENGINES.md).
+    machine 2 threads were measured up to 7x slower than 1.
     """
     if n is None:
         env = os.environ.get(THREADS_ENV)
