@@ -95,8 +95,9 @@ def _in_subprocess(kind: str, **kw: int) -> dict:
 def analysis_point(vocab: int, tokens_per_engine: int = 1_000_000, tokens: int = 4) -> dict:
     """analyse_run (black-box) of ``tokens_per_engine`` generated tokens per engine at ``vocab``."""
     from speceq.analysis import analyse_run
+    from speceq.cases import Case
     from speceq.engines.base import SampleBatch
-    from speceq.params import Case, SamplingParams
+    from speceq.params import SamplingParams
 
     rows = tokens_per_engine // tokens
     rows -= rows % 2
@@ -147,7 +148,8 @@ class ZipfEngine:
 
 def store_point(vocab: int, samples: int = 20_000, tokens: int = 4) -> dict:
     """Bytes per sample of the store after a black-box run of ``samples`` samples per engine."""
-    from speceq.params import Case, SamplingParams
+    from speceq.cases import Case
+    from speceq.params import SamplingParams
     from speceq.run import RunConfig, run
 
     out = Path(tempfile.mkdtemp(prefix="speceq-vocab-"))

@@ -29,8 +29,9 @@ DEFAULT_CANDIDATES = (
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from speceq.cases import bpe_cases
     from speceq.engines.registry import resolve_engine
-    from speceq.models.worlds import bpe_cases, world_engine_options
+    from speceq.models.worlds import world_engine_options
     from speceq.run import RunConfig, run
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -71,9 +71,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def handle_run(args: argparse.Namespace) -> int:
-    from speceq.cases import default_cases, load_cases
+    from speceq.cases import bpe_cases, default_cases, load_cases
     from speceq.engines.registry import parse_engine_options
-    from speceq.models.worlds import bpe_cases, world_engine_options
+    from speceq.models.worlds import world_engine_options
     from speceq.run import RunConfig, run
 
     config = RunConfig(

@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from speceq.cases import Case
 from speceq.engines.base import SampleRequest, batch_from_lists, validate_batch
 from speceq.engines.function import FunctionEngine
 from speceq.engines.openai import OpenAICompletionsEngine
 from speceq.errors import ConfigError, EngineError
 from speceq.models.vocab import read_tokenizer
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 
 V = 32_000
 EOS = 31_998

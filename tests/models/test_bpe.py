@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from speceq.cases import bpe_cases
 from speceq.errors import ConfigError
 from speceq.models.bpe import (
     BPE_BOS_ID,
@@ -23,7 +24,7 @@ from speceq.models.bpe import (
     load_bpe_target,
     load_bpe_tokenizer,
 )
-from speceq.models.worlds import bpe_cases, world_engine_options
+from speceq.models.worlds import world_engine_options
 
 
 @pytest.fixture(scope="module")
