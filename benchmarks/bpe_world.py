@@ -1,7 +1,7 @@
 """Verdicts of the BPE world: baseline vs reference and a few mutants on the ``bpe`` cases.
 
 The same as ``speceq run --models bpe --candidate C --samples N`` for each candidate C, with
-one sample store shared by all candidates so the baseline is sampled once. Prints a markdown
+the baseline's chunks copied into every candidate's store so the baseline is sampled once. Prints a markdown
 table of verdicts with each case's TV estimate (docs/BPE.md) and writes JSON. (The exact TVs of
 the byte world, ``speceq.engines.mutants.exact_tv``, are not computed: ``calibrate.exact``
 enumerates every second token, ``[V, P + 1, V]`` logits, which at V = 32 000 needs > 20 GB.)
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -52,12 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.candidates.split(","):
         options = world_engine_options("bpe", spec, {})
         candidate = resolve_engine(spec, options=options)
+        store = args.out / spec.replace(":", "-")
+        shared = args.out / "baseline-chunks"
+        if shared.is_dir() and not (store / "chunks" / "baseline").exists():  # reuse the baseline's samples
+            shutil.copytree(shared, store / "chunks" / "baseline")
         config = RunConfig(candidate=spec, candidate_options=options, samples=args.samples,
-                           chunk_size=args.samples, seed=args.seed, out_dir=args.out / "store", progress=False,
+                           chunk_size=args.samples, seed=args.seed, out_dir=store, progress=False,
                            oracle=args.oracle)
         t0 = time.perf_counter()
         result = run(config, cases, engines={"baseline": baseline, "candidate": candidate})
         seconds = time.perf_counter() - t0
+        if not shared.is_dir():
+            shutil.copytree(store / "chunks" / "baseline", shared)
         row = {"candidate": spec, "samples": args.samples, "seconds": round(seconds, 1), "run_verdict": result.verdict,
                "cases": {c.case_id: {"verdict": c.verdict, "tv_estimate": c.tv_estimate,
                                      "tv_upper_bound": c.tv_upper_bound, "acceptance": c.acceptance_rate}

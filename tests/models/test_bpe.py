@@ -111,11 +111,42 @@ def test_engines_learn_the_bpe_vocabulary(bpe_target: torch.nn.Module) -> None:
     assert (remote.vocab_size, remote.eos_token_id) == (BPE_VOCAB_SIZE, BPE_EOS_ID)
 
 
+def test_the_oracle_masks_the_bpe_eos(bpe_target: torch.nn.Module) -> None:
+    """ignore_eos masks id 31998 (the model's EOS), not the byte model's 257."""
+    from speceq.oracle import TargetOracle
+    from speceq.params import SamplingParams
+
+    oracle = TargetOracle(bpe_target)
+    assert oracle.eos_token_id == BPE_EOS_ID
+    (case,) = [c for c in bpe_cases() if c.case_id == "bpe-ignore-eos-t07-b4"]
+    probs = oracle.next_token_probs([list(case.prompt_ids)], SamplingParams(temperature=0.7, ignore_eos=True))[0]
+    free = oracle.next_token_probs([list(case.prompt_ids)], SamplingParams(temperature=0.7))[0]
+    assert probs[BPE_EOS_ID] == 0 and free[BPE_EOS_ID] > 0 and probs[257] > 0
+
+
+def test_bpe_world_black_box_run(tmp_path: Path, bpe_target: torch.nn.Module) -> None:
+    """baseline vs reference on the ignore_eos BPE case, 1 new token, 200 samples, no oracle: not 'shifted'."""
+    import dataclasses
+
+    from speceq.engines.baseline import BaselineEngine
+    from speceq.engines.reference import ReferenceSpeculativeEngine
+    from speceq.run import RunConfig, run
+
+    (case,) = [c for c in bpe_cases() if c.case_id == "bpe-ignore-eos-t07-b4"]
+    case = dataclasses.replace(case, params=dataclasses.replace(case.params, max_new_tokens=1))
+    engines = {"baseline": BaselineEngine(bpe_target), "candidate": ReferenceSpeculativeEngine(bpe_target, BPE_DRAFT_DIR)}
+    config = RunConfig(samples=200, chunk_size=200, out_dir=tmp_path / "out", progress=False, oracle=False)
+    (res,) = run(config, [case], engines=engines).cases
+    assert res.verdict != "shifted", res.summary()
+    assert res.candidate_tokens == 200 * (1 + len(case.companions))  # ignore_eos: every row has 1 token
+
+
+@pytest.mark.slow
 def test_bpe_world_runs_baseline_against_reference(tmp_path: Path, bpe_target: torch.nn.Module) -> None:
     """The ignore_eos BPE case, 2 new tokens, 200 samples, oracle on: no false 'shifted', EOS 31998 masked.
 
-    Small on purpose (the oracle costs ~10 passes over [tokens, 32 000] per scored token);
-    the full cases run in benchmarks/bpe_world.py.
+    Slow (~2-3 min on 2 busy cores): the oracle costs ~10 passes over [tokens, 32 000] per
+    scored token; the full cases run in benchmarks/bpe_world.py.
     """
     import dataclasses
 
