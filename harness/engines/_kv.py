@@ -80,8 +80,6 @@ class SlotCache:
             from transformers import DynamicCache
 
             self.cache = DynamicCache(config=model.config)
-        self._cache_kw = cache_kwarg(model)
-        self._keeps_logits = accepts_kwarg(model, "logits_to_keep")
         self.valid = torch.zeros((rows, 0), dtype=torch.bool, device=self.device)
         self.left_pad = torch.zeros(rows, dtype=torch.long, device=self.device)
 
@@ -140,8 +138,8 @@ class SlotCache:
         if self.fast is not None:
             logits = self.fast(tokens, mask, position_ids, self.cache, logits_to_keep=1 if last_only else 0)
         else:
-            extra: dict[str, Any] = {self._cache_kw: self.cache}
-            if last_only and self._keeps_logits:
+            extra: dict[str, Any] = {cache_kwarg(self.model): self.cache}
+            if last_only and accepts_kwarg(self.model, "logits_to_keep"):
                 extra["logits_to_keep"] = 1
             logits = self.model(
                 input_ids=tokens,
