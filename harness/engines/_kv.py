@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from speceq.engines._torch import accepts_kwarg, cache_kwarg
 from speceq.models.fast_forward import fast_model
+from speceq.models.torch_utils import accepts_kwarg, cache_kwarg
 
 #: Forward calls per SlotCache (from its first) whose results are memoised on the fast path.
 MEMO_DEPTH = 2

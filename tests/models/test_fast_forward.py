@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from speceq.engines._hf_utils import tiny_random_llama
 from speceq.models.fast_forward import FAST_FORWARD_ENV, FastLlama, fast_forward_enabled, fast_model, supports
+from speceq.models.hf_utils import tiny_random_llama
 
 
 def _models(target, draft) -> dict[str, torch.nn.Module]:
