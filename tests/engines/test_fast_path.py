@@ -71,3 +71,20 @@ def test_memo_hit_restores_the_computed_state(target) -> None:
     for other in outputs[1:]:
         for a, b in zip(outputs[0], other, strict=True):
             assert torch.equal(a, b)
+
+
+def test_shared_prefix_oracle_matches_whole_rows(target, close_draft, mixed_prompts) -> None:
+    """One prefill per prompt: same numbers as scoring whole rows, to float32 rounding (1e-5 in log p)."""
+    engine = BaselineEngine(target)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6)
+    batch = engine.sample(SampleRequest(prompts=mixed_prompts, params=params, n=7, seed=9, batch_size=5))
+    whole = TargetOracle(target, draft=close_draft).score(mixed_prompts, batch, params, max_batch_rows=4)
+    shared = TargetOracle(target, draft=close_draft, share_prefix=True).score(mixed_prompts, batch, params,
+                                                                            max_batch_rows=4)
+    assert np.array_equal(whole.row, shared.row) and np.array_equal(whole.token, shared.token)
+    assert np.array_equal(whole.is_argmax, shared.is_argmax)
+    for name in ("logp", "logp_mean", "draft_llr", "raw_top2_margin"):
+        np.testing.assert_allclose(getattr(shared, name), getattr(whole, name), rtol=0, atol=1e-5, err_msg=name)
+    # probabilities <= 1 inherit the log-probability contract: |dp| <= p |d log p| <= 1e-5
+    for name in ("prob", "cdf_before", "argmax_prob", "draft_tv"):
+        np.testing.assert_allclose(getattr(shared, name), getattr(whole, name), rtol=0, atol=1e-5, err_msg=name)
