@@ -17,7 +17,8 @@ the same first step) over and over, and a CPU forward with a fixed thread count 
 deterministic function of its inputs, so a stored result IS the result a new forward would
 give, bit for bit. The key is everything the result depends on: the cache's whole history
 (every forward's tokens, valid slots and position ids, every row selection and rollback),
-the call's ``last_only`` and torch's thread count.
+the call's ``last_only`` and torch's thread count. The memo of a model holds at most
+:data:`MEMO_ENTRIES` results and :data:`MEMO_BYTES` bytes (storage the results reference).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from speceq.models.torch_utils import accepts_kwarg, cache_kwarg
 MEMO_DEPTH = 2
 #: Memoised results kept per model (least recently used dropped first).
 MEMO_ENTRIES = 32
+#: Bytes of logits and KV tensors the memo of one model may hold; larger results are not stored.
+MEMO_BYTES = 64 * 2**20
 
 _memos: weakref.WeakKeyDictionary[Any, OrderedDict[tuple, _MemoEntry]] = weakref.WeakKeyDictionary()
 
@@ -48,6 +51,11 @@ class _MemoEntry:
     values: tuple[torch.Tensor | None, ...]
     valid: torch.Tensor
     left_pad: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        tensors = (self.logits, *self.keys, *self.values)
+        return sum(t.untyped_storage().nbytes() for t in tensors if t is not None)
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple | None:
@@ -150,11 +158,13 @@ class SlotCache:
             ).logits
         self.valid = new_valid
         if memo_key is not None:
-            memo = _memos.setdefault(self.model, OrderedDict())
-            memo[memo_key] = _MemoEntry(logits.clone(), tuple(self.cache.keys), tuple(self.cache.values),
-                                        self.valid, self.left_pad)
-            while len(memo) > MEMO_ENTRIES:
-                memo.popitem(last=False)
+            entry = _MemoEntry(logits.clone(), tuple(self.cache.keys), tuple(self.cache.values),
+                               self.valid, self.left_pad)
+            if entry.nbytes <= MEMO_BYTES // 4:  # big models' results are not worth holding
+                memo = _memos.setdefault(self.model, OrderedDict())
+                memo[memo_key] = entry
+                while len(memo) > MEMO_ENTRIES or sum(e.nbytes for e in memo.values()) > MEMO_BYTES:
+                    memo.popitem(last=False)
             self._advance_history(memo_key)
         return logits
 
