@@ -78,6 +78,7 @@ class TargetOracle:
             "model": describe_model(self.model),
             "draft": None if self.draft is None else describe_model(self.draft),
             "threads": self.threads,
+            "share_prefix": self.share_prefix,
         }
 
     # ---- low level ------------------------------------------------------------------------
