@@ -57,6 +57,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "engine's own draft model, if it has one)")
     g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
+    g.add_argument("--sequential", action="store_true",
+                   help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
+                        "each case once decided (docs/SEQUENTIAL.md)")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="speceq-out", metavar="DIR", help="samples, result.json, provenance.json. Default: %(default)s")
     mode = g.add_mutually_exclusive_group()
@@ -72,6 +75,8 @@ def handle_run(args: argparse.Namespace) -> int:
     from speceq.engines.registry import parse_engine_options
     from speceq.run import RunConfig, run
 
+    if args.sequential:
+        from speceq.sequential import run_sequential as run
     config = RunConfig(
         baseline=args.baseline, candidate=args.candidate,
         baseline_options=parse_engine_options(args.baseline_option),
@@ -135,6 +140,9 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
     console.print(result.summary(), style=style.get(result.verdict, ""))
     if out_dir is not None:  # plain print: paths must not be wrapped
         print(f"result: {out_dir / 'result.json'}   samples and provenance: {out_dir}")
+    for c in result.cases:  # sequential mode: say when each case was decided
+        if c.reason.startswith("sequential:"):
+            print(f"{c.case_id}: {c.reason}")
     if report:
         print(f"report: {report}")
 

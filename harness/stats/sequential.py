@@ -141,7 +141,7 @@ def plugin_lr_log_e(x: np.ndarray, probs: np.ndarray, betas: tuple[float, ...] =
     t = np.arange(x2.shape[1], dtype=np.float64)[None, :]
     px = p[x2]
     out = []
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         for b in betas:
             step = np.log(c + b * px) - np.log(t + b) - np.log(px)
             step = np.where(px > 0, step, np.inf)
