@@ -1,8 +1,8 @@
 """Sequential runs: grow every case's samples look by look and stop it once it is decided.
 
 The schedule is fixed before any data and does not depend on the budget: the first slice
-ends at the first grid point of :func:`speceq.stats.sequential.look_grid` (24, 47, 94, 188,
-375, 750, 1500, 3000, ... samples per engine) and every doubling step is cut into four
+ends at the first grid point of :func:`speceq.stats.sequential.look_grid` (3, 6, 12, 24,
+47, 94, 188, 375, 750, 1500, 3000, ... samples per engine) and every doubling step is cut into four
 slices; there is a look after every slice, up to the first slice end >= the budget (at most
 12.5 % past it). Slice i of a case is seeded by :func:`speceq.run.chunk_seed` of its index,
 so the data at a look is always a prefix of the data at the next one, a rerun with a larger
@@ -76,7 +76,7 @@ def look_totals(samples: int) -> tuple[int, ...]:
     """Samples per engine at each look for a budget of ``samples``: every slice end, the last one >= ``samples``.
 
     The last look may pass the budget by up to a quarter of a doubling step (12.5 %) so that
-    it lies on the schedule; the first look is at 24 samples whatever the budget.
+    it lies on the schedule; the first look is at 3 samples.
     """
     return slice_ends(samples)
 

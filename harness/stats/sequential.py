@@ -56,7 +56,7 @@ DEFAULT_WEIGHTS = (0.5, 0.9)
 PAIR_SMOOTHING = 0.5
 #: The look grid: doubling, anchored so that ANCHOR (the default budget) is grid point ANCHOR_INDEX.
 GRID_ANCHOR = 3000
-GRID_ANCHOR_INDEX = 7
+GRID_ANCHOR_INDEX = 10
 
 
 def _log_mean_exp(x: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -281,7 +281,7 @@ def paired_exchangeability_eprocess(a: np.ndarray, b: np.ndarray, *, name: str, 
 def look_grid(max_n: int, *, anchor: int = GRID_ANCHOR, anchor_index: int = GRID_ANCHOR_INDEX) -> tuple[int, ...]:
     """Grid points g_k = ceil(anchor * 2^(k - anchor_index)) (k = 0, 1, ...) up to ``max_n``.
 
-    With the defaults: 24, 47, 94, 188, 375, 750, 1500, 3000, 6000, ... samples. The grid
+    With the defaults: 3, 6, 12, 24, 47, 94, 188, 375, 750, 1500, 3000, 6000, ... samples. The grid
     does not depend on any budget, so reruns with a larger budget share it.
     """
     max_n = check_int(max_n, "max_n", minimum=1)

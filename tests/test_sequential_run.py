@@ -37,11 +37,11 @@ def config(out: Path, **kw) -> RunConfig:
 
 def test_look_totals_follow_the_grid_and_end_at_the_budget() -> None:
     totals = look_totals(3000)
-    assert totals[:9] == (24, 30, 36, 41, 47, 59, 71, 82, 94)
+    assert totals[:12] == (3, 4, 5, 6, 8, 9, 10, 12, 15, 18, 21, 24)
     assert totals[-5:] == (1500, 1875, 2250, 2625, 3000)
     assert look_totals(2000) == totals[:-2]  # the first slice end >= the budget
     assert look_totals(20000)[: len(totals)] == totals  # a larger budget extends the same schedule
-    assert look_totals(10) == (24,)
+    assert look_totals(2) == (3,)
 
 
 def test_planned_tests_depend_only_on_the_case_settings() -> None:
