@@ -1,10 +1,9 @@
 """Sequential runs: grow every case's samples look by look and stop it once it is decided.
 
-The schedule is fixed before any data and does not depend on the budget: the first slice
-ends at the first grid point of :func:`speceq.stats.sequential.look_grid` (3, 6, 12, 24,
-47, 94, 188, 375, 750, 1500, 3000, ... samples per engine) and every doubling step is cut into four
-slices; there is a look after every slice, up to the first slice end >= the budget (at most
-12.5 % past it). Slice i of a case is seeded by :func:`speceq.run.chunk_seed` of its index,
+The schedule is fixed before any data and does not depend on the budget: slices end at the
+points of :func:`speceq.stats.sequential.look_grid` (3, 4, 5, 6, 8, ... 1500, 1875, 2250,
+2625, 3000, ... samples per engine: four steps per doubling); there is a look after every
+slice, up to the first grid point >= the budget (at most 12.5 % past it). Slice i of a case is seeded by :func:`speceq.run.chunk_seed` of its index,
 so the data at a look is always a prefix of the data at the next one, a rerun with a larger
 budget extends the same sequence, and the chunks are stored (in ``<out>/sequential/``, apart
 from fixed-size runs) and reused on a rerun.
@@ -47,38 +46,14 @@ SCHEDULE = "sequential-doubling-v1"
 STORE_SUBDIR = "sequential"
 
 
-#: Slices per doubling step of the look grid (looks between two grid points).
-SLICES_PER_STEP = 4
-
-
-def slice_ends(upto: int) -> tuple[int, ...]:
-    """Cumulative samples at the end of every slice of the fixed schedule, up to the first end >= ``upto``.
-
-    The first slice ends at the first grid point; every doubling step g_k -> g_(k+1) of the
-    grid is cut into SLICES_PER_STEP slices of (nearly) equal size. The ends never depend on
-    a budget, so every budget's samples are a prefix of one sequence.
-    """
-    grid = list(seq.look_grid(max(2 * upto, 2 * seq.look_grid(10**9)[0])))
-    ends = [grid[0]]
-    if upto <= ends[0]:
-        return tuple(ends)
-    for lo, hi in zip(grid, grid[1:]):
-        for j in range(1, SLICES_PER_STEP + 1):
-            e = lo + round(j * (hi - lo) / SLICES_PER_STEP)
-            if e > ends[-1]:
-                ends.append(e)
-            if ends[-1] >= upto:
-                return tuple(ends)
-    return tuple(ends)
-
-
 def look_totals(samples: int) -> tuple[int, ...]:
-    """Samples per engine at each look for a budget of ``samples``: every slice end, the last one >= ``samples``.
+    """Samples per engine at each look for a budget of ``samples``: the look grid up to its first point >= ``samples``.
 
     The last look may pass the budget by up to a quarter of a doubling step (12.5 %) so that
-    it lies on the schedule; the first look is at 3 samples.
+    it lies on the grid; the first look is at 3 samples.
     """
-    return slice_ends(samples)
+    grid = seq.look_grid(2 * samples + 6)
+    return tuple(g for g in grid if g < samples) + (next(g for g in grid if g >= samples),)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,8 +30,8 @@ Three constructions, each a mixture of test (super)martingales, so the mixture i
     b_t from the counts of the earlier pairs (add-gamma smoothing), w in a fixed grid.
 
 The TV confidence sequence: the fixed-n McDiarmid bound only holds at one n. A look grid
-g_0 < g_1 < ... fixed before any data (doubling, anchored so the default budget is a grid
-point) gets level alpha_k = alpha / ((k + 1)(k + 2)) (they sum to alpha); at any n the bound
+g_0 < g_1 < ... fixed before any data (four steps per doubling, anchored so the default
+budget is a grid point) gets level alpha_k = alpha / ((k + 1)(k + 2)) (they sum to alpha); at any n the bound
 uses the data up to the largest grid point <= n. The union bound makes it hold at every n
 at once, however often (and however data-dependently) it is read.
 """
@@ -278,22 +278,40 @@ def paired_exchangeability_eprocess(a: np.ndarray, b: np.ndarray, *, name: str, 
 
 # --- the TV confidence sequence -------------------------------------------------------------
 
-def look_grid(max_n: int, *, anchor: int = GRID_ANCHOR, anchor_index: int = GRID_ANCHOR_INDEX) -> tuple[int, ...]:
-    """Grid points g_k = ceil(anchor * 2^(k - anchor_index)) (k = 0, 1, ...) up to ``max_n``.
+#: Looks per doubling of the sample count.
+STEPS_PER_DOUBLING = 4
 
-    With the defaults: 3, 6, 12, 24, 47, 94, 188, 375, 750, 1500, 3000, 6000, ... samples. The grid
-    does not depend on any budget, so reruns with a larger budget share it.
+
+def _doubling_points(k: int, anchor: int, anchor_index: int) -> int:
+    return math.ceil(anchor * 2.0 ** (k - anchor_index))
+
+
+def look_grid(max_n: int, *, anchor: int = GRID_ANCHOR, anchor_index: int = GRID_ANCHOR_INDEX,
+              steps: int = STEPS_PER_DOUBLING) -> tuple[int, ...]:
+    """The fixed look grid up to ``max_n`` samples: doubling points d_j = ceil(anchor 2^(j - anchor_index)),
+    each doubling step d_j -> d_(j+1) cut into ``steps`` (nearly) equal steps.
+
+    With the defaults: 3, 4, 5, 6, 8, 9, 10, 12, 15, ... 1500, 1875, 2250, 2625, 3000, ...
+    samples. The grid does not depend on any budget, so reruns with a larger budget share it.
     """
     max_n = check_int(max_n, "max_n", minimum=1)
-    out = []
-    k = 0
+    steps = check_int(steps, "steps", minimum=1)
+    out: list[int] = []
+    j = 0
+    lo = _doubling_points(0, anchor, anchor_index)
+    if lo > max_n:
+        return ()
+    out.append(lo)
     while True:
-        g = math.ceil(anchor * 2.0 ** (k - anchor_index))
-        if g > max_n:
-            return tuple(out)
-        if not out or g > out[-1]:
-            out.append(g)
-        k += 1
+        hi = _doubling_points(j + 1, anchor, anchor_index)
+        for i in range(1, steps + 1):
+            g = lo + round(i * (hi - lo) / steps)
+            if g > max_n:
+                return tuple(out)
+            if g > out[-1]:
+                out.append(g)
+        lo = hi
+        j += 1
 
 
 def grid_level(k: int, alpha: float) -> float:

@@ -162,9 +162,11 @@ def test_result_object() -> None:
 
 def test_look_grid_is_anchored_and_levels_sum_to_alpha() -> None:
     grid = seq.look_grid(12000)
-    assert grid == (3, 6, 12, 24, 47, 94, 188, 375, 750, 1500, 3000, 6000, 12000)
+    assert grid[:12] == (3, 4, 5, 6, 8, 9, 10, 12, 15, 18, 21, 24)
+    assert grid[-9:] == (3000, 3750, 4500, 5250, 6000, 7500, 9000, 10500, 12000)  # four steps per doubling
+    assert all(b > a for a, b in zip(grid, grid[1:]))
     assert seq.look_grid(2) == ()
-    assert seq.grid_point_at_most(3100) == (10, 3000)
+    assert seq.grid_point_at_most(3100) == (39, 3000)
     assert seq.grid_point_at_most(2) is None
     assert sum(seq.grid_level(k, 0.01) for k in range(10_000)) == pytest.approx(0.01, rel=1e-3)
 
@@ -191,8 +193,8 @@ def test_tv_confidence_sequence_covers_the_true_tv_at_every_look() -> None:
 def test_sequential_bound_is_wider_than_the_fixed_one() -> None:
     from speceq.stats import tv_upper_bound_two_sample
 
-    b = seq.sequential_tv_upper_bound(0.05, 3100, 10, 3000, 1e-3, positions=8)
-    assert b.level == pytest.approx(1e-3 / 132 / 8)
+    b = seq.sequential_tv_upper_bound(0.05, 3100, 39, 3000, 1e-3, positions=8)
+    assert b.level == pytest.approx(1e-3 / (40 * 41) / 8)
     assert b.upper > tv_upper_bound_two_sample(0.05, 3000, 3000, 1e-3 / 8)
     assert "grid point n = 3000" in b.summary()
     with pytest.raises(ValueError, match="exceeds"):
