@@ -225,7 +225,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
 
     fixed = _fixed_sizes()
     cal = Calibrator(settings_for("quick"), log=lambda *a, **k: None)
-    names = mutants or [n for n, s in MUTANTS.items() if not s.lossless]
+    names = mutants or [n for n, s in MUTANTS.items() if not s.lossless]  # lossless ones: --mutants
     rows = []
     print(f"\n### Mutant gallery: samples per engine to `shifted` (alpha = {alpha:g}, {seeds} seeds, budget {budget})\n")
     print("| mutant | TV | fixed-n n50 / n90 (docs/power.json) | sequential: stopped at (per seed) | first crossing "
@@ -235,7 +235,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
         for name in names:
             spec = MUTANTS[name]
             case = cal.case(name, spec)
-            stops, firsts, verdicts = [], [], []
+            stops, firsts, verdicts, decided = [], [], [], []
             t0 = time.perf_counter()
             for s in range(seeds):
                 engines = {"baseline": cal.baseline, "candidate": cal.engine(spec)}
@@ -243,6 +243,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
                                 progress=False, oracle_draft="bundled")
                 c = run_sequential(cfg, [case], engines=engines).cases[0]
                 verdicts.append(c.verdict)
+                decided.append(c.n_baseline)
                 stops.append(c.n_baseline if c.verdict == "shifted" else math.inf)
                 first = None
                 if "first crossed at sample " in c.reason:
@@ -256,8 +257,8 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
             ratio = med / f["n90"] if f.get("n90") and math.isfinite(med) else math.nan
             rows.append({"mutant": name, "tv": f.get("tv"), "fixed_n50": f.get("n50"), "fixed_n90": f.get("n90"),
                          "stops": [None if not math.isfinite(x) else int(x) for x in stops], "first_crossings": firsts,
-                         "verdicts": verdicts, "seconds": secs})
-            stop_txt = ", ".join(str(int(x)) if math.isfinite(x) else f">{budget} ({v})" for x, v in zip(stops, verdicts))
+                         "verdicts": verdicts, "decided_at": decided, "seconds": secs})
+            stop_txt = ", ".join(str(int(x)) if math.isfinite(x) else f"{n} ({v})" for x, v, n in zip(stops, verdicts, decided))
             tv = f"{f['tv']:.3f}" if f.get("tv") is not None else "—"
             print(f"| {name} | {tv} | {f.get('n50')} / {f.get('n90')} | {stop_txt} | "
                   f"{', '.join(str(x) for x in firsts)} | {ratio:.2f} | {secs:.0f} |", flush=True)
