@@ -213,7 +213,8 @@ def _fixed_sizes() -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float = 0.01) -> dict[str, Any]:
+def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float = 0.01,
+                tolerance: float = 0.15) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
@@ -235,11 +236,11 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
         for name in names:
             spec = MUTANTS[name]
             case = cal.case(name, spec)
-            stops, firsts, verdicts, decided = [], [], [], []
+            stops, firsts, verdicts, decided, notes = [], [], [], [], []
             t0 = time.perf_counter()
             for s in range(seeds):
                 engines = {"baseline": cal.baseline, "candidate": cal.engine(spec)}
-                cfg = RunConfig(samples=budget, alpha=alpha, seed=s, out_dir=Path(tmp) / f"{name}-{s}", resume=False,
+                cfg = RunConfig(samples=budget, alpha=alpha, tolerance=tolerance, seed=s, out_dir=Path(tmp) / f"{name}-{s}", resume=False,
                                 progress=False, oracle_draft="bundled")
                 c = run_sequential(cfg, [case], engines=engines).cases[0]
                 verdicts.append(c.verdict)
@@ -251,17 +252,22 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
                 elif "hard failure" in c.reason:
                     first = c.n_baseline
                 firsts.append(first)
+                notes.append(c.notes[-1] if c.notes else "")
             secs = time.perf_counter() - t0
             f = fixed.get(name, {})
             med = float(np.median(stops))
             ratio = med / f["n90"] if f.get("n90") and math.isfinite(med) else math.nan
             rows.append({"mutant": name, "tv": f.get("tv"), "fixed_n50": f.get("n50"), "fixed_n90": f.get("n90"),
                          "stops": [None if not math.isfinite(x) else int(x) for x in stops], "first_crossings": firsts,
-                         "verdicts": verdicts, "decided_at": decided, "seconds": secs})
+                         "verdicts": verdicts, "decided_at": decided, "fixed_size_notes": notes,
+                         "seconds": secs})
             stop_txt = ", ".join(str(int(x)) if math.isfinite(x) else f"{n} ({v})" for x, v, n in zip(stops, verdicts, decided))
             tv = f"{f['tv']:.3f}" if f.get("tv") is not None else "—"
             print(f"| {name} | {tv} | {f.get('n50')} / {f.get('n90')} | {stop_txt} | "
                   f"{', '.join(str(x) for x in firsts)} | {ratio:.2f} | {secs:.0f} |", flush=True)
+            if spec.lossless:
+                for n, note in zip(decided, notes):
+                    print(f"|   at n = {n}: {note.split(';')[0]} | | | | | | |", flush=True)
     return {"alpha": alpha, "seeds": seeds, "budget": budget, "rows": rows}
 
 
@@ -273,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="gallery seeds per mutant (default %(default)s)")
     ap.add_argument("--budget", type=int, default=1500, help="gallery budget per engine (default %(default)s)")
     ap.add_argument("--mutants", default=None, help="comma-separated mutant names (default: every non-lossless one)")
+    ap.add_argument("--alpha", type=float, default=0.01, help="gallery alpha (default %(default)s, as POWER.md)")
+    ap.add_argument("--tolerance", type=float, default=0.15, help="gallery tolerance (default %(default)s)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write the numbers there")
     args = ap.parse_args(argv)
     out: dict[str, Any] = {}
@@ -281,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("certify", "all"):
         out["certify"] = run_certify(args.certify_reps)
     if args.part in ("gallery", "all"):
-        out["gallery"] = run_gallery(args.seeds, args.budget, args.mutants.split(",") if args.mutants else None)
+        out["gallery"] = run_gallery(args.seeds, args.budget, args.mutants.split(",") if args.mutants else None,
+                                     alpha=args.alpha, tolerance=args.tolerance)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
     return 0

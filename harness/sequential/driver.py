@@ -269,8 +269,11 @@ def _merge(fixed: RunResult, progress: Mapping[str, CaseProgress], k_tests: int,
         if ev is not None and ev.bound is not None:
             extra = {"tv_estimate": ev.bound.tv, "tv_upper_bound": ev.bound.upper,
                      "tv_reference": f"time-uniform ({ev.bound.reference})"}
+        bound = "no TV bound" if c.tv_upper_bound is None else f"TV upper bound {c.tv_upper_bound:.4f}"
+        note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
+                "comparison only, since it is not valid after looking at the data along the way")
         cases.append(dataclasses.replace(c, verdict=p.verdict, reason=p.reason, tests=tests + diag, required_n=None,
-                                         **extra))
+                                         notes=(*c.notes, note), **extra))
     verdicts = {c.verdict for c in cases}
     verdict = next((v for v in ("shifted", "inconclusive") if v in verdicts), "equivalent")
     notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
