@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from speceq.engines._kv import SlotCache
-from speceq.engines._torch import batch_generator, cache_kwarg, configure_threads, derive_seed, resolve_dtype
 from speceq.errors import ConfigError
+from speceq.models.torch_utils import batch_generator, cache_kwarg, configure_threads, derive_seed, resolve_dtype
 
 
 def last_logits(model, ids: list[int]) -> torch.Tensor:
