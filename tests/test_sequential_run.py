@@ -14,8 +14,9 @@ if str(HERE) not in sys.path:
 
 from fake_engines import FakeEngine  # noqa: E402
 
+from speceq.cases import Case
 from speceq.cli import main  # noqa: E402
-from speceq.params import Case, SamplingParams  # noqa: E402
+from speceq.params import SamplingParams  # noqa: E402
 from speceq.run import RunConfig  # noqa: E402
 from speceq.sequential import look_totals, planned_tests, run_sequential  # noqa: E402
 

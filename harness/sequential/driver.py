@@ -32,9 +32,9 @@ import numpy as np
 
 from speceq import run as runmod
 from speceq.analysis import analyse_run, case_rng
+from speceq.cases import Case
 from speceq.engines.base import Engine, SampleBatch, validate_batch
 from speceq.errors import ConfigError, EngineError, SpeceqError
-from speceq.params import Case
 from speceq.provenance import collect_provenance, utc_now
 from speceq.sequential.evidence import CaseSequentialEvidence, evaluate_case, planned_tests
 from speceq.stats import sequential as seq

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from speceq import stats
+from speceq.cases import Case
 from speceq.engines.base import SampleBatch
-from speceq.params import Case
 from speceq.stats import sequential as seq
 from speceq.stats.scores import TokenScores
 
