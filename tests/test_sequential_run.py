@@ -72,18 +72,19 @@ def test_a_shifted_engine_is_stopped_early_and_says_when(tmp_path: Path) -> None
 
 def test_equal_engines_are_certified_and_a_larger_budget_continues_the_same_sequence(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    small = run_sequential(config(out, samples=700), cases()[:1],
+    small = run_sequential(config(out, samples=700, tolerance=0.2), cases()[:1],
                            engines={"baseline": FakeEngine(), "candidate": FakeEngine()})
     assert small.verdict == "inconclusive"
     assert "rerun with a larger --samples" in small.cases[0].reason
     # the rerun reuses every stored slice (the data at a look is a prefix of the next) and goes on
     engines = {"baseline": FakeEngine(), "candidate": FakeEngine()}
-    big = run_sequential(config(out, samples=20000), cases()[:1], engines=engines)
+    big = run_sequential(config(out, samples=20000, tolerance=0.2), cases()[:1], engines=engines)
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["chunks"]["reused"] == 2 * len(look_totals(700))  # every slice of the first run
     assert big.verdict == "equivalent", big.cases[0].reason
     assert "time-uniform TV upper bound" in big.cases[0].reason
-    assert big.cases[0].tv_upper_bound < 0.15
+    assert big.cases[0].tv_upper_bound < 0.2
+    assert big.cases[0].n_baseline < 20000
 
 
 def test_greedy_cases_are_compared_at_the_full_budget(tmp_path: Path) -> None:
