@@ -208,6 +208,17 @@ class LoadedPage:
             raise CDPError(f"evaluating {expression!r}: {r['exceptionDetails'].get('text')}")
         return r["result"].get("value")
 
+    def screenshot_element(self, selector: str, scale: float = 1.0) -> bytes:
+        """A PNG of the first element matching ``selector`` (its whole box, scrolled or not)."""
+        box = self.evaluate(
+            f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+            " return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]; })()")
+        x, y, w, h = box
+        r = self.browser.call("Page.captureScreenshot", {
+            "format": "png", "captureBeyondViewport": True,
+            "clip": {"x": x, "y": y, "width": w, "height": h, "scale": scale}}, self.session)
+        return base64.b64decode(r["data"])
+
     def screenshot(self) -> bytes:
         """PNG of the whole page (beyond the viewport)."""
         r = self.browser.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, self.session)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, stats
 
+from speceq.pictures import thin_path
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -113,6 +114,16 @@ def _argmax_leak_z(tokens: np.ndarray, target: np.ndarray) -> float:
     return (hits - n * pmax.sum()) / math.sqrt(n * float((pmax * (1 - pmax)).sum()))
 
 
+def _argmax_leak_path(tokens: np.ndarray, target: np.ndarray):
+    """Running sums of the argmax-leak z-test over the tokens in row order (row 0 positions 0..2, row 1, ...)."""
+    top = target.argmax(axis=1)
+    pmax = target.max(axis=1)
+    n, positions = tokens.shape
+    f = (tokens == top[None, :]).astype(np.float64).ravel()
+    mean = np.tile(pmax, n)
+    return thin_path("z argmax leak", f, mean, mean * (1 - mean))
+
+
 def _required_n(dof: int, delta: float) -> int:
     """Per-engine n for 90 % power at alpha against a TV shift delta (chi-square >= 4 delta^2): 2 lambda / (4 delta^2)."""
     crit = stats.chi2.isf(ALPHA, dof)
@@ -164,7 +175,9 @@ def _sampled_case(case_id: str, *, dist_seed: int, mix: float, n: int, oracle: b
     tests.append(TestOutcome(name="chi2 positions 0-1 joint", family="two-sample", primary=False, statistic=stat,
                              pvalue=p, dof=dof, n=2 * n, summary="pairs of the first two tokens"))
     pit_hist: tuple[int, ...] = ()
+    z_paths = ()
     if oracle:
+        z_paths = (_argmax_leak_path(cand, target),)
         u = _pit(rng, cand, target)
         ks = stats.kstest(u, "uniform")
         cvm = stats.cramervonmises(u, "uniform")
@@ -188,7 +201,7 @@ def _sampled_case(case_id: str, *, dist_seed: int, mix: float, n: int, oracle: b
         tv_estimate=tv, tv_upper_bound=_tv_upper(tv, n, n), tv_reference="two-sample",
         candidate_tokens=n * positions, acceptance_rate=acc, baseline_tokens_per_s=bt, candidate_tokens_per_s=ct,
         speedup_per_token=ct / bt, top_tokens=tuple(_top_tokens(base, cand, target if oracle else None, positions, 8)),
-        pit_histogram=pit_hist,
+        pit_histogram=pit_hist, z_paths=z_paths,
         samples=tuple(_samples(base, cand, {
             "baseline": "<script>window.__pwned=1</script> the cat sat\ufffd\ufffd on the mat",
             "candidate": "<img src=x onerror=\"window.__pwned=2\"> caf\ufffd & \x00 \x1b[31mred\x1b[0m </pre></details>",
