@@ -21,11 +21,11 @@ import jinja2
 from markupsafe import Markup
 from scipy import stats
 
-from speceq import explain
+from speceq import reasons
 from speceq.errors import ConfigError
 from speceq.reports import svg
 from speceq.reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
-from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency, ZPath
+from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
 
 #: At most this many sample texts per engine are shown per case (the result may hold more).
 MAX_SAMPLES_PER_ENGINE = 4
@@ -214,13 +214,26 @@ def _decider(case: CaseResult, run: RunResult, deciding: TestOutcome | None, z_v
     """The test (or hard failure) that made ``case`` shifted, with the picture of it."""
     if case.verdict != "shifted":
         return None
-    engine = explain.engine_label(run, "candidate")
-    why = explain.meaning(case, run.alpha, engine)
-    if case.hard_failures or deciding is None:
-        title = "hard failure" if case.hard_failures else "decision"
-        caption = ("A hard failure needs no statistics: the event is impossible under equivalence. "
-                   + ("The greedy comparison below lists the divergences." if case.greedy is not None else ""))
-        return Decider(title, explain.decided_by(case, run.alpha), why, None, caption.strip())
+    engine = reasons.engine_label(run, "candidate")
+    why = reasons.meaning(case, run.alpha, engine)
+    if case.hard_failures:
+        also = reasons.deciding_test(case, run.alpha)
+        note = ("A hard failure needs no statistics: the event is impossible under equivalence. "
+                + ("The greedy comparison below lists the divergences. " if case.greedy is not None else ""))
+        picture, caption = _test_picture(case, also, z_views) if also is not None else (None, "")
+        if also is not None:
+            note += (f"The tests agree: {also.name} rejects too (Holm-adjusted p = {fmt_p(also.adjusted_pvalue)}). "
+                     + caption)
+        return Decider("hard failure", reasons.decided_by(case, run.alpha), why, picture, note.strip())
+    if deciding is None:
+        return Decider("decision", case.reason, why, None, "")
+    picture, caption = _test_picture(case, deciding, z_views)
+    detail = f"Holm-adjusted p = {fmt_p(deciding.adjusted_pvalue)} ≤ α = {run.alpha:g}; {reasons.effect(deciding)}"
+    return Decider(deciding.name, detail, why, picture, caption)
+
+
+def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView]) -> tuple[Markup | None, str]:
+    """The picture of one test and its caption (None and a sentence when the result holds no data for it)."""
     name = deciding.name
     picture, caption = None, ""
     zv = next((z for z in z_views if z.test == name), None)
@@ -246,8 +259,7 @@ def _decider(case: CaseResult, run: RunResult, deciding: TestOutcome | None, z_v
         caption = "The bins of this test that differ most between the engines (share of each engine's samples)."
     if picture is None:
         caption = "No picture of this test is stored in the result (it was written by an older speceq)."
-    detail = f"Holm-adjusted p = {fmt_p(deciding.adjusted_pvalue)} ≤ α = {run.alpha:g}; {explain.effect(deciding)}"
-    return Decider(name, detail, why, picture, caption)
+    return picture, caption
 
 
 def _sample_pairs(samples: dict[str, list[SampleText]]) -> list[tuple[SampleText | None, SampleText | None]]:
@@ -286,7 +298,7 @@ def engine_table(result: RunResult) -> list[dict[str, str]]:
             options.update({k: v for k, v in cfg["mutant_options"].items() if k not in options})
         rows.append({
             "role": str(role),
-            "name": explain.engine_label(result, str(role)) if role in ("baseline", "candidate") else str(cfg.get("name") or role),
+            "name": reasons.engine_label(result, str(role)) if role in ("baseline", "candidate") else str(cfg.get("name") or role),
             "kind": kind,
             "model": "; ".join(models) or "—",
             "dtype": ", ".join(dict.fromkeys(dtypes)) or "—",
@@ -335,7 +347,7 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
     tv_chart = None
     if tolerance_ok and (case.tv_estimate is not None or case.tv_upper_bound is not None):
         tv_chart = svg.tv_scale(case.tv_estimate, case.tv_upper_bound, float(case.tolerance))
-    deciding = explain.deciding_test(case, alpha) if case.verdict == "shifted" and not case.hard_failures else None
+    deciding = reasons.deciding_test(case, alpha) if case.verdict == "shifted" and not case.hard_failures else None
     z_views = _z_views(case, run, deciding)
     return CaseView(
         case=case,
@@ -380,7 +392,7 @@ def render_report(result: RunResult) -> str:
         totals=totals,
         engines=_engine_blocks(result.engines),
         engine_rows=engine_table(result),
-        skipped=explain.skipped_tests(result),
+        skipped=reasons.skipped_tests(result),
         oracle=_rows(result.oracle) if result.oracle else [],
         provenance=_rows(result.provenance),
         moved_z=svg.MOVED_Z,
