@@ -137,7 +137,7 @@ def skipped_tests(result: RunResult) -> list[str]:
     if result.oracle is None:
         return ["oracle tests not run (black-box mode): PIT, the martingale z-tests and the first-token fit need the "
                 "target oracle; drop --no-oracle (and give --oracle-model DIR if the baseline loads no model)"]
-    if result.oracle.get("draft") is None:
+    if "draft" in result.oracle and result.oracle["draft"] is None:
         return ["z draft drift not run: the oracle has no draft model (the candidate exposes none). It is the test "
                 "that catches a wrong accept/resample rule; give the candidate's draft with --oracle-draft DIR "
                 "(--oracle-draft bundled for the bundled models)"]

@@ -101,7 +101,8 @@ def frequency_chart(tokens: Sequence[TokenFrequency], n_baseline: int, n_candida
         z = shift_z(t.baseline_count, t.candidate_count, n_baseline, n_candidate)
         moved = abs(z) >= MOVED_Z
         oracle = finite_or_none(t.oracle_prob)
-        tip = (f"token #{t.token} “{visible_token(t.text)}”: baseline {t.baseline_count:,}/{n_baseline:,} ({fmt_pct(fb, 2)}), "
+        what = f"token #{t.token} “{visible_token(t.text)}”" if labels is None else visible_token(labels[i])
+        tip = (f"{what}: baseline {t.baseline_count:,}/{n_baseline:,} ({fmt_pct(fb, 2)}), "
                f"candidate {t.candidate_count:,}/{n_candidate:,} ({fmt_pct(fc, 2)})"
                + (f", oracle {fmt_pct(oracle, 2)}" if oracle is not None else "") + f", z = {z:.1f}")
         row = [

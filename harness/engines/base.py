@@ -157,14 +157,14 @@ def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, c
             raise fail(f"{row_name(r)} holds the EOS id {eos} at position {p} although ignore_eos is set "
                        "(the engine must mask EOS and generate exactly max_new_tokens tokens)")
         if not request.params.ignore_eos:
+            eos_before_end = is_eos & (pos < (lens[:, None] - 1))
+            if eos_before_end.any():
+                r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
+                raise fail(f"{row_name(r)} continues after the EOS id {eos} at position {p}: it goes on to position "
+                           f"{int(lens[r]) - 1} (a row must end at its first EOS)")
             last = tok[np.arange(expected_rows), lens - 1]
             early = (lens < L) & (last != eos)
             if early.any():
                 r = int(np.flatnonzero(early)[0])
                 raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the EOS id "
                            f"{eos} (its last token is {int(last[r])}): truncated output, or a different EOS id?")
-            eos_before_end = is_eos & (pos < (lens[:, None] - 1))
-            if eos_before_end.any():
-                r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
-                raise fail(f"{row_name(r)} continues after the EOS id {eos} at position {p}: it goes on to position "
-                           f"{int(lens[r]) - 1} (a row must end at its first EOS)")

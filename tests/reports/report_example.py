@@ -45,6 +45,9 @@ MIN_POOLED = 10  # tokens with a pooled count below this are merged into one bin
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_FILE = Path(__file__).resolve().parent / "data" / "result-example.json"
+#: A real result (not built here): ``python benchmarks/report_gallery.py --mutants resample-from-target``, model
+#: paths shortened to speceq/models/.
+MUTANT_FILE = Path(__file__).resolve().parent / "data" / "result-mutant-resample-from-target.json"
 EXAMPLE_FILE = REPO / "examples" / "result-example.json"
 
 VOCAB: dict[int, str] = {
@@ -229,6 +232,8 @@ def _greedy_case() -> CaseResult:
         tolerance=TOLERANCE, n_baseline=64, n_candidate=64, candidate_tokens=64 * 16,
         acceptance_rate=0.83, baseline_tokens_per_s=455.0, candidate_tokens_per_s=1012.0, speedup_per_token=1012.0 / 455.0,
         greedy=GreedySummary(rows_compared=64, rows_equal=61, near_tie_threshold=0.01, divergences=divergences),
+        hard_failures=("greedy rows differ at position 2 where the target's top-2 margin is 2.31 nats (> 0.01): "
+                       "“ mat” #17 vs “<script>alert(1)</script>” #21 after ' a <b>dog</b> &'",),
         samples=(SampleText(engine="baseline", prompt_index=23, text=" a <b>dog</b> & the mat.", token_ids=(12, 20, 14, 24, 11, 17, 18)),
                  SampleText(engine="candidate", prompt_index=23, text=" a <b>dog</b> &<script>alert(1)</script>", token_ids=(12, 20, 14, 24, 21))),
     )
