@@ -45,14 +45,15 @@ def run_mutant(name: str, samples: int, models, seed: int = 0):
     shared = {"target": target} if name == "draft-is-target" else {"target": target, "draft": draft}
     engine = make_mutant(name, **shared, **{**spec.options, **STRONG.get(name, {})})
     prompts = tuple(map(tuple, case.prompts))
-    base = BaselineEngine(target).sample(SampleRequest(prompts=prompts, params=case.params, n=samples, seed=101,
+    baseline = BaselineEngine(target)
+    base = baseline.sample(SampleRequest(prompts=prompts, params=case.params, n=samples, seed=101,
                                                        batch_size=case.batch_size))
     cand = engine.sample(SampleRequest(prompts=prompts, params=case.params, n=samples, seed=202,
                                        batch_size=case.batch_size))
     oracle = TargetOracle(target, draft=engine.draft)
     spec_text = f"mutant:{name}"
     return analyse_run([case], {name: base}, {name: cand}, oracle=oracle, alpha=1e-3, tolerance=0.05, seed=seed,
-                       engines={"baseline": {"engine": "baseline", "name": "baseline"}, "candidate": engine.describe()},
+                       engines={"baseline": baseline.describe(), "candidate": engine.describe()},
                        provenance={"engines": {"baseline": {"spec": "baseline"}, "candidate": {"spec": spec_text}},
                                    "benchmark": "benchmarks/report_gallery.py"})
 

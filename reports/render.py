@@ -269,7 +269,7 @@ def _sample_pairs(samples: dict[str, list[SampleText]]) -> list[tuple[SampleText
 
 
 def engine_table(result: RunResult) -> list[dict[str, str]]:
-    """One row per engine role (baseline, candidate, then others): name, kind, model, dtype, options."""
+    """One row per engine role (baseline, candidate, then others, then the oracle): name, kind, model, dtype, options."""
     order = {"baseline": 0, "candidate": 1}
     prov = result.provenance.get("engines") if isinstance(result.provenance, dict) else None
     rows = []
@@ -304,6 +304,22 @@ def engine_table(result: RunResult) -> list[dict[str, str]]:
             "dtype": ", ".join(dict.fromkeys(dtypes)) or "—",
             "options": ", ".join(f"{k}={fmt_value(options[k])}" for k in sorted(options, key=str)) or "—",
         })
+    if isinstance(result.oracle, dict):
+        models, dtypes = [], []
+        for key, label in (("model", "target"), ("draft", "draft")):
+            v = result.oracle.get(key)
+            if isinstance(v, dict):
+                models.append(f"{label} {v.get('path') or v.get('class') or '?'}")
+                if v.get("dtype"):
+                    dtypes.append(str(v["dtype"]))
+            elif isinstance(v, str):
+                models.append(f"{label} {v}")
+        if "draft" in result.oracle and result.oracle["draft"] is None:
+            models.append("no draft")
+        if result.oracle.get("dtype"):
+            dtypes.append(str(result.oracle["dtype"]))
+        rows.append({"role": "oracle", "name": "target oracle", "kind": "scores the candidate's tokens",
+                     "model": "; ".join(models) or "—", "dtype": ", ".join(dict.fromkeys(dtypes)) or "—", "options": "—"})
     return rows
 
 

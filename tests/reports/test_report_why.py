@@ -95,7 +95,8 @@ def test_one_tv_bound_per_card_with_its_confidence(example_html: str) -> None:
 
 def test_engine_panel_is_a_table_with_the_spec_typed(mutant_result: RunResult, example_result: RunResult) -> None:
     rows = engine_table(mutant_result)
-    assert [r["role"] for r in rows] == ["baseline", "candidate"]
+    assert [r["role"] for r in rows] == ["baseline", "candidate", "oracle"]
+    assert rows[2]["model"] == "target speceq/models/target; draft speceq/models/draft"
     cand = rows[1]
     assert cand["name"] == "mutant:resample-from-target"
     assert cand["kind"] == "reference-speculative (mutant resample-from-target)"
