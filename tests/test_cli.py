@@ -346,3 +346,19 @@ def test_os_errors_are_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(cli.COMMANDS, "engines", (cli.COMMANDS["engines"][0], cli.add_engines_arguments, handler))
     assert main(["engines"]) == 2
     assert capsys.readouterr().err == f"speceq: error: Is a directory: '{tmp_path}'\n"
+
+
+def test_documented_run_commands_parse():
+    """Every `speceq run` command in docs/SUMMARY.md uses options the parser knows (the recipe cannot rot)."""
+    import re
+    import shlex
+
+    text = (REPO / "docs" / "SUMMARY.md").read_text(encoding="utf-8")
+    commands = [" ".join(part.strip().rstrip("\\") for part in m.split("\n"))
+                for m in re.findall(r"^[ \t]*(speceq run(?:[^\n]*\\\n)*[^\n]*)", text, re.M)]
+    assert len(commands) >= 3
+    parser = cli.build_parser()
+    for command in commands:
+        args = parser.parse_args(shlex.split(command)[1:])
+        assert args.command == "run", command
+    assert any("--summary-md" in c and "$GITHUB_STEP_SUMMARY" in c for c in commands)
