@@ -256,7 +256,7 @@ def tv_scale(estimate: float | None, upper: float | None, tolerance: float) -> M
 # ---- martingale z-test path ---------------------------------------------------------------------
 
 
-def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """Nice tick values covering [lo, hi]."""
     step = _nice_step(hi - lo, count)
     first = math.ceil(lo / step - 1e-9) * step
@@ -299,10 +299,10 @@ def zpath_chart(path: ZPath, z_crit: float, *, level_label: str) -> Markup:
         element("line", {"class": "axis", "x1": left, "x2": left, "y1": top, "y2": top + plot_h}),
         element("line", {"class": "axis", "x1": left, "x2": left + plot_w, "y1": top + plot_h, "y2": top + plot_h}),
     ]
-    for v in _ticks(-ymax, ymax):
+    for v in ticks(-ymax, ymax):
         kids.append(element("line", {"class": "axis", "x1": left - 4, "x2": left, "y1": y_of(v), "y2": y_of(v)}))
         kids.append(element("text", {"x": left - 6, "y": y_of(v) + 4, "text-anchor": "end", "class": "tick"}, f"{v:g}"))
-    for t in _ticks(0, n_max):
+    for t in ticks(0, n_max):
         kids.append(element("line", {"class": "axis", "x1": x_of(t), "x2": x_of(t), "y1": top + plot_h, "y2": top + plot_h + 4}))
         kids.append(element("text", {"x": x_of(t), "y": top + plot_h + 16, "text-anchor": "middle", "class": "tick"},
                             fmt_num(int(round(t)))))
