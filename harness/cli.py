@@ -336,7 +336,7 @@ def handle_report(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise ConfigError(f"cannot render the result: {e}", where=str(args.result)) from None
     except OSError as e:
-        raise ConfigError(f"cannot write the report: {e}", where=str(out)) from None
+        raise ConfigError(f"cannot write the report: {os_error_message(e)}", where=str(out)) from None
     print(result.summary())
     print(f"report: {path}")
     return 0
