@@ -65,9 +65,12 @@ def decided_by(case: CaseResult, alpha: float) -> str:
 
 def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     """One sentence: what the deciding test (or hard failure) says about ``engine``."""
+    if case.hard_failures and case.greedy is not None:
+        return (f"{engine} chose, at temperature 0, a token the target clearly does not prefer (its top-2 margin is "
+                "far above numerical noise): a correct greedy speculative decoder never does that.")
     if case.hard_failures:
-        return (f"{engine} emitted a token that the processed target gives probability 0 (or a greedy token the target "
-                "clearly does not prefer): a correct speculative sampler can never do that.")
+        return (f"{engine} emitted a token that the processed target gives probability 0 (outside its top-k/top-p): "
+                "a correct speculative sampler can never do that.")
     test = deciding_test(case, alpha)
     if test is None:
         return f"{case.reason}."

@@ -65,7 +65,7 @@ def test_chi2_and_hard_failure_cases_say_why(example_result: RunResult, example_
     assert parse(chi2).find("svg")[0].attrs["aria-label"].startswith("token frequencies")
     greedy = _decided_block(example_html, "case-2")
     assert "Why shifted: hard failure" in greedy and "greedy rows differ at position 2" in greedy
-    assert "a correct speculative sampler can never do that" in greedy
+    assert "a correct greedy speculative decoder never does that" in greedy
 
 
 def test_chi2_test_without_token_bars_is_pictured_by_its_bins(mutant_result: RunResult) -> None:
