@@ -207,8 +207,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
     from speceq import reasons
 
     style = {"equivalent": "green", "shifted": "bold red", "inconclusive": "yellow"}
-    table = Table(title=f"speceq: {reasons.engine_label(result, 'candidate')} vs {reasons.engine_label(result, 'baseline')}",
-                  title_justify="left")
+    table = Table()
     table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
     for col in ("verdict", "TV", "TV bound", "accept", "speedup"):
@@ -223,6 +222,8 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
     console = Console(highlight=False)
     if not console.is_terminal:  # a file or a pipe: room for the whole row
         console = Console(highlight=False, width=160)
+    # plain print: engine specs are paths and must not be wrapped
+    print(f"speceq: {reasons.engine_label(result, 'candidate')} vs {reasons.engine_label(result, 'baseline')}", flush=True)
     console.print(table)
     console.print(result.summary(), style=style.get(result.verdict, ""))
     # plain prints below: paths and commands must not be wrapped
