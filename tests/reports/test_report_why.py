@@ -9,7 +9,8 @@ from dataclasses import replace
 from html_inspect import parse
 
 from speceq.reports import render_report
-from speceq.reports.render import engine_table, holm_level
+from speceq.reports.render import engine_table
+from speceq.reports.why import holm_level
 from speceq.verdicts.result import RunResult
 
 
