@@ -163,14 +163,14 @@ def engine_table(result: RunResult) -> list[dict[str, str]]:
         if cfg.get("mutant"):
             kind += f" (mutant {cfg['mutant']})"
         models, dtypes = [], []
-        for key, label in (("model", "target"), ("target", "target"), ("draft", "draft"), ("function", "function")):
+        for key, label in (("model", "target"), ("target", "target"), ("draft", "draft")):
             v = cfg.get(key)
             if isinstance(v, dict):
                 models.append(f"{label} {v.get('path') or v.get('class') or '?'}")
                 if v.get("dtype"):
                     dtypes.append(str(v["dtype"]))
             elif v is not None:
-                models.append(f"{label} {v}" if key != "function" else str(v))
+                models.append(f"{label} {v}")
         if cfg.get("dtype"):
             dtypes.append(str(cfg["dtype"]))
         options = dict(ident.get("options") or {}) if isinstance(ident.get("options"), dict) else {}

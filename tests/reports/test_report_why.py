@@ -132,3 +132,16 @@ def test_skipped_draft_drift_says_how_to_enable_it(mutant_result: RunResult) -> 
     html = render_report(replace(mutant_result, oracle=oracle))
     assert "Tests not run" in html and "z draft drift not run" in html and "--oracle-draft DIR" in html
     assert "Tests not run" not in render_report(mutant_result)
+
+
+def test_function_engine_is_named_by_its_spec_in_the_engine_table(mutant_result: RunResult) -> None:
+    engines = {"baseline": mutant_result.engines["baseline"],
+               "candidate": {"engine": "function", "name": "my_engine.py:sample",
+                             "function": "speceq_user_engine_my_engine_0a1b2c:_wrap.<locals>.fn",
+                             "vocab_size": 259, "eos_token_id": 257}}
+    result = replace(mutant_result, engines=engines, provenance={})
+    cand = engine_table(result)[1]
+    assert cand["name"] == "my_engine.py:sample" and cand["kind"] == "function"
+    assert not any("_wrap" in v for v in cand.values())
+    table = parse(render_report(result)).find("table", "engines")[0].text
+    assert "my_engine.py:sample" in table and "_wrap" not in table
