@@ -54,3 +54,15 @@ def test_chi2_bins_keep_the_moved_bin_among_many() -> None:
     assert bins.n_baseline == int(a.sum()) and bins.n_candidate == int(b.sum())
     i = bins.labels.index("t37")
     assert (bins.baseline_counts[i], bins.candidate_counts[i]) == (100, 300)
+
+
+def test_paths_and_bins_round_trip_through_result_json() -> None:
+    from speceq.verdicts.result import CaseResult, RunResult
+
+    scores = _scores(3, n=500)
+    bins = chi2_bins("chi2 length", ["1 tokens", "2 tokens"], np.array([30, 70]), np.array([60, 40]))
+    case = CaseResult(case_id="c", case={}, verdict="shifted", reason="r", tolerance=0.05, n_baseline=100,
+                      n_candidate=100, z_paths=martingale_paths(scores), test_bins=(bins,))
+    result = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, engines={}, cases=(case,))
+    again = RunResult.from_json(result.to_json())
+    assert again == result and again.cases[0].z_paths[0].tokens == case.z_paths[0].tokens
