@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup
 
-from speceq.calibrate.report import CurvePoint
+from speceq.calibrate.results import CurvePoint
 from speceq.reports.svg import element, ticks
 
 #: Methods drawn: colour (colour-blind-safe palette) and legend label.
