@@ -158,26 +158,31 @@ def validate_batch(
         raise fail(f"tokens after each row's length must be {PAD_OUT}")
     eos = engine.eos_token_id
     if eos is not None:
-        layout = request.rows()
+        prompts = max(1, len(request.prompts))
+
+        def row_name(r: int) -> str:  # rows are n rounds of every prompt (row_layout)
+            return f"row {r} (prompt {r % prompts}, sample {r // prompts})"
+
         eos_label = f"EOS id {eos}{source_note(engine, 'eos_token_id')}"
         fix = option_hint(role, "eos_token_id", "<the model's EOS id>")
         is_eos = (tok == eos) & inside
         if request.params.ignore_eos and is_eos.any():
             r, p = (int(x) for x in np.argwhere(is_eos)[0])
-            raise fail(f"row {r} (prompt index {int(layout[r])}) holds {eos_label} at position {p} although "
-                       f"ignore_eos is set; if that id is not the model's EOS, {fix}")
+            raise fail(f"{row_name(r)} holds the {eos_label} at position {p} although ignore_eos is set "
+                       f"(the engine must mask EOS and generate exactly max_new_tokens tokens; if {eos} is not the "
+                       f"model's EOS, {fix})")
         if not request.params.ignore_eos:
+            eos_before_end = is_eos & (pos < (lens[:, None] - 1))
+            if eos_before_end.any():
+                r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
+                raise fail(f"{row_name(r)} continues after the {eos_label} at position {p}: it goes on to position "
+                           f"{int(lens[r]) - 1} (a row must end at its first EOS; if {eos} is not the model's EOS, "
+                           f"{fix})")
             last = tok[np.arange(expected_rows), lens - 1]
             early = (lens < L) & (last != eos)
             if early.any():
                 r = int(np.flatnonzero(early)[0])
-                raise fail(
-                    f"row {r} (prompt index {int(layout[r])}) stops after {int(lens[r])} of {L} tokens and its last "
-                    f"token {int(last[r])} at position {int(lens[r]) - 1} is not {eos_label} (truncated output? if "
-                    f"{int(last[r])} is the model's EOS, {option_hint(role, 'eos_token_id', int(last[r]))})"
-                )
-            eos_before_end = is_eos & (pos < (lens[:, None] - 1))
-            if eos_before_end.any():
-                r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
-                raise fail(f"row {r} (prompt index {int(layout[r])}) continues after {eos_label} at position {p}; "
-                           f"if that id is not the model's EOS, {fix}")
+                raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the "
+                           f"{eos_label} (its last token is {int(last[r])}, at position {int(lens[r]) - 1}): truncated "
+                           f"output, or a different EOS id? (if {int(last[r])} is the model's EOS, "
+                           f"{option_hint(role, 'eos_token_id', int(last[r]))})")

@@ -100,14 +100,14 @@ def test_eos_errors_say_which_id_position_and_prompt() -> None:
     with pytest.raises(EngineError) as e:
         validate_batch(batch, request, engine, role="baseline")
     msg = str(e.value)
-    assert f"EOS id {EOS}" in msg and "position 1" in msg and "prompt index 1" in msg
+    assert f"EOS id {EOS}" in msg and "position 1" in msg and "(prompt 1, sample 0)" in msg
     assert "--baseline-option eos_token_id=" in msg
     # a row that stops early on a token that is not the declared EOS: suggests that token as EOS
     short = batch_from_lists([[4, 5, 6], [7, 2]], request.rows(), 3)
     with pytest.raises(EngineError) as e:
         validate_batch(short, request, engine, role="candidate")
     msg = str(e.value)
-    assert "prompt index 1" in msg and "position 1" in msg and "set --candidate-option eos_token_id=2" in msg
+    assert "(prompt 1, sample 0)" in msg and "position 1" in msg and "set --candidate-option eos_token_id=2" in msg
 
 
 def test_run_a_32k_plain_function_end_to_end(tmp_path: Path) -> None:
