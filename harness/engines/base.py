@@ -163,26 +163,27 @@ def validate_batch(
         def row_name(r: int) -> str:  # rows are n rounds of every prompt (row_layout)
             return f"row {r} (prompt {r % prompts}, sample {r // prompts})"
 
-        eos_label = f"EOS id {eos}{source_note(engine, 'eos_token_id')}"
+        eos_label = f"EOS id {eos}"
+        default_note = " (the bundled byte model's default)" if source_note(engine, "eos_token_id") else ""
         fix = option_hint(role, "eos_token_id", "<the model's EOS id>")
         is_eos = (tok == eos) & inside
         if request.params.ignore_eos and is_eos.any():
             r, p = (int(x) for x in np.argwhere(is_eos)[0])
             raise fail(f"{row_name(r)} holds the {eos_label} at position {p} although ignore_eos is set "
-                       f"(the engine must mask EOS and generate exactly max_new_tokens tokens; if {eos} is not the "
-                       f"model's EOS, {fix})")
+                       f"(the engine must mask EOS and generate exactly max_new_tokens tokens; if {eos}{default_note} is "
+                       f"not the model's EOS, {fix})")
         if not request.params.ignore_eos:
             eos_before_end = is_eos & (pos < (lens[:, None] - 1))
             if eos_before_end.any():
                 r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
                 raise fail(f"{row_name(r)} continues after the {eos_label} at position {p}: it goes on to position "
-                           f"{int(lens[r]) - 1} (a row must end at its first EOS; if {eos} is not the model's EOS, "
-                           f"{fix})")
+                           f"{int(lens[r]) - 1} (a row must end at its first EOS; if {eos}{default_note} is not the "
+                           f"model's EOS, {fix})")
             last = tok[np.arange(expected_rows), lens - 1]
             early = (lens < L) & (last != eos)
             if early.any():
                 r = int(np.flatnonzero(early)[0])
                 raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the "
-                           f"{eos_label} (its last token is {int(last[r])}, at position {int(lens[r]) - 1}): truncated "
-                           f"output, or a different EOS id? (if {int(last[r])} is the model's EOS, "
+                           f"{eos_label}{default_note} (its last token is {int(last[r])}): truncated output, or a "
+                           f"different EOS id? (if {int(last[r])} is the model's EOS, "
                            f"{option_hint(role, 'eos_token_id', int(last[r]))})")

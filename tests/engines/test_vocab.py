@@ -107,7 +107,7 @@ def test_eos_errors_say_which_id_position_and_prompt() -> None:
     with pytest.raises(EngineError) as e:
         validate_batch(short, request, engine, role="candidate")
     msg = str(e.value)
-    assert "(prompt 1, sample 0)" in msg and "position 1" in msg and "set --candidate-option eos_token_id=2" in msg
+    assert "(prompt 1, sample 0)" in msg and "last token is 2" in msg and "set --candidate-option eos_token_id=2" in msg
 
 
 def test_run_a_32k_plain_function_end_to_end(tmp_path: Path) -> None:
