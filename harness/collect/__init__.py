@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from speceq.collect.executors import Executor, ProcessExecutor, SerialExecutor
-from speceq.collect.sampling import EngineRecipe, recipe_from_object, recipe_from_spec
+from speceq.collect.sampling import THREADS_ENV, EngineRecipe, recipe_from_object, recipe_from_spec
 from speceq.engines.base import Engine
 
 EXECUTORS: tuple[str, ...] = ("local", "ray")
@@ -53,8 +53,6 @@ def worker_threads(threads: int | None) -> int:
     """torch threads per worker: ``threads``, else ``$SPECEQ_TORCH_THREADS``, else 1."""
     if threads is not None:
         return threads
-    from speceq.engines._torch import THREADS_ENV
-
     env = os.environ.get(THREADS_ENV, "")
     return int(env) if env.isdigit() and int(env) > 0 else 1
 

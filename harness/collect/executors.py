@@ -1,8 +1,8 @@
 """Executors: who samples the chunks a run still needs.
 
 - :class:`SerialExecutor`: the driver itself, one chunk at a time (engines already built).
-- :class:`ProcessExecutor`: ``workers`` local worker processes (``spawn``), each building its
-  engines once from their recipes and with its own torch thread count.
+- :class:`ProcessExecutor`: ``workers`` local worker processes (:mod:`speceq.collect.worker`),
+  each building its engines once from their recipes and with its own torch thread count.
 - :class:`~speceq.collect.ray_executor.RayExecutor`: tasks on a Ray cluster.
 
 Every chunk is sampled from its own seed, whatever process samples it, so every executor
@@ -15,8 +15,8 @@ chunks already running are finished and stored.
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
+import os
+import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from speceq.collect.sampling import EngineRecipe, apply_worker_threads, decode_error, run_task, sample_chunk
+from speceq.collect.sampling import EngineRecipe, decode_error, sample_chunk
 from speceq.engines.base import Engine, SampleBatch
 from speceq.errors import EngineError
 
@@ -63,29 +63,16 @@ class SerialExecutor:
             on_result(chunk, batch, elapsed)
 
 
-def _worker_main(conn: Connection, recipes: Mapping[str, EngineRecipe], threads: int) -> None:
-    """Worker process loop: receive a chunk, send back ("ok", (batch, s)) or ("error", ...); None ends it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
-    apply_worker_threads(threads)
-    while True:
-        try:
-            chunk = conn.recv()
-        except EOFError:
-            return
-        if chunk is None:
-            return
-        conn.send(run_task(chunk, recipes[chunk.role]))
-
-
 @dataclass
 class _Worker:
-    process: Any
-    conn: Connection
+    process: subprocess.Popen
+    send: Connection  # driver -> worker
+    recv: Connection  # worker -> driver
     chunk: Any = None
 
 
 class ProcessExecutor:
-    """``workers`` local processes started with ``spawn`` (safe with torch threads, any platform)."""
+    """``workers`` local processes (``python -m speceq.collect.worker``), each building its engines once."""
 
     def __init__(self, recipes: Mapping[str, EngineRecipe], workers: int, threads: int,
                  notify: Callable[[str], None] = lambda s: print(f"speceq: {s}", file=sys.stderr)) -> None:
@@ -94,15 +81,22 @@ class ProcessExecutor:
         self.threads = threads
         self.notify = notify
         self.description = f"{workers} worker processes, {threads} torch thread(s) each"
-        self._ctx = multiprocessing.get_context("spawn")
 
     def _spawn(self) -> _Worker:
-        parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=_worker_main, args=(child, self.recipes, self.threads),
-                                    name="speceq-worker", daemon=True)
-        process.start()
-        child.close()
-        return _Worker(process, parent)
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        # the worker imports what this process can: its sys.path (engine modules next to a script, tests)
+        path = os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "speceq.collect.worker", str(to_child_r),
+                                        str(from_child_w)], pass_fds=(to_child_r, from_child_w),
+                                       env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        worker = _Worker(process, Connection(to_child_w, readable=False), Connection(from_child_r, writable=False))
+        worker.send.send((self.recipes, self.threads))
+        return worker
 
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag) -> None:
         queue = deque(chunks)
@@ -115,20 +109,21 @@ class ProcessExecutor:
                     if w.chunk is None and queue and not stop.requested:
                         w.chunk = queue.popleft()
                         on_start(w.chunk)
-                        w.conn.send(w.chunk)
+                        try:
+                            w.send.send(w.chunk)
+                        except OSError:  # died while idle: its pipe answers EOF below
+                            pass
                 busy = [w for w in pool if w.chunk is not None]
                 if not busy:
                     return
-                ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+                ready = set(wait([w.recv for w in busy]))  # a dead worker's pipe is readable (EOF)
                 for i, w in enumerate(pool):
-                    if w.chunk is None or (w.conn not in ready and w.process.sentinel not in ready):
+                    if w.chunk is None or w.recv not in ready:
                         continue
-                    message = None
-                    if w.conn.poll():
-                        try:
-                            message = w.conn.recv()
-                        except (EOFError, OSError):
-                            message = None
+                    try:
+                        message = w.recv.recv()
+                    except (EOFError, OSError):
+                        message = None
                     if message is None:  # the process died without answering
                         pool[i] = self._replace_dead(w, queue, attempts)
                         continue
@@ -143,9 +138,13 @@ class ProcessExecutor:
 
     def _replace_dead(self, w: _Worker, queue: deque, attempts: dict[int, int]) -> _Worker:
         chunk = w.chunk
-        w.process.join(timeout=5)
-        code = w.process.exitcode
-        w.conn.close()
+        try:
+            code = w.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            w.process.kill()
+            code = w.process.wait()
+        w.send.close()
+        w.recv.close()
         n = attempts[id(chunk)] = attempts.get(id(chunk), 0) + 1
         if n >= MAX_ATTEMPTS:
             raise EngineError(f"the worker process sampling slice {chunk.slice_index} died {n} times "
@@ -160,14 +159,16 @@ class ProcessExecutor:
         for w in pool:
             try:
                 if w.chunk is None:
-                    w.conn.send(None)
+                    w.send.send(None)
             except (OSError, ValueError):
                 pass
         for w in pool:
             if w.chunk is not None:  # still sampling: an error or a second Ctrl-C ended the run
                 w.process.terminate()
-            w.process.join(timeout=10)
-            if w.process.is_alive():
+            try:
+                w.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
                 w.process.kill()
-                w.process.join(timeout=5)
-            w.conn.close()
+                w.process.wait()
+            w.send.close()
+            w.recv.close()

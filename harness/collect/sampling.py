@@ -47,6 +47,10 @@ def recipe_from_spec(spec: str, options: dict[str, Any]) -> EngineRecipe:
 
 def recipe_from_object(engine: Engine) -> EngineRecipe | str:
     """A pickled-object recipe, or the reason the engine cannot be sent to a worker."""
+    from speceq.collect.code_identity import code_target
+
+    if getattr(code_target(engine), "__module__", None) == "__main__":
+        return "it is defined in the __main__ script, which a worker process does not import"
     try:
         data = pickle.dumps(engine)
         pickle.loads(data)
@@ -66,10 +70,13 @@ def engine_for(recipe: EngineRecipe) -> Engine:
     return _ENGINES[key]
 
 
+#: The variable speceq's engines read their torch thread count from (``speceq.engines._torch.THREADS_ENV``,
+#: spelled out here so that a worker does not import torch before its engine needs it).
+THREADS_ENV = "SPECEQ_TORCH_THREADS"
+
+
 def apply_worker_threads(threads: int) -> None:
     """torch threads of a worker process: set before any engine imports torch."""
-    from speceq.engines._torch import THREADS_ENV
-
     os.environ[THREADS_ENV] = str(threads)
 
 
