@@ -59,7 +59,8 @@ class RayExecutor:
             ray.init(address=self.address, log_to_driver=False)
         else:
             code_path = [p for p in sys.path if p and os.path.isdir(p)]
-            ray.init(num_cpus=self.workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+            ray.init(address="local", num_cpus=self.workers or os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False,
                      _node_ip_address="127.0.0.1",
                      runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(code_path)}})
         return True
