@@ -47,6 +47,19 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="run seed; chunk seeds derive from it. Default: %(default)s")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads (default: $SPECEQ_TORCH_THREADS, else 1)")
+    # ----- parallel collection (executors: speceq.collect; docs/SCALE.md) -----
+    g = p.add_argument_group("parallel collection")
+    g.add_argument("--workers", type=_workers_arg, default=None, metavar="N|auto",
+                   help="local worker processes sampling chunks (1: in this process). Default: auto, one per usable "
+                        "CPU but no more than the chunks to sample; with --executor ray: tasks in flight "
+                        "(default: one per cluster CPU)")
+    g.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: this machine; ray: tasks on a Ray cluster (pip install 'speceq[ray]'). "
+                        "Default: %(default)s")
+    g.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="Ray cluster to use with --executor ray ('auto', HOST:PORT, ray://HOST:PORT). "
+                        "Default: start a local Ray instance for the run")
+    # ----- end of parallel collection -----
     g = p.add_argument_group("statistics")
     g.add_argument("--no-oracle", dest="oracle", action="store_false", help="black-box tests only (no target scoring)")
     g.add_argument("--oracle-model", metavar="DIR", default=None,
@@ -81,6 +94,7 @@ def handle_run(args: argparse.Namespace) -> int:
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress,
+        workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     cases = load_cases(args.cases) if args.cases else default_cases()
     try:
@@ -94,6 +108,19 @@ def handle_run(args: argparse.Namespace) -> int:
     else:
         print_summary(result, out_dir=config.out_dir, report=args.report)
     return result.exit_code
+
+
+def _workers_arg(text: str) -> int | None:
+    """``--workers``: ``auto`` (None) or an integer >= 1."""
+    if text == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}")
+    return n
 
 
 def _write_report(result: RunResult, path: str) -> Path:

@@ -450,7 +450,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     print(f"speceq: {collection_summary(collected, described)}", file=sys.stderr, flush=True)
     provenance = {**provenance, "status": "complete", "finished": utc_now(),
                   "chunks": {"total": collected.chunks_total, "reused": collected.chunks_reused,
-                             "sampled": collected.chunks_sampled, "executor": collected.executor}}
+                             "sampled": collected.chunks_sampled}, "executor": collected.executor}
     oracle = make_oracle(config, engines)
     if oracle is not None:
         check_oracle_matches(oracle, engines)

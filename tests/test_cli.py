@@ -105,7 +105,8 @@ def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
 
 
 def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
-    assert main(fake_run(tmp_path, "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
+    # --workers 1: the fake engine's SIGINT goes to the process that samples, here the driver
+    assert main(fake_run(tmp_path, "--workers", "1", "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert "interrupted: 3 of 8 chunks are stored" in err and "to resume" in err
 

@@ -3,6 +3,7 @@ worker that dies, report engine errors, and fall back to serial for engines they
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from speceq.collect import auto_workers, choose_executor, engine_recipes  # noqa
 from speceq.collect.executors import ProcessExecutor, SerialExecutor  # noqa: E402
 from speceq.engines.function import FunctionEngine  # noqa: E402
 from speceq.errors import EngineError  # noqa: E402
-from speceq.run import collect  # noqa: E402
+from speceq.run import RunInterrupted, collect  # noqa: E402
 from speceq.store import SampleStore  # noqa: E402
 
 SPEC = "fake_engines:FakeEngine"
@@ -127,3 +128,19 @@ def test_resume_with_workers_reuses_what_serial_stored(tmp_path):
     fresh = collect(config(tmp_path / "fresh", samples=60), cases(), engines, specs=specs)
     assert_same_samples(got, fresh)
     assert np.array_equal(got.baseline["a"].tokens, fresh.baseline["a"].tokens)
+
+
+def test_ctrl_c_with_workers_stores_the_running_chunks_and_resume_gives_the_serial_samples(tmp_path, serial):
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test run started with
+    try:
+        engines, specs = spec_engines(sigint_parent_on_call=2)  # the driver gets Ctrl-C mid-run
+        with pytest.raises(RunInterrupted, match=r"interrupted: \d+ of 18 chunks are stored") as e:
+            collect(config(tmp_path, workers=2), cases(), engines, specs=specs)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+    stored = len(SampleStore(tmp_path).keys())
+    assert 0 < stored < 18 and f"{stored} of 18" in e.value.message
+    got = collect(config(tmp_path), cases(), *spec_engines()[:1])
+    assert (got.chunks_reused, got.chunks_sampled) == (stored, 18 - stored)
+    assert_same_samples(got, serial[1])
