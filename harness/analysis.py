@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from speceq import stats
+from speceq.cases import Case
 from speceq.engines.base import SampleBatch
 from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence
-from speceq.params import Case
 from speceq.verdicts.decide import CaseDecision, CaseEvidence, decide_run, run_verdict
 from speceq.verdicts.result import (
     CaseResult,

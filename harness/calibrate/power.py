@@ -32,8 +32,9 @@ from speceq.calibrate.pools import SamplePool
 from speceq.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
 from speceq.calibrate.settings import CalibrationSettings
 from speceq.calibrate.simulate import FIRST_TOKEN_METHODS, first_token_rates
+from speceq.cases import Case
 from speceq.engines.mutants import MUTANTS, MutantSpec, enumerable, make_mutant
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 
 Log = Callable[[str], None]
 #: The reference engine's row in the lossless table.
@@ -50,11 +51,11 @@ class Calibrator:
     """Loads the bundled models once and measures variants; see the module docstring."""
 
     def __init__(self, settings: CalibrationSettings, *, threads: int | None = None, log: Log = _quiet) -> None:
-        from speceq.engines._torch import configure_threads
         from speceq.engines.baseline import BaselineEngine
         from speceq.engines.reference import ReferenceSpeculativeEngine
         from speceq.models import ByteTokenizer, load_draft
         from speceq.models.prompts import DEFAULT_PROMPTS
+        from speceq.models.torch_utils import configure_threads
 
         configure_threads(threads)
         self.s = settings

@@ -29,7 +29,7 @@ from typing import Any
 
 #: speceq's sources that decide what its own engines sample (relative to the package folder).
 SPECEQ_ENGINE_SOURCES: tuple[str, ...] = (
-    "engines/**/*.py", "processing.py", "params.py", "models/*.py", "calibrate/exact.py",
+    "engines/**/*.py", "processing.py", "params.py", "models/*.py",
 )
 
 

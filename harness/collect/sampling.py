@@ -70,7 +70,7 @@ def engine_for(recipe: EngineRecipe) -> Engine:
     return _ENGINES[key]
 
 
-#: The variable speceq's engines read their torch thread count from (``speceq.engines._torch.THREADS_ENV``,
+#: The variable speceq's engines read their torch thread count from (``speceq.models.torch_utils.THREADS_ENV``,
 #: spelled out here so that a worker does not import torch before its engine needs it).
 THREADS_ENV = "SPECEQ_TORCH_THREADS"
 

@@ -144,3 +144,10 @@ def test_ctrl_c_with_workers_stores_the_running_chunks_and_resume_gives_the_seri
     got = collect(config(tmp_path), cases(), *spec_engines()[:1])
     assert (got.chunks_reused, got.chunks_sampled) == (stored, 18 - stored)
     assert_same_samples(got, serial[1])
+
+
+def test_workers_set_the_thread_variable_speceq_engines_read():
+    from speceq.collect.sampling import THREADS_ENV
+    from speceq.models.torch_utils import THREADS_ENV as ENGINES_THREADS_ENV
+
+    assert THREADS_ENV == ENGINES_THREADS_ENV
