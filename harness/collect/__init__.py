@@ -5,7 +5,8 @@ Which executor samples (see :mod:`speceq.collect.executors`):
 
 - ``executor="local"``, ``workers=1``: serial, in the driver.
 - ``executor="local"``, ``workers=N > 1``: N local worker processes.
-- ``executor="local"``, ``workers=None`` (auto): ``min(usable CPUs, chunks to sample)`` processes.
+- ``executor="local"``, ``workers=None`` (auto): :func:`auto_workers`, the idle CPUs (at most one
+  process per chunk to sample; 1: serial).
 - ``executor="ray"``: Ray tasks (local instance, or the cluster at ``ray_address``).
 
 Workers rebuild engines from their spec strings (or from a pickled engine object when the
@@ -39,14 +40,24 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def auto_workers(pending: int) -> int:
-    """Default worker count: one per usable CPU, no more than there are chunks to sample.
+def auto_workers(pending: int, *, load: float | None = None) -> int:
+    """Default worker count: the CPUs that are idle now, at least 1, at most one per chunk to sample.
 
-    Measured on a 2-core machine (docs/SCALE.md): 2 worker processes sample the default run's
-    chunks ~1.7x faster than 1; a process per core is what keeps every core busy, since each
-    worker runs 1 torch thread (more threads per process were slower there).
+    Idle CPUs = usable CPUs minus the 1-minute load average (``load``; read from the system
+    when None, 0 where the platform has none). On an idle 2-core machine this is 2 worker
+    processes (each with 1 torch thread: more threads per process were measured slower).
+    On the shared, busy 2-core development machine (load 14-17) 2 workers sampled the default
+    run's chunks no faster than 1 (each chunk took 1.77x longer, docs/SCALE.md), so a busy
+    machine gets 1 worker, which also spares the worker start-up.
     """
-    return max(1, min(usable_cpus(), pending))
+    cpus = usable_cpus()
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # Windows; no load figure
+            load = 0.0
+    idle = int(cpus - load + 0.5)
+    return max(1, min(cpus, idle, pending))
 
 
 def worker_threads(threads: int | None) -> int:
