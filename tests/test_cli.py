@@ -34,8 +34,11 @@ def cases_file(tmp_path: Path, **defaults) -> Path:
 
 
 def fake_run(tmp_path: Path, *extra: str) -> list[str]:
+    # --workers 1: the fake engine's *_on_call options count the calls of one engine object, and
+    # its SIGINT goes to the process that samples; in one process they mean what the tests say
     return ["run", "--baseline", FAKE, "--candidate", FAKE, "--cases", str(cases_file(tmp_path)), "--no-oracle",
-            "--out", str(tmp_path / "out"), "--no-progress", "--samples", "40", "--chunk-size", "20", *extra]
+            "--out", str(tmp_path / "out"), "--no-progress", "--samples", "40", "--chunk-size", "20",
+            "--workers", "1", *extra]
 
 
 def test_engines_lists_the_builtin_engines(capsys):
@@ -105,8 +108,7 @@ def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
 
 
 def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
-    # --workers 1: the fake engine's SIGINT goes to the process that samples, here the driver
-    assert main(fake_run(tmp_path, "--workers", "1", "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
+    assert main(fake_run(tmp_path, "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert "interrupted: 3 of 8 chunks are stored" in err and "to resume" in err
 

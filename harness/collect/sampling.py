@@ -4,17 +4,24 @@ A worker never receives a live engine: it receives an :class:`EngineRecipe` (the
 spec string and options, resolved through :mod:`speceq.engines.registry`, or a pickled
 engine object when the run was handed objects) and builds the engine once per process.
 Only the driver validates and stores what a worker returns.
+
+Transport, not storage: recipes, chunks and results travel between the driver and the
+workers it started (private pipes, or Ray's object store) serialised with multiprocessing's
+pickler, as every Python process pool does. Nothing pickled is ever written to or read from
+a file: the store stays ``.npz`` (``allow_pickle=False``) and JSON. Errors come back as text
+and are raised again as the same speceq error class.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import time
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from speceq import errors
 from speceq.engines.base import Engine, SampleBatch
 from speceq.errors import ConfigError, EngineError, SpeceqError
 
@@ -35,7 +42,7 @@ class EngineRecipe:
 
     def build(self) -> Engine:
         if self.pickled is not None:
-            return pickle.loads(self.pickled)
+            return ForkingPickler.loads(self.pickled)
         from speceq.engines.registry import resolve_engine
 
         return resolve_engine(self.spec, options=dict(self.options))
@@ -52,8 +59,8 @@ def recipe_from_object(engine: Engine) -> EngineRecipe | str:
     if getattr(code_target(engine), "__module__", None) == "__main__":
         return "it is defined in the __main__ script, which a worker process does not import"
     try:
-        data = pickle.dumps(engine)
-        pickle.loads(data)
+        data = bytes(ForkingPickler.dumps(engine))
+        ForkingPickler.loads(data)
     except Exception as e:  # pickling runs arbitrary __reduce__ code of third-party engines
         return f"{type(e).__name__}: {e}"
     return EngineRecipe(pickled=data)
@@ -103,23 +110,25 @@ def sample_chunk(chunk: Any, engine: Engine) -> tuple[SampleBatch, float]:
 
 
 def run_task(chunk: Any, recipe: EngineRecipe) -> tuple[str, Any]:
-    """Worker side: ("ok", (batch, seconds)) or ("error", pickled exception or its text)."""
+    """Worker side: ("ok", (batch, seconds)) or ("error", (error class name, message))."""
     try:
         return "ok", sample_chunk(chunk, engine_for(recipe))
     except Exception as e:  # sent back to the driver, which raises it
         return "error", encode_error(e)
 
 
-def encode_error(e: BaseException) -> bytes | str:
-    try:
-        data = pickle.dumps(e)
-        pickle.loads(data)
-        return data
-    except Exception:  # an exception that does not survive pickling: keep its text
-        return f"{type(e).__name__}: {e}"
+#: Error classes a worker's error is raised again as in the driver (others become EngineError).
+_ERROR_CLASSES = {name: getattr(errors, name) for name in ("ConfigError", "EngineError", "EngineNotFound", "StoreError")}
 
 
-def decode_error(payload: bytes | str, chunk: Any) -> BaseException:
-    if isinstance(payload, bytes):
-        return pickle.loads(payload)
-    return EngineError(f"worker failed on slice {chunk.slice_index}: {payload}", case_id=chunk.case.case_id)
+def encode_error(e: BaseException) -> tuple[str, str]:
+    return type(e).__name__, str(e)
+
+
+def decode_error(payload: tuple[str, str], chunk: Any) -> BaseException:
+    """The driver-side exception of a worker's error: same speceq class and message."""
+    name, message = payload
+    cls = _ERROR_CLASSES.get(name)
+    if cls is not None:
+        return cls(message)
+    return EngineError(f"worker failed on slice {chunk.slice_index}: {name}: {message}", case_id=chunk.case.case_id)
