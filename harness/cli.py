@@ -225,7 +225,7 @@ def handle_engines(args: argparse.Namespace) -> int:
     for name in list_engines():
         target = BUILTIN_ENGINES.get(name)
         print(f"{name:<20} {target}" if target else name)
-    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see README)")
+    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see docs/ENGINES.md)")
     return 0
 
 

@@ -10,6 +10,7 @@ ones, built here, with ``--no-index``: pip resolves for real and downloads nothi
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
@@ -26,12 +27,21 @@ def _run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = N
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
 
+def _setuptools_version() -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in importlib.metadata.version("setuptools").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return (0,)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """speceq's wheel, built from this checkout."""
     out = tmp_path_factory.mktemp("wheel")
-    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                 str(REPO)])
+    # pyproject.toml's license fields need setuptools >= 77 (PEP 639): use this environment's
+    # setuptools when it is recent enough (fast, offline), else let pip build in isolation
+    isolation = [] if _setuptools_version() < (77,) else ["--no-build-isolation"]
+    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(REPO)])
     assert proc.returncode == 0, proc.stderr
     (whl,) = out.glob("speceq-*.whl")
     return whl

@@ -3,7 +3,7 @@
 The numbers are not typed in: each case is simulated with a seeded numpy generator from a
 small known next-token distribution (positions independent, so the oracle's probability of a
 token at a position is its probability in that position's distribution), and every statistic
-is computed the way DESIGN.md states it (Pearson chi-square on pooled-count bins, randomized
+is computed the way speceq computes it (Pearson chi-square on pooled-count bins, randomized
 PIT, martingale z-test, plug-in TV with its McDiarmid bound, Holm and Benjamini-Hochberg over
 the run, noncentral chi-square sample size). Four cases:
 

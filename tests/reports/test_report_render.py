@@ -211,6 +211,10 @@ def test_speceq_report_writes_the_page_and_reports_bad_input(tmp_path: Path, cap
     assert "wrong.json: not a speceq result.json" in capsys.readouterr().err
     assert speceq_main(["report", str(tmp_path / "missing.json")]) == 2
     assert "missing.json: cannot read the result" in capsys.readouterr().err
+    unrenderable = replace(example_result, cases=(replace(example_result.cases[0], verdict="fine"),))
+    (tmp_path / "unrenderable.json").write_text(unrenderable.to_json())
+    assert speceq_main(["report", str(tmp_path / "unrenderable.json")]) == 2
+    assert "unrenderable.json: cannot render the result: case 'haiku/T=1'.verdict" in capsys.readouterr().err
     (tmp_path / "a-file").write_text("")
     assert speceq_main(["report", str(EXAMPLE_FILE), "-o", str(tmp_path / "a-file" / "r.html")]) == 2
     assert f"{tmp_path / 'a-file' / 'r.html'}: cannot write the report" in capsys.readouterr().err
