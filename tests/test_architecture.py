@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "engines, store, stats, oracle, verdicts",
         ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.verdicts"),
     ),
-    ("run", ("speceq.analysis", "speceq.run")),
+    ("run", ("speceq.analysis", "speceq.collect", "speceq.run")),
     (
         "faces",
         (
