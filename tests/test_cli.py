@@ -338,7 +338,10 @@ def test_a_failing_report_write_still_prints_the_verdict(tmp_path, capsys, monke
     assert main(one_case_run(tmp_path, 300, "--report", str(report))) == 2
     captured = capsys.readouterr()
     assert "run verdict INCONCLUSIVE" in captured.out
-    assert captured.err == f"speceq: error: --report: Permission denied: '{report}' (the result is in {tmp_path / 'out'})\n"
+    # the last stderr line is the one-line error (the run's "chunks: ..." line comes before it)
+    assert captured.err.splitlines()[-1] == (f"speceq: error: --report: Permission denied: '{report}' "
+                                             f"(the result is in {tmp_path / 'out'})")
+    assert captured.err.endswith("\n") and "Traceback" not in captured.err
 
 
 def test_os_errors_are_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
