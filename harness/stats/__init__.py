@@ -28,7 +28,7 @@ from speceq.stats.pit import (
     pit_uniformity,
     randomized_pit,
 )
-from speceq.stats.power import (
+from speceq.stats.sample_size import (
     noncentrality_for_power,
     required_n_equivalence_oracle,
     required_n_equivalence_two_sample,
