@@ -28,13 +28,6 @@ from speceq.stats.pit import (
     pit_uniformity,
     randomized_pit,
 )
-from speceq.stats.sample_size import (
-    noncentrality_for_power,
-    required_n_equivalence_oracle,
-    required_n_equivalence_two_sample,
-    required_n_oracle,
-    required_n_two_sample,
-)
 from speceq.stats.results import (
     ConfidenceInterval,
     GoodnessOfFitResult,
@@ -44,6 +37,13 @@ from speceq.stats.results import (
     TwoSampleResult,
     UniformityResult,
     ZTestResult,
+)
+from speceq.stats.sample_size import (
+    noncentrality_for_power,
+    required_n_equivalence_oracle,
+    required_n_equivalence_two_sample,
+    required_n_oracle,
+    required_n_two_sample,
 )
 from speceq.stats.scores import TokenScores
 from speceq.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered

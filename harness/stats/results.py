@@ -204,6 +204,9 @@ class PITResult(_Result):
 class ZTestResult(_Test):
     """Martingale z-test Z = sum(f - E_p f) / sqrt(sum Var_p f), two-sided normal p-value.
 
+    The normal law is asymptotic (martingale CLT). summed_variance: sum Var_p f; guarded:
+    it was below the guard, so the p-value was set to 1.
+
     observed_mean / expected_mean: mean of f and of E_p f over the n tokens used; effect is
     their difference (per-token bias of f, in f's units). excluded: tokens left out because
     f is undefined there (e.g. log p = -inf on a support violation, reported separately).
@@ -216,6 +219,8 @@ class ZTestResult(_Test):
     observed_mean: float
     expected_mean: float
     excluded: int = 0
+    summed_variance: float | None = None
+    guarded: bool = False
 
     @property
     def effect(self) -> float:
@@ -223,6 +228,8 @@ class ZTestResult(_Test):
 
     def summary(self) -> str:
         ex = f", {self.excluded} excluded" if self.excluded else ""
+        if self.guarded:
+            ex += f"; summed variance {self.summed_variance:.3g} below the guard, p set to 1"
         return (
             f"z {self.name} Z={self.statistic:.4g}, p={_fmt_p(self.pvalue)}; mean f {self.observed_mean:.5g} "
             f"vs expected {self.expected_mean:.5g} (n={self.n}{ex})"
