@@ -30,6 +30,7 @@ import numpy as np
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import ConfigError, EngineError, SpeceqError
+from speceq.greedy import NEAR_TIE_NATS
 from speceq.params import Case
 from speceq.provenance import collect_provenance, utc_now
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
@@ -70,7 +71,9 @@ class RunConfig:
     false-alarm level; tolerance: TV below which a case may be called equivalent.
     out_dir: store, result and provenance folder. resume: reuse stored chunks (False
     discards them first). threads: torch threads (None: ``$SPECEQ_TORCH_THREADS`` or 1).
-    progress: progress bar on a terminal.
+    progress: progress bar on a terminal. near_tie_nats: greedy cases' near-tie threshold,
+    the target's top-2 margin (nats) up to which a divergence is numerical, not a bug
+    (default 1e-3, measured on float32 CPU; bf16 engines need ~1e-2).
     """
 
     baseline: str = "baseline"
@@ -89,6 +92,7 @@ class RunConfig:
     resume: bool = True
     threads: int | None = None
     progress: bool = True
+    near_tie_nats: float = NEAR_TIE_NATS
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -112,6 +116,9 @@ class RunConfig:
             raise bad("alpha", "a number in (0, 1)")
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) or not 0 < self.tolerance <= 1:
             raise bad("tolerance", "a total-variation distance in (0, 1]")
+        if isinstance(self.near_tie_nats, bool) or not isinstance(self.near_tie_nats, (int, float)) \
+                or not 0 <= self.near_tie_nats < float("inf"):
+            raise bad("near_tie_nats", "a finite number of nats >= 0")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise bad("threads", "an integer >= 1 or None")
         if self.oracle_model is not None and not isinstance(self.oracle_model, str):
@@ -129,6 +136,7 @@ class RunConfig:
             "samples": self.samples,
             "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
             "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
+            "near_tie_nats": self.near_tie_nats,
         }
 
 
@@ -459,5 +467,5 @@ def _analyse(config: RunConfig, cases: Sequence[Case], collected: Collected, eng
     return analyse_run(
         cases, collected.baseline, collected.candidate, oracle=oracle, alpha=config.alpha,
         tolerance=config.tolerance, seed=config.seed, engines=engine_configs,
-        provenance=provenance, progress=config.progress,
+        provenance=provenance, progress=config.progress, near_tie_nats=config.near_tie_nats,
     )
