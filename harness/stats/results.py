@@ -107,7 +107,7 @@ class GoodnessOfFitResult(_Test):
     """Pearson chi-square goodness of fit of counts against known probabilities.
 
     Bins are chosen from the probabilities and n alone. method: ``"asymptotic"`` (every bin
-    expected >= the rule), ``"monte-carlo"`` (tables drawn under the known law; mc_samples
+    expected >= the rule and p >= 0.01), ``"exact"`` (2 bins, binomial), ``"monte-carlo"`` (tables drawn under the known law; mc_samples
     of them), ``"degenerate"`` (one bin) or ``"support"`` (a violation). support_violations: observations on labels
     with probability 0 (any makes X^2 infinite and p = 0). tv: plug-in TV(p_hat, p) on the
     unbinned labels; tv_upper_bound: its one-sample upper bound at level 1 - ``tv_alpha``.

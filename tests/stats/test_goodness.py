@@ -46,18 +46,28 @@ def test_a_sample_on_the_tail_is_never_folded_away() -> None:
     counts = np.zeros(50, dtype=np.int64)
     counts[1] = 150
     res = chisquare_gof(counts, p, mc_level=2e-5, rng=np.random.default_rng(0))
-    assert res.n_bins == 2 and res.method == "monte-carlo"
-    assert res.pvalue < 2e-5  # resolvable at the Holm level: B >= 20 / level tables
+    assert res.n_bins == 2 and res.method == "exact"
+    assert res.pvalue == pytest.approx(0.01**150, rel=1e-6)  # all 150 draws in a tail of mass 0.01
     statistic, pvalue = res
     assert (statistic, pvalue) == (res.statistic, res.pvalue)
 
 
+def test_two_bins_use_the_exact_binomial_p_in_the_tail() -> None:
+    """2 bins expecting 2970 and 30: the chi-square p is 2x too small at 1e-3 (skewed tail)."""
+    p = np.array([0.99, 0.01])
+    res = chisquare_gof(np.array([2952, 48]), p)
+    exact = stats.binom.cdf(12, 3000, 0.01) + stats.binom.sf(47, 3000, 0.01)  # tail <= 12 or >= 48
+    assert res.method == "exact" and res.pvalue == pytest.approx(exact, rel=1e-9)
+    assert res.pvalue > 1.5 * stats.chi2.sf(res.statistic, 1)
+    assert chisquare_gof(np.array([2975, 25]), p).method == "asymptotic"  # large p: chi-square law kept
+
+
 def test_monte_carlo_p_under_the_known_law_is_valid_and_stops_early() -> None:
-    p = np.array([0.97, 0.02, 0.01])
+    p = np.array([0.6, 0.3, 0.1])  # n = 100: bins expect 60, 30 and 10 (< 20)
     rng = np.random.default_rng(5)
     ps = np.array([chisquare_gof(rng.multinomial(100, p), p, rng=rng).pvalue for _ in range(400)])
     assert (ps <= 0.05).mean() <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 400)
-    res = chisquare_gof(np.array([97, 2, 1]), p, mc_level=1e-6)
+    res = chisquare_gof(np.array([60, 30, 10]), p, mc_level=1e-6)
     assert res.method == "monte-carlo" and res.mc_samples < 1000  # a large p stops after 20 exceedances
 
 
@@ -85,8 +95,8 @@ def test_support_violation_gives_p_zero() -> None:
 def test_detects_a_shift() -> None:
     p = np.array([0.5, 0.25, 0.15, 0.1])
     q = np.array([0.42, 0.3, 0.18, 0.1])
-    res = chisquare_gof(np.random.default_rng(1).multinomial(2000, q), p)
-    assert res.pvalue < 1e-6
+    res = chisquare_gof(np.random.default_rng(1).multinomial(2000, q), p, mc_level=2e-5)
+    assert res.method == "monte-carlo" and res.pvalue < 2e-5  # resolved at the Holm level
 
 
 @pytest.mark.parametrize(
