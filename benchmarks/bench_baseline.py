@@ -18,11 +18,11 @@ import time
 
 import torch
 
-from speceq.engines._hf_utils import load_causal_lm
-from speceq.engines._torch import configure_threads
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
 from speceq.models import ByteTokenizer
+from speceq.models.hf_utils import load_causal_lm
+from speceq.models.torch_utils import configure_threads
 from speceq.params import SamplingParams
 
 #: A short and a long prompt (5 and 53 tokens with BOS).

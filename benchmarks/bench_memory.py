@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from speceq.cases import Case
 from speceq.engines.base import SampleBatch, SampleRequest
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 from speceq.run import RunConfig, run
 from speceq.store import load_samples_frame
 

@@ -23,12 +23,12 @@ import time
 import torch
 
 from speceq.engines._kv import SlotCache
-from speceq.engines._torch import configure_threads
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.models import ByteTokenizer
 from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.models.torch_utils import configure_threads
 from speceq.params import SamplingParams
 
 

@@ -420,9 +420,10 @@ def pipeline_aa(runs: int, samples: int, alphas: Sequence[float], seed: int = 0,
     drawn independently from the same model, the exact oracle, Holm over the run. Returns alpha -> (runs with any shifted case, runs).
     """
     from speceq.analysis import analyse_run
+    from speceq.cases import Case
     from speceq.engines.base import SampleBatch
     from speceq.models import EOS_ID
-    from speceq.params import Case, SamplingParams
+    from speceq.params import SamplingParams
     from speceq.stats.calibration import toy_sequences
 
     make = models or (lambda boost: markov_model(1.0, eos_boost=boost))

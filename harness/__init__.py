@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 _PUBLIC: dict[str, str] = {
     "run": "speceq.run",
     "RunConfig": "speceq.run",
-    "Case": "speceq.params",
+    "Case": "speceq.cases",
     "SamplingParams": "speceq.params",
     "default_cases": "speceq.cases",
     "load_cases": "speceq.cases",
@@ -66,11 +66,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from speceq.cases import default_cases, load_cases, parse_cases
+    from speceq.cases import Case, default_cases, load_cases, parse_cases
     from speceq.engines.base import Engine, SampleBatch, SampleRequest
     from speceq.engines.registry import list_engines, resolve_engine
     from speceq.errors import ConfigError, DistributionMismatch, EngineError, EngineNotFound, SpeceqError, StoreError
-    from speceq.params import Case, SamplingParams
+    from speceq.params import SamplingParams
     from speceq.reports import render_report, write_report
     from speceq.run import RunConfig, run
     from speceq.store import load_samples_frame

@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 
 from speceq import stats
+from speceq.cases import Case
 from speceq.engines.base import SampleBatch
 from speceq.greedy import NEAR_TIE_NATS, compare_greedy_rows
-from speceq.params import Case
 from speceq.verdicts.decide import CaseDecision, decide_run, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import (

@@ -1,4 +1,9 @@
-"""Cases files (JSON or TOML) -> list[Case], and the default cases of ``speceq run``.
+"""Cases: :class:`Case` (one equivalence check), cases files (JSON or TOML) -> list[Case],
+and the default cases of ``speceq run``.
+
+A :class:`Case` is one prompt (token ids), its sampling parameters and its batch context
+(batch size and the companion prompts that share a batch with it, so that padding and
+ragged acceptance are exercised).
 
 The format is documented in ``docs/CASES.md`` (example: ``examples/cases.json``). Every
 problem is a :class:`~speceq.errors.ConfigError` whose ``where`` names the file, the case
@@ -13,11 +18,12 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from speceq.errors import ConfigError
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams, validate_params
 
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos")
 #: Fields a case or the ``defaults`` section may set.
@@ -33,6 +39,71 @@ MAX_ID_LENGTH = 200
 Encoder = Callable[[str], list[int]]
 #: Location of a field in a file, for ConfigError.where: field name -> "file: case 1 (id 'x'), field 'name'".
 At = Callable[[str], str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """One equivalence check: a prompt, its parameters and its batch context.
+
+    ``prompt_ids`` are token ids of the target's vocabulary. ``companions`` are other
+    prompts (token ids) that share each batch with this one, so a batch holds rows of
+    different lengths. ``batch_size`` is the number of rows per engine batch.
+    ``text`` keeps the prompt text when the case was written as text (display only).
+    ``samples`` overrides the run's samples per engine for this case (e.g. fewer for an
+    expensive unbatched case); None uses the run's.
+    """
+
+    case_id: str
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    batch_size: int = 1
+    companions: tuple[tuple[int, ...], ...] = ()
+    text: str | None = None
+    samples: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.case_id, str) or not self.case_id:
+            raise ConfigError(f"expected a non-empty string, got {self.case_id!r}", where="case.id")
+        where = f"case {self.case_id!r}"
+        if len(self.prompt_ids) == 0:
+            raise ConfigError("empty prompt: give at least one token (or non-empty text)", where=f"{where}.prompt")
+        for i, t in enumerate(self.prompt_ids):
+            if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+                raise ConfigError(f"token {i} is {t!r}; expected a non-negative integer id", where=f"{where}.prompt")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"expected an integer >= 1, got {self.batch_size!r}", where=f"{where}.batch_size")
+        if self.samples is not None and (isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1):
+            raise ConfigError(f"expected an integer >= 1 (or nothing), got {self.samples!r}", where=f"{where}.samples")
+        for j, c in enumerate(self.companions):
+            if len(c) == 0:
+                raise ConfigError(f"companion {j} is empty", where=f"{where}.companions")
+        validate_params(self.params, where=where)
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        """The prompts of one batch layout: this case's prompt first, then companions."""
+        return [list(self.prompt_ids), *(list(c) for c in self.companions)]
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise ConfigError when a token id is outside ``[0, vocab_size)``."""
+        for name, ids in [("prompt", self.prompt_ids), *((f"companions[{j}]", c) for j, c in enumerate(self.companions))]:
+            for i, t in enumerate(ids):
+                if t >= vocab_size:
+                    raise ConfigError(
+                        f"token {i} is {t}, outside the vocabulary [0, {vocab_size})",
+                        where=f"case {self.case_id!r}.{name}",
+                    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.case_id,
+            "prompt_ids": list(self.prompt_ids),
+            "text": self.text,
+            "params": self.params.to_dict(),
+            "batch_size": self.batch_size,
+            "companions": [list(c) for c in self.companions],
+            **({"samples": self.samples} if self.samples is not None else {}),
+        }
 
 
 def _did_you_mean(name: str, allowed: tuple[str, ...]) -> str:

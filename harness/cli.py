@@ -156,7 +156,8 @@ def _params_label(params: dict[str, Any], batch_size: Any) -> str:
 # ----- speceq report ---------------------------------------------------------------------
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("result", metavar="RESULT", help="a result.json written by speceq run")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="where to write the HTML report")
+    p.add_argument("-o", "--output", default=None, metavar="OUT.html",
+                   help="where to write the HTML report. Default: RESULT with the suffix .html")
 
 
 def load_result(path: str | Path) -> RunResult:
@@ -174,8 +175,19 @@ def load_result(path: str | Path) -> RunResult:
 
 
 def handle_report(args: argparse.Namespace) -> int:
-    out = _write_report(load_result(args.result), args.output)
-    print(f"report: {out}")
+    """Write the HTML report of a saved result; every failure is a ConfigError naming the file."""
+    from speceq.errors import ConfigError
+
+    result = load_result(args.result)
+    out = Path(args.output) if args.output is not None else Path(args.result).with_suffix(".html")
+    try:
+        path = _write_report(result, str(out))
+    except ConfigError as e:
+        raise ConfigError(f"cannot render the result: {e}", where=str(args.result)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot write the report: {e}", where=str(out)) from None
+    print(result.summary())
+    print(f"report: {path}")
     return 0
 
 

@@ -82,7 +82,7 @@ def settings_from_args(args: argparse.Namespace) -> CalibrationSettings:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from speceq.calibrate.power import calibrate
+    from speceq.calibrate.calibrator import calibrate
     from speceq.calibrate.tables import markdown, write_outputs
 
     settings = settings_from_args(args)
@@ -92,11 +92,11 @@ def handle(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr, flush=True)
 
-    report = calibrate(settings, threads=args.threads, log=log)
-    paths = write_outputs(report, args.out)
-    print(markdown(report))
+    result = calibrate(settings, threads=args.threads, log=log)
+    paths = write_outputs(result, args.out)
+    print(markdown(result))
     print("seconds per variant:")
-    for v in report.variants:
+    for v in result.variants:
         print(f"  {v.name:<26} {v.seconds:8.1f}")
     print(f"total: {time.perf_counter() - start:.1f} s; written: " + ", ".join(str(p) for p in paths.values()))
     return 0

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.engines._hf_utils import describe_model, load_causal_lm, model_pad_id, model_vocab_size
-from speceq.engines._torch import configure_threads
 from speceq.engines.base import SampleBatch
 from speceq.errors import ConfigError
+from speceq.models.hf_utils import describe_model, load_causal_lm, model_pad_id, model_vocab_size
+from speceq.models.torch_utils import configure_threads
 from speceq.params import SamplingParams
 from speceq.processing import process_logits
 from speceq.stats.scores import TokenScores

@@ -1,16 +1,13 @@
-"""Sampling parameters and cases: what one equivalence check samples.
+"""Sampling parameters: how one equivalence check samples (temperature, top-k, top-p, length, EOS).
 
-A :class:`Case` is one prompt (token ids), its sampling parameters and its batch context
-(batch size and the companion prompts that share a batch with it, so that padding and
-ragged acceptance are exercised). Validation raises :class:`~speceq.errors.ConfigError`
-naming the case and the field.
+Validation raises :class:`~speceq.errors.ConfigError` naming the field. A case (prompt,
+parameters and batch context) is :class:`speceq.cases.Case`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from speceq.errors import ConfigError
@@ -74,84 +71,3 @@ def validate_params(p: SamplingParams, where: str | None = None) -> None:
         raise bad("max_new_tokens", f"expected an integer >= 1, got {p.max_new_tokens!r}")
     if not isinstance(p.ignore_eos, bool):
         raise bad("ignore_eos", f"expected true or false, got {p.ignore_eos!r}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Case:
-    """One equivalence check: a prompt, its parameters and its batch context.
-
-    ``prompt_ids`` are token ids of the target's vocabulary. ``companions`` are other
-    prompts (token ids) that share each batch with this one, so a batch holds rows of
-    different lengths. ``batch_size`` is the number of rows per engine batch.
-    ``text`` keeps the prompt text when the case was written as text (display only).
-    ``samples`` overrides the run's samples per engine for this case (e.g. fewer for an
-    expensive unbatched case); None uses the run's.
-    """
-
-    case_id: str
-    prompt_ids: tuple[int, ...]
-    params: SamplingParams = field(default_factory=SamplingParams)
-    batch_size: int = 1
-    companions: tuple[tuple[int, ...], ...] = ()
-    text: str | None = None
-    samples: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.case_id, str) or not self.case_id:
-            raise ConfigError(f"expected a non-empty string, got {self.case_id!r}", where="case.id")
-        where = f"case {self.case_id!r}"
-        if len(self.prompt_ids) == 0:
-            raise ConfigError("empty prompt: give at least one token (or non-empty text)", where=f"{where}.prompt")
-        for i, t in enumerate(self.prompt_ids):
-            if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-                raise ConfigError(f"token {i} is {t!r}; expected a non-negative integer id", where=f"{where}.prompt")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"expected an integer >= 1, got {self.batch_size!r}", where=f"{where}.batch_size")
-        if self.samples is not None and (isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1):
-            raise ConfigError(f"expected an integer >= 1 (or nothing), got {self.samples!r}", where=f"{where}.samples")
-        for j, c in enumerate(self.companions):
-            if len(c) == 0:
-                raise ConfigError(f"companion {j} is empty", where=f"{where}.companions")
-        validate_params(self.params, where=where)
-
-    @property
-    def prompts(self) -> list[list[int]]:
-        """The prompts of one batch layout: this case's prompt first, then companions."""
-        return [list(self.prompt_ids), *(list(c) for c in self.companions)]
-
-    def check_vocab(self, vocab_size: int) -> None:
-        """Raise ConfigError when a token id is outside ``[0, vocab_size)``."""
-        for name, ids in [("prompt", self.prompt_ids), *((f"companions[{j}]", c) for j, c in enumerate(self.companions))]:
-            for i, t in enumerate(ids):
-                if t >= vocab_size:
-                    raise ConfigError(
-                        f"token {i} is {t}, outside the vocabulary [0, {vocab_size})",
-                        where=f"case {self.case_id!r}.{name}",
-                    )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.case_id,
-            "prompt_ids": list(self.prompt_ids),
-            "text": self.text,
-            "params": self.params.to_dict(),
-            "batch_size": self.batch_size,
-            "companions": [list(c) for c in self.companions],
-            **({"samples": self.samples} if self.samples is not None else {}),
-        }
-
-
-def params_from_mapping(d: Mapping[str, Any], where: str) -> SamplingParams:
-    """Build SamplingParams from a mapping, naming unknown keys."""
-    known = set(SamplingParams.__dataclass_fields__)
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise ConfigError(f"unknown field(s) {unknown}; expected some of {sorted(known)}", where=where)
-    try:
-        return SamplingParams(**d)
-    except ConfigError as e:
-        raise ConfigError(str(e), where=where) from None
-
-
-def companion_ids(companions: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(int(t) for t in c) for c in companions)

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from speceq.cases import Case
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import ConfigError, EngineError, SpeceqError
 from speceq.greedy import NEAR_TIE_NATS
-from speceq.params import Case
 from speceq.provenance import collect_provenance, utc_now
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
 from speceq.verdicts.result import RunResult
@@ -412,11 +412,11 @@ def _apply_threads(threads: int | None) -> None:
     """Make ``threads`` the torch thread count of this process and of every engine built afterwards.
 
     None leaves it to the engines (``$SPECEQ_TORCH_THREADS``, else 1; see
-    :func:`speceq.engines._torch.configure_threads`) and does not import torch.
+    :func:`speceq.models.torch_utils.configure_threads`) and does not import torch.
     """
     if threads is None:
         return
-    from speceq.engines._torch import THREADS_ENV, configure_threads
+    from speceq.models.torch_utils import THREADS_ENV, configure_threads
 
     os.environ[THREADS_ENV] = str(threads)  # read by the project's engines and the oracle
     configure_threads(threads)

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from speceq.analysis import analyse_run
+from speceq.cases import Case
 from speceq.engines.base import PAD_OUT, SampleBatch, row_layout
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 from speceq.stats.scores import TokenScores
 from speceq.stats.synthetic import scores_from_probs
 

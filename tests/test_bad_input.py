@@ -15,8 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_engines import FakeEngine  # noqa: E402
 
+from speceq.cases import Case  # noqa: E402
 from speceq.errors import ConfigError  # noqa: E402
-from speceq.params import Case, SamplingParams  # noqa: E402
+from speceq.params import SamplingParams  # noqa: E402
 from speceq.run import RunConfig, check_oracle_matches, run  # noqa: E402
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from speceq.analysis import analyse_run
+from speceq.cases import Case
 from speceq.engines.base import SampleBatch, SampleRequest
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 
 R = 200
 ROWS_PER_REP = 150

@@ -10,11 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speceq.cases import CASE_FIELDS, default_cases, load_cases, parse_cases, parse_cases_text
+from speceq.cases import CASE_FIELDS, Case, default_cases, load_cases, parse_cases, parse_cases_text
 from speceq.errors import ConfigError
 from speceq.models.prompts import DEFAULT_PROMPTS
 from speceq.models.tokenizer import VOCAB_SIZE, ByteTokenizer
-from speceq.params import Case
 
 REPO = Path(__file__).resolve().parent.parent
 TOK = ByteTokenizer()

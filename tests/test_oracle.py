@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from speceq.engines._hf_utils import tiny_random_llama
 from speceq.engines.base import SampleBatch, batch_from_lists
 from speceq.errors import ConfigError
+from speceq.models.hf_utils import tiny_random_llama
 from speceq.oracle import TargetOracle
 from speceq.params import SamplingParams
 

@@ -19,8 +19,9 @@ if str(HERE) not in sys.path:
 
 from fake_engines import EOS, FakeEngine  # noqa: E402
 
+from speceq.cases import Case  # noqa: E402
 from speceq.errors import ConfigError, EngineError, StoreError  # noqa: E402
-from speceq.params import Case, SamplingParams  # noqa: E402
+from speceq.params import SamplingParams  # noqa: E402
 from speceq.run import (  # noqa: E402
     RunConfig,
     RunInterrupted,

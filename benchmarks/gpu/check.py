@@ -36,11 +36,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from speceq.cases import Case  # noqa: E402
 from speceq.engines.base import SampleBatch, SampleRequest, validate_batch  # noqa: E402
 from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence  # noqa: E402
 from speceq.models import ByteTokenizer  # noqa: E402
 from speceq.models.prompts import DEFAULT_PROMPTS  # noqa: E402
-from speceq.params import Case, SamplingParams  # noqa: E402
+from speceq.params import SamplingParams  # noqa: E402
 
 DTYPES = ("float32", "bfloat16", "float16")
 GREEDY_BATCH_SIZES = (1, 32)

@@ -6,10 +6,10 @@
   side (vLLM's L2 convergence heuristic, TensorRT-LLM's KL gap, greedy exact match), and the
   Neyman-Pearson likelihood-ratio test, the statistical limit; :mod:`~speceq.calibrate.simulate`
   runs them over repetitions with thresholds calibrated under H0.
-- :mod:`~speceq.calibrate.power`: samples-to-detect per mutant and method, false alarms on the
+- :mod:`~speceq.calibrate.calibrator`: samples-to-detect per mutant and method, false alarms on the
   lossless variants, the mixture power curve; sizes in :mod:`~speceq.calibrate.settings`,
   seeded engine samples in :mod:`~speceq.calibrate.pools`, results in
-  :mod:`~speceq.calibrate.report`.
+  :mod:`~speceq.calibrate.results`.
 - :mod:`~speceq.calibrate.ceiling`: one-row TVs and the one-sample ceiling (alpha + TV), which
   say when "1/10 of the best engine method's samples" is below what any test can do.
 - :mod:`~speceq.calibrate.tables` / :mod:`~speceq.calibrate.plot`: markdown + JSON tables and

@@ -14,19 +14,22 @@ models' next-token laws at the prompt and at the V prompts extended by one token
 
 The engine's own hook methods compute S and B, so a mutant's law comes from its own code.
 The target law is the processed target p1(x1) p2(x2 | x1). Symbols are token ids 0..V-1
-and END = V (index V of every law vector).
+and END = V (index V of every law vector). :func:`exact_tv` gives a gallery mutant's true TV
+shift per position (None when its bug is not enumerable).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from speceq.cases import Case
+from speceq.engines.mutants import enumerable, make_mutant
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.errors import ConfigError
-from speceq.params import Case
 from speceq.processing import process_logits
 
 
@@ -147,3 +150,28 @@ def exact_laws(engine: ReferenceSpeculativeEngine, case: Case, positions: int = 
     rate = float(accepted.sum()) if k1 >= 1 else None
     return ExactLaws(engine=engine_law, target=target_law, joint_engine=joint_e, joint_target=joint_t, tv=tv,
                      accept_rate=rate)
+
+
+def exact_tv(
+    mutant: str | ReferenceSpeculativeEngine, case: Case, positions: int = 2
+) -> list[float | None]:
+    """True TV between the mutant's and the target's law of each of the first ``positions``
+    generated tokens (1 or 2) of ``case``'s prompt, by exact enumeration on the models.
+
+    Position 0 uses the (p, q) of the prompt; position 1 enumerates every first token (one
+    batched forward pass per model). ``None`` for a mutant whose bug acts only at batch
+    size > 1 or after a rejection ("not computed by enumeration"; measure it empirically).
+    ``mutant``: a gallery name or a built engine.
+    """
+    engine = make_mutant(mutant) if isinstance(mutant, str) else mutant
+    if not enumerable(engine):
+        return [None] * _check_positions(positions)
+    laws = exact_laws(engine, case, positions=_check_positions(positions))
+    return [float(t) for t in laws.tv]
+
+
+def _check_positions(positions: Any) -> int:
+    if isinstance(positions, bool) or positions not in (1, 2):
+        raise ConfigError(f"expected 1 or 2 (positions computed by enumeration), got {positions!r}",
+                          where="exact_tv.positions")
+    return int(positions)

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-from speceq.calibrate.report import CurvePoint
+from speceq.calibrate.results import CurvePoint
 
 #: Methods drawn: colour (colour-blind-safe palette) and legend label.
 CURVE_METHODS: dict[str, tuple[str, str]] = {

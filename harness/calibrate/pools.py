@@ -13,9 +13,9 @@ import zlib
 
 import numpy as np
 
-from speceq.engines._torch import derive_seed
+from speceq.cases import Case
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
-from speceq.params import Case
+from speceq.models.torch_utils import derive_seed
 from speceq.run import concat_batches
 
 #: Samples of the case's prompt drawn per chunk (companions get as many).

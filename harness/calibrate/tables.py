@@ -1,4 +1,4 @@
-"""Markdown and JSON tables of a calibration report, and the files ``speceq calibrate`` writes."""
+"""Markdown and JSON tables of a calibration result, and the files ``speceq calibrate`` writes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from speceq.calibrate.plot import power_curve_svg
-from speceq.calibrate.report import METHOD_LABELS, CalibrationReport, Detection, VariantReport
+from speceq.calibrate.results import METHOD_LABELS, CalibrationResult, Detection, VariantResult
 from speceq.store import write_json_atomic
 
 MARKDOWN_FILE = "power.md"
@@ -26,7 +26,7 @@ def _n90(d: Detection | None) -> str:
     return f"> {max(d.sizes):,}" if d.sizes else "—"
 
 
-def _tv(v: VariantReport) -> str:
+def _tv(v: VariantResult) -> str:
     cells = ["n/a" if t is None else f"{t:.3f}" for t in v.tv]
     return " / ".join(cells) + ("" if v.tv_source.startswith("exact") else " (emp.)")
 
@@ -42,15 +42,15 @@ def _row_tv(r: dict | None) -> str:
     return "unknown" if r is None else f"{r['estimate']:.3f} [{r['upper']:.3f}] ({r['kind']}, {r['rows']:,} rows)"
 
 
-def _budget(v: VariantReport) -> str:
+def _budget(v: VariantResult) -> str:
     if v.budget_rate is None or v.budget_reps is None:
         return "—"
     return f"{round(v.budget_rate * v.budget_reps)}/{v.budget_reps}"
 
 
-def markdown(report: CalibrationReport) -> str:
-    """The report as markdown: settings, samples-to-detect, false alarms, power curve, goals, notes."""
-    s = report.settings
+def markdown(result: CalibrationResult) -> str:
+    """The result as markdown: settings, samples-to-detect, false alarms, power curve, goals, notes."""
+    s = result.settings
     lines = [
         f"# speceq calibration ({s['mode']} mode)",
         "",
@@ -68,7 +68,7 @@ def markdown(report: CalibrationReport) -> str:
         + f" | shifted at n={s['budget']}, alpha={s['budget_alpha']:g} |",
         "|" + "---|" * (5 + len(DETECT_METHODS)),
     ]
-    for v in report.mutants:
+    for v in result.mutants:
         cells = [_n90(v.detection(m)) for m in DETECT_METHODS]
         lines.append(f"| {v.name} | {v.bug} | {v.params} | {_tv(v)} | " + " | ".join(cells) + f" | {_budget(v)} |")
     lines += [
@@ -81,12 +81,12 @@ def markdown(report: CalibrationReport) -> str:
         "| variant | why it only looks wrong | " + " | ".join(METHOD_LABELS[m] for m in ALARM_METHODS) + " |",
         "|" + "---|" * (2 + len(ALARM_METHODS)),
     ]
-    for v in report.lossless:
+    for v in result.lossless:
         lines.append(f"| {v.name} | {v.bug} | " + " | ".join(_count(v.detection(m)) for m in ALARM_METHODS) + " |")
     lines += ["", "Counts are rejections / repetitions; greedy exact match: repetitions with a row unequal to the "
               f"baseline's; speceq greedy check: repetitions with a divergence that is not a near-tie (both at "
               f"{s['greedy_grid'][0]} row(s))."]
-    ceilings = [v for v in report.mutants if v.row_tvs]
+    ceilings = [v for v in result.mutants if v.row_tvs]
     if ceilings:
         lines += ["", "## One-row TVs and the one-sample ceiling", "",
                   "No level-alpha test detects from one row with probability above alpha + TV(one-row laws). "
@@ -100,41 +100,41 @@ def markdown(report: CalibrationReport) -> str:
             ceiling = v.one_sample_ceiling(float(s["alpha"]))
             lines.append(f"| {v.name} | {_row_tv(greedy)} | {_row_tv(sampled)} | "
                          + ("unknown (sampled rows' TV not known)" if ceiling is None else f"{ceiling:.3f}") + " |")
-    if report.curve:
-        methods = [m for m in ("speceq", "np", "vllm", "trtllm") if any(m in c.rates for c in report.curve)]
-        lines += ["", f"## Mixture power curve (n = {report.curve[0].n:,} per engine)", "",
+    if result.curve:
+        methods = [m for m in ("speceq", "np", "vllm", "trtllm") if any(m in c.rates for c in result.curve)]
+        lines += ["", f"## Mixture power curve (n = {result.curve[0].n:,} per engine)", "",
                   "| mix | TV | " + " | ".join(METHOD_LABELS[m] for m in methods) + " |",
                   "|" + "---|" * (2 + len(methods))]
-        for c in report.curve:
+        for c in result.curve:
             lines.append(f"| {c.mix:g} | {c.tv:.4f} | " + " | ".join(
                 f"{c.rates[m]:.2f}" if m in c.rates else "—" for m in methods) + " |")
         lines += ["", f"![power curve]({SVG_FILE})"]
     lines += ["", "## Goals", ""]
-    for g in report.goals():
+    for g in result.goals():
         mark = {True: "met", False: "NOT met", None: "not measured"}[g["met"]]
         lines.append(f"- **{mark}**: {g['goal']} — {g['detail']}")
-    notes = [f"- {v.name}: {n}" for v in report.variants for n in v.notes]
+    notes = [f"- {v.name}: {n}" for v in result.variants for n in v.notes]
     if notes:
         lines += ["", "## Notes", "", *notes]
-    seconds = report.provenance.get("seconds")
+    seconds = result.provenance.get("seconds")
     if seconds is not None:
         lines += ["", f"Run time: {seconds / 60:.1f} min."]
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(report: CalibrationReport, out_dir: str | Path) -> dict[str, Path]:
+def write_outputs(result: CalibrationResult, out_dir: str | Path) -> dict[str, Path]:
     """Write power.md, power.json and (with a curve) power-curve.svg into ``out_dir``; return their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / MARKDOWN_FILE, "json": out / JSON_FILE}
-    paths["markdown"].write_text(markdown(report), encoding="utf-8")
-    write_json_atomic(paths["json"], report.to_dict())
-    if report.curve:
+    paths["markdown"].write_text(markdown(result), encoding="utf-8")
+    write_json_atomic(paths["json"], result.to_dict())
+    if result.curve:
         paths["svg"] = out / SVG_FILE
-        paths["svg"].write_text(power_curve_svg(report.curve), encoding="utf-8")
+        paths["svg"].write_text(power_curve_svg(result.curve), encoding="utf-8")
     return paths
 
 
-def load_report(path: str | Path) -> CalibrationReport:
-    """A CalibrationReport from a power.json."""
-    return CalibrationReport.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+def load_calibration_result(path: str | Path) -> CalibrationResult:
+    """A CalibrationResult from a power.json."""
+    return CalibrationResult.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from speceq.engines._torch import accepts_kwarg, cache_kwarg
+from speceq.models.torch_utils import accepts_kwarg, cache_kwarg
 
 
 class SlotCache:

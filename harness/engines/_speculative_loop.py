@@ -1,7 +1,13 @@
-"""The batched draft/verify loop of :class:`ReferenceSpeculativeEngine`.
+"""The batched draft/verify loop of :class:`~speceq.engines.reference.ReferenceSpeculativeEngine`.
 
 Kept apart from the engine class so that the class shows only its hooks. The loop calls
-every piece of arithmetic a mutant may change through the engine's hook methods.
+every piece of arithmetic a mutant may change through the engine's hook methods
+(:class:`SpeculativeHooks`). One step of a batch reads like the algorithm::
+
+    drafted = _draft(...)      # the draft proposes d_1..d_k from its processed q
+    verified = _verify(...)    # one target forward; accept a prefix; draw the next token
+    _roll_back(...)            # forget rejected drafts in both KV caches
+    finished = _emit(...)      # write accepted drafts + next token; stop at EOS / length
 
 Cache bookkeeping per row (both models see the prompt minus its last token at prefill):
 - target: every step feeds ``[pending, d_1..d_k]`` (``pending`` = the last committed token,
@@ -9,27 +15,65 @@ Cache bookkeeping per row (both models see the prompt minus its last token at pr
 - draft: every step first feeds the committed tokens it has not seen (1 token, or 2 after a
   step whose k drafts were all accepted, left-padded with an invalid dummy slot), then
   d_1..d_{k-1} (and d_k when the bonus hook needs the draft's q there).
+
+Random draws of a step, in order, from the batch's generator: k draft tokens, k accept
+uniforms (when k >= 1), one next token per row.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from speceq.engines._hf_utils import check_prompts, distinct_prompts, left_padded
+from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
-from speceq.engines._torch import batch_generator
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
-from speceq.engines.reference import accept_prefix_lengths
+from speceq.engines.rejection import accept_prefix_lengths
+from speceq.models.torch_utils import batch_generator
 from speceq.params import SamplingParams
 from speceq.processing import sample_from_probs
 
-if TYPE_CHECKING:
-    from speceq.engines.reference import ReferenceSpeculativeEngine
+
+class SpeculativeHooks(Protocol):
+    """What the loop needs from a speculative engine: models, settings and hook methods.
+
+    :class:`~speceq.engines.reference.ReferenceSpeculativeEngine` documents each hook.
+    """
+
+    name: str
+    model: Any
+    draft: Any
+    k: int
+    device: str
+    vocab_size: int
+    eos_token_id: int | None
+    pad_id: int
+    trace: bool
+
+    @property
+    def needs_bonus_draft_probs(self) -> bool: ...
+
+    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor: ...
+
+    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor: ...
+
+    def effective_target(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor: ...
+
+    def accept_probs(
+        self, target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor
+    ) -> torch.Tensor: ...
+
+    def residual(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor: ...
+
+    def bonus_probs(self, target_probs: torch.Tensor, draft_probs: torch.Tensor | None) -> torch.Tensor: ...
+
+    def position_ids(self, slots: SlotCache, valid: torch.Tensor) -> torch.Tensor: ...
+
+    def rollback(self, slots: SlotCache, keep: torch.Tensor) -> None: ...
 
 
 @dataclass(slots=True)
@@ -39,6 +83,13 @@ class _Counters:
     verify_steps: int = 0
     accept_tests: int = 0  # drafts whose accept test decided something: min(n + 1, k) per row-step
 
+    def add_step(self, k: int, n_accepted: torch.Tensor) -> None:  # n_accepted: [rows] int64
+        rows = int(n_accepted.shape[0])
+        self.drafted += k * rows
+        self.accepted += int(n_accepted.sum())
+        self.verify_steps += rows
+        self.accept_tests += int(torch.clamp(n_accepted + 1, max=k).sum()) if k > 0 else 0
+
 
 @dataclass(slots=True)
 class _Outputs:
@@ -47,7 +98,38 @@ class _Outputs:
     trace: np.ndarray | None  # [rows, L, vocab] float32
 
 
-def run_speculative(engine: ReferenceSpeculativeEngine, request: SampleRequest) -> SampleBatch:
+@dataclass(slots=True)
+class _Batch:
+    """Per-row state of the active rows of one batch (finished rows are dropped)."""
+
+    target: SlotCache
+    draft: SlotCache
+    target_pending: torch.Tensor  # [rows] int64: last committed token, not yet in the target's cache
+    draft_pending: list[list[int]]  # committed tokens the draft has not seen, per row
+    generated: list[list[int]]  # tokens emitted so far, per row
+    out_rows: list[int]  # output row of each active row
+
+
+@dataclass(slots=True)
+class _Drafted:
+    """One step's proposals. ``ran``: the draft model ran this step (k >= 1 or the bonus hook needs q)."""
+
+    draft_tokens: torch.Tensor  # [rows, k] int64
+    draft_probs: torch.Tensor  # [rows, k, V]: processed q of each proposal
+    bonus_draft_probs: torch.Tensor | None  # [rows, V]: q at the bonus position, when the hook needs it
+    ran: bool
+    fed_width: int  # width of the block of committed tokens fed to the draft this step
+    fed_drafts: int  # proposals fed back to the draft this step
+
+
+@dataclass(slots=True)
+class _Verified:
+    target_probs: torch.Tensor  # [rows, k+1, V]: processed p at pending, d_1..d_k
+    n_accepted: torch.Tensor  # [rows] int64 in 0..k
+    next_token: torch.Tensor  # [rows] int64: the replacement after a rejection, else the bonus token
+
+
+def run_speculative(engine: SpeculativeHooks, request: SampleRequest) -> SampleBatch:
     """Sample every row of ``request`` with ``engine``'s hooks; see the module docstring."""
     check_prompts(request.prompts, engine.vocab_size, engine.name)
     start = time.perf_counter()
@@ -80,8 +162,32 @@ def run_speculative(engine: ReferenceSpeculativeEngine, request: SampleRequest) 
     )
 
 
+def _run_batch(
+    engine: SpeculativeHooks,
+    prompts: list[tuple[int, ...]],
+    params: SamplingParams,
+    gen: torch.Generator,
+    out_rows: np.ndarray,  # [batch] output row of each batch row
+    out: _Outputs,
+    counters: _Counters,
+) -> None:
+    batch = _prefill(engine, prompts, out_rows)
+    while batch.out_rows:
+        remaining = [params.max_new_tokens - len(g) for g in batch.generated]
+        k = min(engine.k, max(remaining) - 1)  # never draft past the longest remaining row
+        drafted = _draft(engine, batch, k, params, gen)
+        verified = _verify(engine, batch, drafted, k, params, gen)
+        counters.add_step(k, verified.n_accepted)
+        _roll_back(engine, batch, drafted, verified.n_accepted, k)
+        unfinished = _emit(engine, batch, drafted, verified, remaining, params, out)
+        if not unfinished:
+            break
+        if len(unfinished) < len(batch.out_rows):
+            _keep_rows(batch, unfinished)
+
+
 def _feed(
-    engine: ReferenceSpeculativeEngine,
+    engine: SpeculativeHooks,
     slots: SlotCache,
     tokens: torch.Tensor,  # [rows, width]
     valid: torch.Tensor,  # [rows, width]
@@ -91,19 +197,9 @@ def _feed(
     return slots.forward(tokens, valid, engine.position_ids(slots, valid), last_only=last_only)
 
 
-def _run_batch(
-    engine: ReferenceSpeculativeEngine,
-    prompts: list[tuple[int, ...]],
-    params: SamplingParams,
-    gen: torch.Generator,
-    out_rows: np.ndarray,  # [batch] output row of each batch row
-    out: _Outputs,
-    counters: _Counters,
-) -> None:
+def _prefill(engine: SpeculativeHooks, prompts: list[tuple[int, ...]], out_rows: np.ndarray) -> _Batch:
+    """Both caches hold every prompt but its last token, which is pending for both models."""
     dev = engine.device
-    L = params.max_new_tokens
-    eos = None if params.ignore_eos else engine.eos_token_id
-    need_bonus_q = engine.needs_bonus_draft_probs
     target = SlotCache(engine.model, len(prompts), dev)
     draft = SlotCache(engine.draft, len(prompts), dev)
     heads, source = distinct_prompts([p[:-1] for p in prompts], dev)
@@ -111,102 +207,142 @@ def _run_batch(
         ids, valid = left_padded(heads, engine.pad_id, dev)
         target.prefill(ids, valid, source, engine.position_ids, last_only=True)
         draft.prefill(ids, valid, source, engine.position_ids, last_only=True)
-    target_pending = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=dev)  # [rows]
-    draft_pending: list[list[int]] = [[p[-1]] for p in prompts]  # committed tokens the draft has not seen
-    generated: list[list[int]] = [[] for _ in prompts]
-    active = [int(r) for r in out_rows]  # output row of each active batch row
+    return _Batch(
+        target=target,
+        draft=draft,
+        target_pending=torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=dev),
+        draft_pending=[[p[-1]] for p in prompts],
+        generated=[[] for _ in prompts],
+        out_rows=[int(r) for r in out_rows],
+    )
 
-    while active:
-        rows = len(active)
-        remaining = [L - len(g) for g in generated]
-        k = min(engine.k, max(remaining) - 1)
-        vocab = engine.vocab_size
 
-        # ---- draft: k proposals from the processed q ---------------------------------
-        draft_probs = torch.zeros((rows, 0, vocab), device=dev)  # [rows, k, V]
-        drafts = torch.zeros((rows, 0), dtype=torch.long, device=dev)  # [rows, k]
-        bonus_q: torch.Tensor | None = None  # [rows, V]
-        fed_drafts = 0  # draft tokens fed to the draft this step
-        draft_ran = k > 0 or need_bonus_q
-        if draft_ran:
-            ids, valid = left_padded(draft_pending, engine.pad_id, dev)
-            logits = _feed(engine, draft, ids, valid, last_only=True)[:, -1]  # [rows, V]
-            fed_width = ids.shape[1]
-            qs, ds = [], []
-            for i in range(k):
-                q = engine.process_draft(logits, params)  # [rows, V]
-                d = sample_from_probs(q, gen)  # [rows]
-                qs.append(q)
-                ds.append(d)
-                if i < k - 1 or need_bonus_q:
-                    ones = torch.ones((rows, 1), dtype=torch.bool, device=dev)
-                    logits = _feed(engine, draft, d[:, None], ones)[:, -1]
-                    fed_drafts += 1
-            if need_bonus_q:
-                bonus_q = engine.process_draft(logits, params)
-            if k > 0:
-                draft_probs = torch.stack(qs, dim=1)
-                drafts = torch.stack(ds, dim=1)
+def _draft(engine: SpeculativeHooks, batch: _Batch, k: int, params: SamplingParams, gen: torch.Generator) -> _Drafted:
+    """The draft proposes d_1..d_k, each drawn from its processed q_i (and q_{k+1} when the bonus hook needs it)."""
+    dev, rows, vocab = engine.device, len(batch.out_rows), engine.vocab_size
+    need_bonus_q = engine.needs_bonus_draft_probs
+    drafted = _Drafted(
+        draft_tokens=torch.zeros((rows, 0), dtype=torch.long, device=dev),
+        draft_probs=torch.zeros((rows, 0, vocab), device=dev),
+        bonus_draft_probs=None,
+        ran=k > 0 or need_bonus_q,
+        fed_width=0,
+        fed_drafts=0,
+    )
+    if not drafted.ran:
+        return drafted
+    ids, valid = left_padded(batch.draft_pending, engine.pad_id, dev)
+    logits = _feed(engine, batch.draft, ids, valid, last_only=True)[:, -1]  # [rows, V]
+    drafted.fed_width = ids.shape[1]
+    draft_probs, draft_tokens = [], []
+    for i in range(k):
+        q = engine.process_draft(logits, params)  # [rows, V]
+        d = sample_from_probs(q, gen)  # [rows]
+        draft_probs.append(q)
+        draft_tokens.append(d)
+        if i < k - 1 or need_bonus_q:
+            ones = torch.ones((rows, 1), dtype=torch.bool, device=dev)
+            logits = _feed(engine, batch.draft, d[:, None], ones)[:, -1]
+            drafted.fed_drafts += 1
+    if need_bonus_q:
+        drafted.bonus_draft_probs = engine.process_draft(logits, params)
+    if k > 0:
+        drafted.draft_probs = torch.stack(draft_probs, dim=1)
+        drafted.draft_tokens = torch.stack(draft_tokens, dim=1)
+    return drafted
 
-        # ---- verify: one target forward over [pending, d_1..d_k] -----------------------
-        t_in = torch.cat([target_pending[:, None], drafts], dim=1)  # [rows, k+1]
-        t_valid = torch.ones_like(t_in, dtype=torch.bool)
-        target_probs = engine.process_target(_feed(engine, target, t_in, t_valid), params)  # [rows, k+1, V]
-        if k > 0:
-            p_eff = engine.effective_target(target_probs[:, :k], draft_probs)  # [rows, k, V]
-            accept = engine.accept_probs(p_eff, draft_probs, drafts)  # [rows, k]
-            uniforms = torch.rand((rows, k), generator=gen, dtype=torch.float64, device=dev)
-            n_acc = accept_prefix_lengths(accept.double(), uniforms)  # [rows]
-            at = n_acc.clamp(max=k - 1)
-            ar = torch.arange(rows, device=dev)
-            resid = engine.residual(p_eff[ar, at], draft_probs[ar, at]).float()  # [rows, V]
-            bonus = engine.bonus_probs(target_probs[:, k], bonus_q).float()  # [rows, V]
-            final = torch.where((n_acc < k)[:, None], resid, bonus)
+
+def _verify(
+    engine: SpeculativeHooks, batch: _Batch, drafted: _Drafted, k: int, params: SamplingParams, gen: torch.Generator
+) -> _Verified:
+    """One target forward over ``[pending, d_1..d_k]``; accept a prefix of the drafts; draw the next token
+    from the residual at the first rejection, or from the bonus law after k acceptances."""
+    dev, rows = engine.device, len(batch.out_rows)
+    target_in = torch.cat([batch.target_pending[:, None], drafted.draft_tokens], dim=1)  # [rows, k+1]
+    target_valid = torch.ones_like(target_in, dtype=torch.bool)
+    target_logits = _feed(engine, batch.target, target_in, target_valid)  # [rows, k+1, V]
+    target_probs = engine.process_target(target_logits, params)  # [rows, k+1, V]
+    if k > 0:
+        draft_probs = drafted.draft_probs  # [rows, k, V]
+        effective_probs = engine.effective_target(target_probs[:, :k], draft_probs)  # [rows, k, V]
+        accept = engine.accept_probs(effective_probs, draft_probs, drafted.draft_tokens)  # [rows, k]
+        uniforms = torch.rand((rows, k), generator=gen, dtype=torch.float64, device=dev)
+        n_accepted = accept_prefix_lengths(accept.double(), uniforms)  # [rows]
+        at = n_accepted.clamp(max=k - 1)  # the first rejected position (any, when all were accepted)
+        ar = torch.arange(rows, device=dev)
+        residual = engine.residual(effective_probs[ar, at], draft_probs[ar, at]).float()  # [rows, V]
+        bonus = engine.bonus_probs(target_probs[:, k], drafted.bonus_draft_probs).float()  # [rows, V]
+        next_law = torch.where((n_accepted < k)[:, None], residual, bonus)  # [rows, V]
+    else:
+        n_accepted = torch.zeros(rows, dtype=torch.long, device=dev)
+        next_law = engine.bonus_probs(target_probs[:, 0], drafted.bonus_draft_probs).float()
+    next_token = sample_from_probs(next_law, gen)  # [rows]
+    return _Verified(target_probs=target_probs, n_accepted=n_accepted, next_token=next_token)
+
+
+def _roll_back(
+    engine: SpeculativeHooks,
+    batch: _Batch,
+    drafted: _Drafted,
+    n_accepted: torch.Tensor,  # [rows] int64
+    k: int,
+) -> None:
+    """Keep pending + the accepted drafts visible in both caches; rejected slots are masked out."""
+    dev, rows = engine.device, len(batch.out_rows)
+    column = torch.arange(k + 1, device=dev)[None, :]
+    engine.rollback(batch.target, column <= n_accepted[:, None])  # [rows, k+1]
+    if drafted.ran:
+        keep_pending = torch.ones((rows, drafted.fed_width), dtype=torch.bool, device=dev)
+        keep_drafts = torch.arange(1, drafted.fed_drafts + 1, device=dev)[None, :] <= n_accepted[:, None]
+        engine.rollback(batch.draft, torch.cat([keep_pending, keep_drafts], dim=1))
+
+
+def _emit(
+    engine: SpeculativeHooks,
+    batch: _Batch,
+    drafted: _Drafted,
+    verified: _Verified,
+    remaining: list[int],
+    params: SamplingParams,
+    out: _Outputs,
+) -> list[int]:
+    """Write each row's accepted drafts and next token, truncated at EOS / ``max_new_tokens``.
+
+    Updates what each model has not seen yet; returns the rows that are not finished.
+    """
+    eos = None if params.ignore_eos else engine.eos_token_id
+    draft_tokens, n_accepted = drafted.draft_tokens.tolist(), verified.n_accepted.tolist()
+    next_token = verified.next_token.tolist()
+    unfinished: list[int] = []
+    for r in range(len(batch.out_rows)):
+        n = n_accepted[r]
+        emitted = draft_tokens[r][:n] + [next_token[r]]
+        take = emitted[: remaining[r]]
+        if eos is not None and eos in take:
+            take = take[: take.index(eos) + 1]
+        o, start = batch.out_rows[r], len(batch.generated[r])
+        out.tokens[o, start : start + len(take)] = take
+        out.lengths[o] = start + len(take)
+        if out.trace is not None:
+            out.trace[o, start : start + len(take)] = verified.target_probs[r, : len(take)].float().cpu().numpy()
+        batch.generated[r].extend(take)
+        if drafted.ran:
+            batch.draft_pending[r] = emitted[min(n, drafted.fed_drafts) :]
         else:
-            n_acc = torch.zeros(rows, dtype=torch.long, device=dev)
-            final = engine.bonus_probs(target_probs[:, 0], bonus_q).float()
-        x = sample_from_probs(final, gen)  # [rows]
-        counters.drafted += k * rows
-        counters.accepted += int(n_acc.sum())
-        counters.verify_steps += rows
-        counters.accept_tests += int(torch.clamp(n_acc + 1, max=k).sum()) if k > 0 else 0
+            batch.draft_pending[r] = batch.draft_pending[r] + emitted
+        finished = len(batch.generated[r]) >= params.max_new_tokens or (eos is not None and take[-1] == eos)
+        if not finished:
+            unfinished.append(r)
+    batch.target_pending = verified.next_token
+    return unfinished
 
-        # ---- rollback: keep pending + accepted drafts in both caches --------------------
-        col = torch.arange(k + 1, device=dev)[None, :]
-        engine.rollback(target, col <= n_acc[:, None])  # [rows, k+1]
-        if draft_ran:
-            keep_pending = torch.ones((rows, fed_width), dtype=torch.bool, device=dev)
-            keep_drafts = torch.arange(1, fed_drafts + 1, device=dev)[None, :] <= n_acc[:, None]
-            engine.rollback(draft, torch.cat([keep_pending, keep_drafts], dim=1))
 
-        # ---- emit, truncate at EOS / max_new_tokens, drop finished rows ------------------
-        drafts_l, n_l, x_l = drafts.tolist(), n_acc.tolist(), x.tolist()
-        still: list[int] = []
-        for r in range(rows):
-            n = n_l[r]
-            emitted = drafts_l[r][:n] + [x_l[r]]
-            take = emitted[: remaining[r]]
-            if eos is not None and eos in take:
-                take = take[: take.index(eos) + 1]
-            o, start = active[r], len(generated[r])
-            out.tokens[o, start : start + len(take)] = take
-            out.lengths[o] = start + len(take)
-            if out.trace is not None:
-                out.trace[o, start : start + len(take)] = target_probs[r, : len(take)].float().cpu().numpy()
-            generated[r].extend(take)
-            unseen = emitted[min(n, fed_drafts) :] if draft_ran else draft_pending[r] + emitted
-            draft_pending[r] = unseen
-            finished = len(generated[r]) >= L or (eos is not None and take[-1] == eos)
-            if not finished:
-                still.append(r)
-        target_pending = x
-        if len(still) < rows:
-            if not still:
-                break
-            keep = torch.tensor(still, dtype=torch.long, device=dev)
-            target.select_rows(keep)
-            draft.select_rows(keep)
-            target_pending = target_pending[keep]
-            draft_pending = [draft_pending[r] for r in still]
-            generated = [generated[r] for r in still]
-            active = [active[r] for r in still]
+def _keep_rows(batch: _Batch, rows: list[int]) -> None:
+    """Drop finished rows from both caches and the per-row state."""
+    keep = torch.tensor(rows, dtype=torch.long, device=batch.target_pending.device)
+    batch.target.select_rows(keep)
+    batch.draft.select_rows(keep)
+    batch.target_pending = batch.target_pending[keep]
+    batch.draft_pending = [batch.draft_pending[r] for r in rows]
+    batch.generated = [batch.generated[r] for r in rows]
+    batch.out_rows = [batch.out_rows[r] for r in rows]

@@ -19,19 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.engines._hf_utils import (
-    check_prompts,
-    describe_model,
-    distinct_prompts,
-    left_padded,
-    load_causal_lm,
-    model_eos_id,
-    model_pad_id,
-    model_vocab_size,
-)
+from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
-from speceq.engines._torch import batch_generator, configure_threads
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
+from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
+from speceq.models.torch_utils import batch_generator, configure_threads
 from speceq.params import SamplingParams
 from speceq.processing import process_logits, sample_from_probs
 

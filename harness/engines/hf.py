@@ -51,11 +51,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speceq.engines._hf_utils import check_prompts, load_causal_lm
+from speceq.engines._batching import check_prompts
 from speceq.engines._options import as_int
-from speceq.engines._torch import derive_seed
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
+from speceq.models.hf_utils import load_causal_lm
+from speceq.models.torch_utils import derive_seed
 from speceq.params import SamplingParams
 
 if TYPE_CHECKING:

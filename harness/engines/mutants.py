@@ -7,11 +7,11 @@ exactly the target law (a draft at another temperature, the target as its own dr
 an untruncated draft): a sound test must flag the bugs and leave these alone.
 
 ``MUTANTS`` maps a name to its :class:`MutantSpec`; :func:`make_mutant` builds one (the
-registry resolves ``"mutant:<name>"`` to it). :func:`exact_tv` gives a mutant's true TV
-shift at the first two generated positions, computed exactly by enumeration on the models
-(:mod:`speceq.calibrate.exact`), for the bugs that act on the per-step law; bugs that act
-only at batch size > 1 or only after a rejection are "not computed by enumeration" (None)
-and are measured empirically by the calibration.
+registry resolves ``"mutant:<name>"`` to it). :func:`enumerable` says whether a mutant's
+true TV shift at the first two generated positions can be computed exactly by enumeration
+on the models (:func:`speceq.calibrate.exact.exact_tv`): the bugs that act on the per-step
+law; bugs that act only at batch size > 1 or only after a rejection are measured
+empirically by the calibration.
 """
 
 from __future__ import annotations
@@ -21,18 +21,16 @@ import difflib
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from speceq.engines._kv import SlotCache
-from speceq.engines.reference import ReferenceSpeculativeEngine, gather_token_probs
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.engines.rejection import gather_token_probs
 from speceq.errors import ConfigError, EngineNotFound
 from speceq.params import SamplingParams
 from speceq.processing import process_logits
-
-if TYPE_CHECKING:
-    from speceq.params import Case
 
 #: Default exponent of the biased accept ratio min(1, (p/q)^power).
 DEFAULT_POWER = 0.9
@@ -301,7 +299,7 @@ class MutantSpec:
     lossless variant, why it only looks wrong). bug_class: ``rejection`` (accept/residual
     arithmetic), ``bonus``, ``processing`` (temperature / top-k / top-p on one side),
     ``cache`` (KV rollback), ``batch`` (acts only at batch size > 1), ``mixture`` or
-    ``lossless``. exact: its per-step law is computable by enumeration (:func:`exact_tv`).
+    ``lossless``. exact: its per-step law is computable by enumeration (:func:`speceq.calibrate.exact.exact_tv`).
     params: sampling parameters under which the bug acts (overrides of SamplingParams'
     defaults used by the calibration). options: engine options of the calibration (e.g.
     ``k=1`` so that a bonus bug acts at position 1, where its TV is computed exactly).
@@ -384,36 +382,9 @@ def _option_names(cls: type) -> set[str]:
     return names
 
 
-def exact_tv(
-    mutant: str | ReferenceSpeculativeEngine, case: Case, positions: int = 2
-) -> list[float | None]:
-    """True TV between the mutant's and the target's law of each of the first ``positions``
-    generated tokens (1 or 2) of ``case``'s prompt, by exact enumeration on the models.
-
-    Position 0 uses the (p, q) of the prompt; position 1 enumerates every first token (one
-    batched forward pass per model). ``None`` for a mutant whose bug acts only at batch
-    size > 1 or after a rejection ("not computed by enumeration"; measure it empirically).
-    ``mutant``: a gallery name or a built engine.
-    """
-    from speceq.calibrate.exact import exact_laws
-
-    engine = make_mutant(mutant) if isinstance(mutant, str) else mutant
-    if not enumerable(engine):
-        return [None] * _check_positions(positions)
-    laws = exact_laws(engine, case, positions=_check_positions(positions))
-    return [float(t) for t in laws.tv]
-
-
 def enumerable(engine: ReferenceSpeculativeEngine) -> bool:
     """Whether ``engine``'s law at the first positions follows from its per-step hooks alone."""
     if type(engine) is ReferenceSpeculativeEngine:
         return True
     spec = MUTANTS.get(getattr(engine, "MUTANT", ""))
     return spec is not None and spec.cls is type(engine) and spec.exact
-
-
-def _check_positions(positions: Any) -> int:
-    if isinstance(positions, bool) or positions not in (1, 2):
-        raise ConfigError(f"expected 1 or 2 (positions computed by enumeration), got {positions!r}",
-                          where="exact_tv.positions")
-    return int(positions)

@@ -16,8 +16,9 @@ Every emitted token is then exactly distributed as p given its prefix. Rows of o
 accept different numbers of drafts (ragged acceptance): each row keeps its own positions,
 rejected slots are masked out of both KV caches (and trailing unused slots cropped), and
 rows finish at EOS or ``max_new_tokens`` at different steps. The accept/reject arithmetic
-is in the module-level functions below; the engine calls it through hook methods so that
-a deliberately buggy variant (a mutant) is a subclass overriding ONE hook.
+is in :mod:`speceq.engines.rejection` and the batched loop in
+:mod:`speceq.engines._speculative_loop`; the engine calls the arithmetic through hook
+methods so that a deliberately buggy variant (a mutant) is a subclass overriding ONE hook.
 """
 
 from __future__ import annotations
@@ -27,56 +28,15 @@ from typing import Any
 
 import torch
 
-from speceq.engines._hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.engines._kv import SlotCache
-from speceq.engines._torch import configure_threads
+from speceq.engines._speculative_loop import run_speculative
 from speceq.engines.base import SampleBatch, SampleRequest
+from speceq.engines.rejection import acceptance_ratios, gather_token_probs, residual_probs
 from speceq.errors import ConfigError
+from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
+from speceq.models.torch_utils import configure_threads
 from speceq.params import SamplingParams
 from speceq.processing import process_logits
-
-
-def gather_token_probs(
-    probs: torch.Tensor,  # [rows, k, vocab]
-    tokens: torch.Tensor,  # [rows, k] int64
-) -> torch.Tensor:  # [rows, k]: probs[r, i, tokens[r, i]]
-    """Probability each distribution gives its own token."""
-    return probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def acceptance_ratios(
-    target_token_probs: torch.Tensor,  # [rows, k]: p_i(d_i)
-    draft_token_probs: torch.Tensor,  # [rows, k]: q_i(d_i) > 0 (d_i was drawn from q_i)
-) -> torch.Tensor:  # [rows, k] in [0, 1]
-    """min(1, p(d) / q(d)): the probability of accepting each draft token."""
-    return torch.clamp(target_token_probs / draft_token_probs, max=1.0)
-
-
-def accept_prefix_lengths(
-    accept_probs: torch.Tensor,  # [rows, k] in [0, 1]
-    uniforms: torch.Tensor,  # [rows, k] U[0, 1)
-) -> torch.Tensor:  # [rows] int64 in 0..k
-    """Number of leading draft tokens accepted: d_i is accepted iff u_i < accept_prob_i.
-
-    Draws after the first rejection are ignored (each row still consumes k uniforms so the
-    random stream does not depend on the outcome).
-    """
-    accepted = uniforms < accept_probs  # [rows, k]
-    return torch.cumprod(accepted.long(), dim=1).sum(dim=1)
-
-
-def residual_probs(
-    target_probs: torch.Tensor,  # [rows, vocab]: p at the rejected position
-    draft_probs: torch.Tensor,  # [rows, vocab]: q at the rejected position
-) -> torch.Tensor:  # [rows, vocab]
-    """norm(max(0, p - q)): the law of the replacement token after a rejection.
-
-    A row whose residual has no mass (p == q up to rounding, so a rejection had probability
-    ~0) falls back to p.
-    """
-    residual = torch.clamp(target_probs - draft_probs, min=0.0)
-    mass = residual.sum(dim=-1, keepdim=True)
-    return torch.where(mass > 0, residual / mass.clamp(min=torch.finfo(residual.dtype).tiny), target_probs)
 
 
 class ReferenceSpeculativeEngine:
@@ -230,6 +190,4 @@ class ReferenceSpeculativeEngine:
     # ---- sampling ---------------------------------------------------------------------
     def sample(self, request: SampleRequest) -> SampleBatch:
         """Draw ``request.n`` continuations of every prompt by speculative sampling."""
-        from speceq.engines._speculative_loop import run_speculative  # the loop imports this module
-
         return run_speculative(self, request)

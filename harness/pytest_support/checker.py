@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
+from speceq.cases import Case
 from speceq.engines.base import Engine, SampleRequest
 from speceq.errors import ConfigError, DistributionMismatch, SpeceqError
-from speceq.params import Case
 from speceq.pytest_support.explain import explain_run
 from speceq.pytest_support.options import INCONCLUSIVE_OUTCOMES, Settings
 from speceq.pytest_support.probes import Repeatability, SoloEngine, repeatability

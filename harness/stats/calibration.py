@@ -3,7 +3,7 @@
 One replicate draws fresh data and returns the p-value of each test, so that over R
 replicates the rejection rate at alpha must lie in alpha +- 2 sqrt(alpha (1 - alpha) / R) and
 the p-values must look uniform. Used by tests/stats/test_calibration.py (R = 200) and
-benchmarks/calibration_aa.py (R >= 1000). Pure numpy/scipy.
+benchmarks/aa_false_alarms.py (R >= 1000). Pure numpy/scipy.
 """
 
 from __future__ import annotations

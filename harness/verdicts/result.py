@@ -11,9 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Verdict = Literal["equivalent", "shifted", "inconclusive"]
 VERDICTS: tuple[str, ...] = ("equivalent", "shifted", "inconclusive")
 
 #: CLI / CI exit codes per run verdict; 2 is a usage or engine error.

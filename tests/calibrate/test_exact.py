@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from speceq.calibrate.exact import exact_laws
-from speceq.engines._hf_utils import tiny_random_llama
+from speceq.cases import Case
 from speceq.engines.mutants import BonusFromDraft, ResampleFromTarget
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.errors import ConfigError
-from speceq.params import Case, SamplingParams
+from speceq.models.hf_utils import tiny_random_llama
+from speceq.params import SamplingParams
 
 PROMPT = (5, 17, 99, 3)
 

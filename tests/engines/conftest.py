@@ -15,7 +15,7 @@ import copy
 import pytest
 import torch
 
-from speceq.engines._hf_utils import tiny_random_llama
+from speceq.models.hf_utils import tiny_random_llama
 
 #: Prompts of different lengths (7, 1, 3 tokens) that share each batch.
 MIXED_PROMPTS = ((5, 17, 99, 3, 42, 8, 120), (7,), (200, 31, 64))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
 from speceq.engines._kv import SlotCache
-from speceq.engines._torch import batch_generator, cache_kwarg, configure_threads, derive_seed, resolve_dtype
 from speceq.errors import ConfigError
+from speceq.models.torch_utils import batch_generator, cache_kwarg, configure_threads, derive_seed, resolve_dtype
 
 
 def last_logits(model, ids: list[int]) -> torch.Tensor:
@@ -83,4 +85,6 @@ def test_seeds_generators_and_names(target) -> None:
     with pytest.raises(ConfigError, match="seed"):
         derive_seed(-1)
     assert resolve_dtype("bf16") == torch.bfloat16
-    assert cache_kwarg(target) == "cache"  # transformers 5.24: past_key_values= is deprecated
+    # releases that take `cache=` (5.24 deprecates past_key_values=) get it; older ones keep the old name
+    takes_cache = "cache" in inspect.signature(target.forward).parameters
+    assert cache_kwarg(target) == ("cache" if takes_cache else "past_key_values")

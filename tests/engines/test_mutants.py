@@ -13,17 +13,18 @@ from scipy import stats as sps
 
 from speceq import stats
 from speceq.analysis import analyse_run
-from speceq.calibrate.exact import exact_laws
+from speceq.calibrate.exact import exact_laws, exact_tv
+from speceq.cases import Case
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
-from speceq.engines.mutants import MUTANTS, enumerable, exact_tv, make_mutant
+from speceq.engines.mutants import MUTANTS, enumerable, make_mutant
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.registry import resolve_engine
 from speceq.errors import ConfigError, EngineNotFound
 from speceq.models import ByteTokenizer, load_draft, load_target
 from speceq.models.prompts import DEFAULT_PROMPTS
 from speceq.oracle import TargetOracle
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 
 HOOKS = ("process_target", "process_draft", "effective_target", "accept_probs", "residual", "bonus_probs",
          "position_ids", "rollback")

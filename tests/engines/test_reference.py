@@ -12,12 +12,8 @@ from scipy import stats
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
-from speceq.engines.reference import (
-    ReferenceSpeculativeEngine,
-    accept_prefix_lengths,
-    acceptance_ratios,
-    residual_probs,
-)
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.engines.rejection import accept_prefix_lengths, acceptance_ratios, residual_probs
 from speceq.errors import ConfigError
 from speceq.oracle import TargetOracle
 from speceq.params import SamplingParams

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from chromium_cdp import CHROMIUM, Chromium
-from report_example import DATA_FILE
+from report_example import EXAMPLE_FILE
 
 from speceq.reports import render_report
 from speceq.verdicts.result import RunResult
@@ -16,7 +16,7 @@ from speceq.verdicts.result import RunResult
 @pytest.fixture(scope="session")
 def example_result() -> RunResult:
     """The fixed example, read from disk the way ``speceq report`` reads a saved result."""
-    return RunResult.from_json(DATA_FILE.read_text(encoding="utf-8"))
+    return RunResult.from_json(EXAMPLE_FILE.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="session")

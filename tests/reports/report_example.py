@@ -14,7 +14,7 @@ the run, noncentral chi-square sample size). Four cases:
 
 Sample texts, token texts, the prompt and an engine config string carry HTML, script and
 replacement/control characters on purpose. Regenerate the stored files with
-``python tests/reports/report_example.py`` (writes tests/reports/data/ and examples/).
+``python tests/reports/report_example.py`` (writes examples/result-example.json).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ PIT_BINS = 20
 MIN_POOLED = 10  # tokens with a pooled count below this are merged into one bin (pooled counts only)
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_FILE = Path(__file__).resolve().parent / "data" / "result-example.json"
+#: The example result: shown to users in examples/ and read by the report tests.
 EXAMPLE_FILE = REPO / "examples" / "result-example.json"
 
 VOCAB: dict[int, str] = {
@@ -299,14 +299,10 @@ def build_example_result() -> RunResult:
 
 
 def write_example_files() -> list[Path]:
-    """Write the example JSON to tests/reports/data/ and examples/ (same bytes)."""
-    text = build_example_result().to_json() + "\n"
-    written = []
-    for path in (DATA_FILE, EXAMPLE_FILE):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    """Write the example JSON to examples/result-example.json."""
+    EXAMPLE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    EXAMPLE_FILE.write_text(build_example_result().to_json() + "\n", encoding="utf-8")
+    return [EXAMPLE_FILE]
 
 
 #: Strings that would run code or fetch something if a report ever emitted them as markup.

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from html_inspect import parse, unsafe_markup
-from report_example import DATA_FILE, EXAMPLE_FILE, build_example_result
+from report_example import EXAMPLE_FILE, build_example_result
 
+from speceq.cli import main as speceq_main
 from speceq.errors import ConfigError
 from speceq.reports import render_report, write_report
-from speceq.reports.__main__ import main as cli_main
 from speceq.verdicts.result import RunResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +37,6 @@ def _approx_equal(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 def test_stored_example_is_what_the_builder_makes(example_result: RunResult) -> None:
-    assert EXAMPLE_FILE.read_bytes() == DATA_FILE.read_bytes(), "examples/ and tests/reports/data/ differ"
     diffs = _approx_equal(build_example_result().to_dict(), example_result.to_dict())
     assert not diffs, f"regenerate with `python tests/reports/report_example.py`: {diffs[:5]}"
 
@@ -197,25 +196,35 @@ def test_minimal_result_renders(example_result: RunResult) -> None:
     assert "No oracle" in page.by_id("settings").text
 
 
-def test_cli_writes_the_page_and_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                   example_html: str) -> None:
+def test_speceq_report_writes_the_page_and_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            example_html: str, example_result: RunResult) -> None:
     out = tmp_path / "r.html"
-    assert cli_main([str(DATA_FILE), "-o", str(out)]) == 0
+    assert speceq_main(["report", str(EXAMPLE_FILE), "-o", str(out)]) == 0
     assert out.read_bytes() == example_html.encode("utf-8")
-    assert "wrote" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"report: {out}" in printed and example_result.summary() in printed
     (tmp_path / "bad.json").write_text("{not json")
-    assert cli_main([str(tmp_path / "bad.json")]) == 2
-    assert "is not a speceq result" in capsys.readouterr().err
+    assert speceq_main(["report", str(tmp_path / "bad.json")]) == 2
+    assert f"{tmp_path / 'bad.json'}: not a speceq result.json" in capsys.readouterr().err
     (tmp_path / "wrong.json").write_text('{"cases": []}')
-    assert cli_main([str(tmp_path / "wrong.json")]) == 2
-    assert cli_main([str(tmp_path / "missing.json")]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    assert speceq_main(["report", str(tmp_path / "wrong.json")]) == 2
+    assert "wrong.json: not a speceq result.json" in capsys.readouterr().err
+    assert speceq_main(["report", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: cannot read the result" in capsys.readouterr().err
+    unrenderable = replace(example_result, cases=(replace(example_result.cases[0], verdict="fine"),))
+    (tmp_path / "unrenderable.json").write_text(unrenderable.to_json())
+    assert speceq_main(["report", str(tmp_path / "unrenderable.json")]) == 2
+    assert "unrenderable.json: cannot render the result: case 'haiku/T=1'.verdict" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    assert speceq_main(["report", str(EXAMPLE_FILE), "-o", str(tmp_path / "a-file" / "r.html")]) == 2
+    assert f"{tmp_path / 'a-file' / 'r.html'}: cannot write the report" in capsys.readouterr().err
 
 
-def test_python_dash_m_reports_default_output(tmp_path: Path) -> None:
+def test_python_dash_m_speceq_report_default_output(tmp_path: Path) -> None:
     src = tmp_path / "result.json"
-    src.write_bytes(DATA_FILE.read_bytes())
-    proc = subprocess.run([sys.executable, "-m", "speceq.reports", str(src)], cwd=tmp_path, capture_output=True,
+    src.write_bytes(EXAMPLE_FILE.read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "speceq", "report", str(src)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
+    assert f"report: {tmp_path / 'result.html'}" in proc.stdout
     assert (tmp_path / "result.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")

@@ -5,7 +5,7 @@ overrides), prints the markdown tables and the time each variant took, and write
 power.md, power.json and power-curve.svg into ``--out``. ``docs/POWER.md`` is a copy of a
 run's power.md with the command that made it.
 
-Usage: python benchmarks/power.py [--quick | --full] [--out DIR] [--mutants a,b] [--reps R] ...
+Usage: python benchmarks/gallery_power.py [--quick | --full] [--out DIR] [--mutants a,b] [--reps R] ...
 """
 
 from __future__ import annotations

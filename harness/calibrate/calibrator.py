@@ -1,4 +1,4 @@
-"""Power runs: samples-to-detect of every method against every mutant, false alarms, power curve.
+"""The calibrator: samples-to-detect of every method against every mutant, false alarms, power curve.
 
 For each mutant (at the sampling parameters where its bug acts, :attr:`MutantSpec.params`):
 
@@ -29,11 +29,12 @@ import numpy as np
 from speceq.calibrate.ceiling import RowTV, greedy_row_tv, mixture_row_tv, support_row_tv
 from speceq.calibrate.exact import ExactLaws, exact_laws
 from speceq.calibrate.pools import SamplePool
-from speceq.calibrate.report import CalibrationReport, CurvePoint, Detection, VariantReport
+from speceq.calibrate.results import CalibrationResult, CurvePoint, Detection, VariantResult
 from speceq.calibrate.settings import CalibrationSettings
 from speceq.calibrate.simulate import FIRST_TOKEN_METHODS, first_token_rates
+from speceq.cases import Case
 from speceq.engines.mutants import MUTANTS, MutantSpec, enumerable, make_mutant
-from speceq.params import Case, SamplingParams
+from speceq.params import SamplingParams
 
 Log = Callable[[str], None]
 #: The reference engine's row in the lossless table.
@@ -50,11 +51,11 @@ class Calibrator:
     """Loads the bundled models once and measures variants; see the module docstring."""
 
     def __init__(self, settings: CalibrationSettings, *, threads: int | None = None, log: Log = _quiet) -> None:
-        from speceq.engines._torch import configure_threads
         from speceq.engines.baseline import BaselineEngine
         from speceq.engines.reference import ReferenceSpeculativeEngine
         from speceq.models import ByteTokenizer, load_draft
         from speceq.models.prompts import DEFAULT_PROMPTS
+        from speceq.models.torch_utils import configure_threads
 
         configure_threads(threads)
         self.s = settings
@@ -232,7 +233,7 @@ class Calibrator:
         return tuple(out)
 
     # ---- one variant ------------------------------------------------------------------------
-    def run_variant(self, name: str) -> VariantReport:
+    def run_variant(self, name: str) -> VariantResult:
         """Measure one gallery entry (or ``"reference"``)."""
         t0 = time.perf_counter()
         spec = None if name == REFERENCE else MUTANTS[name]
@@ -298,7 +299,7 @@ class Calibrator:
         else:
             used = max(cand.size, 1)
             tv, source = self.empirical_tv(case, cand, used), f"empirical, bias-corrected, n={used}"
-        return VariantReport(
+        return VariantResult(
             name=name, bug=spec.bug if spec else "the reference engine itself",
             bug_class=spec.bug_class if spec else "lossless", lossless=lossless, params=case.params.label(),
             batch_size=case.batch_size, companions=len(case.companions), tv=tuple(tv), tv_source=source,
@@ -330,7 +331,7 @@ class Calibrator:
         return CurvePoint(mix=float(mix), tv=float(max(laws.tv)), n=n, rates=rates, reps=counts)
 
 
-def calibrate(settings: CalibrationSettings, *, threads: int | None = None, log: Log = _quiet) -> CalibrationReport:
+def calibrate(settings: CalibrationSettings, *, threads: int | None = None, log: Log = _quiet) -> CalibrationResult:
     """Run the whole calibration of ``settings`` and return its report."""
     from speceq.provenance import collect_provenance
 
@@ -346,4 +347,4 @@ def calibrate(settings: CalibrationSettings, *, threads: int | None = None, log:
     curve = tuple(cal.curve_point(m) for m in settings.curve_mix) if not settings.mutants or "mixture" in names else ()
     provenance = collect_provenance(seeds={"seed": settings.seed}, engines={}, settings=settings.to_dict(),
                                     extra={"seconds": time.perf_counter() - t0})
-    return CalibrationReport(settings=settings.to_dict(), variants=variants, curve=curve, provenance=provenance)
+    return CalibrationResult(settings=settings.to_dict(), variants=variants, curve=curve, provenance=provenance)

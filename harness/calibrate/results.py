@@ -38,12 +38,9 @@ class Detection:
     source: str  # "engine samples" or "exact law"
     n90: int | None  # smallest size with rate >= power; None when none reached it
 
-    def rate_at(self, n: int) -> float | None:
-        return dict(zip(self.sizes, self.rates)).get(n)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class VariantReport:
+class VariantResult:
     """Calibration of one engine variant (a mutant, a lossless variant or the reference)."""
 
     name: str
@@ -103,11 +100,11 @@ class CurvePoint:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CalibrationReport:
+class CalibrationResult:
     """Everything ``speceq calibrate`` measured, with its settings and provenance."""
 
     settings: dict[str, Any]
-    variants: tuple[VariantReport, ...]
+    variants: tuple[VariantResult, ...]
     curve: tuple[CurvePoint, ...]
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -115,23 +112,23 @@ class CalibrationReport:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> CalibrationReport:
+    def from_dict(d: dict[str, Any]) -> CalibrationResult:
         variants = []
         for v in d["variants"]:
             dets = tuple(Detection(**{**x, "sizes": tuple(x["sizes"]), "rates": tuple(x["rates"])})
                          for x in v["detections"])
-            variants.append(VariantReport(**{**v, "tv": tuple(v["tv"]), "detections": dets, "notes": tuple(v["notes"]),
+            variants.append(VariantResult(**{**v, "tv": tuple(v["tv"]), "detections": dets, "notes": tuple(v["notes"]),
                                              "row_tvs": tuple(v.get("row_tvs", ()))}))
         curve = tuple(CurvePoint(**c) for c in d["curve"])
-        return CalibrationReport(settings=d["settings"], variants=tuple(variants), curve=curve,
+        return CalibrationResult(settings=d["settings"], variants=tuple(variants), curve=curve,
                                  provenance=d.get("provenance", {}))
 
     @property
-    def mutants(self) -> tuple[VariantReport, ...]:
+    def mutants(self) -> tuple[VariantResult, ...]:
         return tuple(v for v in self.variants if not v.lossless)
 
     @property
-    def lossless(self) -> tuple[VariantReport, ...]:
+    def lossless(self) -> tuple[VariantResult, ...]:
         return tuple(v for v in self.variants if v.lossless)
 
     def goals(self) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Small torch helpers shared by the project's own engines and the oracle.
+"""Small torch helpers shared by the engines, the oracle, the run, the calibration and benchmarks.
 
 Threads, dtype names, per-batch random generators, and the one place that knows how a
 Hugging Face causal LM takes its KV cache (``cache=`` in transformers 5.24, which warns

@@ -1,4 +1,4 @@
-"""A/A calibration level 1 at scale: rejection rates of every primary test under an exact H0.
+"""A/A false alarms, level 1 at scale: rejection rates of every primary test under an exact H0.
 
 Runs R replicates (default 1000) of the synthetic oracle sampler (every token drawn from its
 own p) and of the synthetic two-sample model (two independent sample sets of one toy
@@ -9,7 +9,7 @@ Discrete tests (exact KS / permutation CvM on tied lengths) have a size equal to
 largest attainable level <= alpha (e.g. 0.0446 for KS with 400 + 400 rows at alpha = 0.05),
 so a rate below the band is marked "c" (conservative), not "*".
 
-Usage: python benchmarks/calibration_aa.py [--reps 1000] [--seed 1] [--alphas 0.05 0.01]
+Usage: python benchmarks/aa_false_alarms.py [--reps 1000] [--seed 1] [--alphas 0.05 0.01]
 """
 
 from __future__ import annotations
