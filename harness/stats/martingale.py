@@ -8,7 +8,7 @@ its tail is far heavier than the normal one. Below ``MIN_SUMMED_VARIANCE`` the t
 therefore guarded: it reports Z but returns p = 1 (no evidence either way). Above it, the
 measured tail sizes at the levels of a run are in docs/CALIBRATION.md. f may depend only on the prefix and the emitted token x_t, never on the
 draft's proposal at position t: under correct speculative sampling x_t is coupled to the
-draft token, so such a statistic would reject a correct engine (STATISTICS.md section 2).
+draft token, so such a statistic would reject a correct engine (docs/STATISTICS.md).
 Every f used here (argmax indicator, log p, log q_draft - log p) is a function of the prefix
 distributions and x_t alone.
 """
