@@ -50,6 +50,7 @@ from speceq import stats
 from speceq.cases import Case
 from speceq.engines.base import SampleBatch
 from speceq.greedy import NEAR_TIE_NATS, compare_greedy_rows
+from speceq.pictures import chi2_bins, martingale_paths
 from speceq.verdicts.decide import CaseDecision, decide_run, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import (
@@ -100,6 +101,7 @@ class OracleFindings:
     histogram: tuple[int, ...]
     gof: stats.GoodnessOfFitResult
     demoted: str | None
+    z_paths: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +119,8 @@ class CaseDetails:
     greedy: GreedySummary | None = None
     tv_reference: str = "two-sample"
     speedup_per_token: float | None = field(default=None)
+    z_paths: tuple[Any, ...] = ()
+    test_bins: tuple[Any, ...] = ()
 
 
 def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | None = None) -> TestOutcome:
@@ -182,10 +186,16 @@ def planned_primary_tests(case: Case, *, oracle: bool) -> int:
 
 
 def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float,
-                mc_level: float, rng: np.random.Generator) -> tuple[list[TestOutcome], list[PositionComparison]]:
-    """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt."""
+                mc_level: float, rng: np.random.Generator,
+                tok: _Tok) -> tuple[list[TestOutcome], list[PositionComparison], list[Any]]:
+    """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt.
+
+    Also the largest bins of every primary test with raw p <= alpha (one that may decide the
+    case), for the report's picture of it.
+    """
     L = case.params.max_new_tokens
     tests: list[TestOutcome] = []
+    bins: list[Any] = []
     per_position: list[PositionComparison] = []  # case prompt only
     tv_alpha = alpha / L
 
@@ -203,18 +213,28 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
                 break
             labels, ca, cb = stats.paired_counts(sa, sb)
             res = chi2(ca, cb, tv_alpha=tv_alpha)
-            tests.append(_outcome(f"chi2 prompt {j} position {t}", "two-sample", t == 0 or not oracle_mode, res))
+            primary = t == 0 or not oracle_mode
+            tests.append(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res))
+            if primary and res.pvalue <= alpha:
+                bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
             if j == 0:
                 per_position.append(PositionComparison(t, res, labels, ca, cb))
     ta, la = _rows_of(base, 0)
     tb, lb = _rows_of(cand, 0)
     if L >= 2:
-        _, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
-        tests.append(_outcome("chi2 joint first 2", "two-sample", True, chi2(ca, cb)))
+        labels, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
+        res = chi2(ca, cb)
+        tests.append(_outcome("chi2 joint first 2", "two-sample", True, res))
+        if res.pvalue <= alpha:
+            pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
+            bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
     if not case.params.ignore_eos and L >= 2:
-        _, ca, cb = stats.paired_counts(la, lb)
-        tests.append(_outcome("chi2 length", "sequence", True, chi2(ca, cb)))
-    return tests, per_position
+        labels, ca, cb = stats.paired_counts(la, lb)
+        res = chi2(ca, cb)
+        tests.append(_outcome("chi2 length", "sequence", True, res))
+        if res.pvalue <= alpha:
+            bins.append(chi2_bins("chi2 length", [f"{int(x)} tokens" for x in labels], ca, cb))
+    return tests, per_position, bins
 
 
 def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
@@ -281,7 +301,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any,
     tests.append(_outcome("chi2 GOF first token", "oracle", primary, gof))
     tests.append(_outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit))
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), histogram=tuple(int(h) for h in pit.histogram),
-                          gof=gof, demoted=demoted)
+                          gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)))
 
 
 def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any | None, tok: _Tok, *, alpha: float,
@@ -344,8 +364,9 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
         return ev, _replace(details, greedy=summary, tv_reference="greedy rows")
 
     rng = case_rng(seed, case.case_id, 0)
-    tests, per_position = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha,
-                                      mc_level=mc_level, rng=rng)
+    tests, per_position, test_bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha,
+                                                 mc_level=mc_level, rng=rng, tok=tok)
+    details = _replace(details, test_bins=tuple(test_bins))
     failures: tuple[str, ...] = ()
     notes: list[str] = []
     first_probs = None
@@ -358,7 +379,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
                               alpha=alpha, mc_level=mc_level)
         tests += found.tests
         demoted = found.demoted
-        details = _replace(details, pit_histogram=found.histogram)
+        details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths)
         if demoted is None:
             failures = found.support_failures
             if bounds:
@@ -485,5 +506,5 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
-        samples=x.samples, hard_failures=ev.hard_failures, notes=x.notes,
+        samples=x.samples, hard_failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
     )
