@@ -36,6 +36,7 @@ PLUGIN_COMMANDS: dict[str, str] = {
 # ----- speceq run ------------------------------------------------------------------------
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+    from speceq.greedy import NEAR_TIE_NATS
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/CASES.md). Default: the built-in cases")
@@ -72,6 +73,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "engine's own draft model, if it has one)")
     g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
+    g.add_argument("--near-tie-nats", type=float, default=NEAR_TIE_NATS, metavar="NATS",
+                   help="greedy cases: target top-2 margin up to which a divergence is a numerical near-tie "
+                        "(1e-3 measured on float32 CPU; use ~1e-2 for bf16 engines). Default: %(default)g")
     g.add_argument("--sequential", action="store_true",
                    help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
                         "each case once decided (docs/SEQUENTIAL.md)")
@@ -103,7 +107,7 @@ def handle_run(args: argparse.Namespace) -> int:
         oracle_draft=None if args.oracle_draft == "none" else args.oracle_draft,
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
-        progress=args.progress,
+        progress=args.progress, near_tie_nats=args.near_tie_nats,
         workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     cases = load_cases(args.cases) if args.cases else default_cases()

@@ -38,6 +38,7 @@ from speceq.collect.progress import make_progress
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import ConfigError
+from speceq.greedy import NEAR_TIE_NATS
 from speceq.provenance import collect_provenance, utc_now
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
 from speceq.verdicts.result import RunResult
@@ -82,6 +83,9 @@ class RunConfig:
     processes (1: sample in this process; None: one per usable CPU, see
     :func:`speceq.collect.auto_workers`), or the Ray tasks in flight (None: one per cluster
     CPU); ray_address: the Ray cluster to use (None: start a local one for the run).
+    near_tie_nats: greedy cases' near-tie threshold, the target's top-2 margin (nats) up to
+    which a divergence is numerical, not a bug
+    (default 1e-3, measured on float32 CPU; bf16 engines need ~1e-2).
     """
 
     baseline: str = "baseline"
@@ -103,6 +107,7 @@ class RunConfig:
     executor: str = "local"
     workers: int | None = 1
     ray_address: str | None = None
+    near_tie_nats: float = NEAR_TIE_NATS
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -126,6 +131,9 @@ class RunConfig:
             raise bad("alpha", "a number in (0, 1)")
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) or not 0 < self.tolerance <= 1:
             raise bad("tolerance", "a total-variation distance in (0, 1]")
+        if isinstance(self.near_tie_nats, bool) or not isinstance(self.near_tie_nats, (int, float)) \
+                or not 0 <= self.near_tie_nats < float("inf"):
+            raise bad("near_tie_nats", "a finite number of nats >= 0")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise bad("threads", "an integer >= 1 or None")
         if self.executor not in EXECUTORS:
@@ -152,6 +160,7 @@ class RunConfig:
             "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
             "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
             "executor": self.executor, "workers": self.workers, "ray_address": self.ray_address,
+            "near_tie_nats": self.near_tie_nats,
         }
 
 
@@ -470,5 +479,5 @@ def _analyse(config: RunConfig, cases: Sequence[Case], collected: Collected, eng
     return analyse_run(
         cases, collected.baseline, collected.candidate, oracle=oracle, alpha=config.alpha,
         tolerance=config.tolerance, seed=config.seed, engines=engine_configs,
-        provenance=provenance, progress=config.progress,
+        provenance=provenance, progress=config.progress, near_tie_nats=config.near_tie_nats,
     )
