@@ -132,18 +132,33 @@ def rerun_command(argv: Sequence[str], samples: int, *, program: str = "speceq")
     return shlex.join([program, *out, "--samples", str(samples)])
 
 
-def skipped_tests(result: RunResult) -> list[str]:
-    """Primary tests that did not run in this result, each with how to enable it."""
+#: How each face enables the oracle tests: the ``speceq run`` flags and the pytest plugin's options.
+ENABLE_HINTS: dict[str, dict[str, str]] = {
+    "cli": {
+        "oracle": "drop --no-oracle (and give --oracle-model DIR if the baseline loads no model)",
+        "draft": "give the candidate's draft with --oracle-draft DIR (--oracle-draft bundled for the bundled models)",
+    },
+    "pytest": {
+        "oracle": "set --speceq-oracle=on (or --speceq-oracle=DIR, the target's folder, if the baseline loads no model)",
+        "draft": "use a candidate engine that exposes its draft model, or run `speceq run --oracle-draft DIR` on the "
+                 "same engines",
+    },
+}
+
+
+def skipped_tests(result: RunResult, face: str = "cli") -> list[str]:
+    """Primary tests that did not run in this result, each with how to enable it from ``face``
+    (``"cli"`` for ``speceq run``, ``"pytest"`` for the plugin)."""
+    hints = ENABLE_HINTS[face]
     sampled = any(c.greedy is None for c in result.cases)
     if not sampled:
         return []
     if result.oracle is None:
         return ["oracle tests not run (black-box mode): PIT, the martingale z-tests and the first-token fit need the "
-                "target oracle; drop --no-oracle (and give --oracle-model DIR if the baseline loads no model)"]
+                f"target oracle; {hints['oracle']}"]
     if "draft" in result.oracle and result.oracle["draft"] is None:
         return ["z draft drift not run: the oracle has no draft model (the candidate exposes none). It is the test "
-                "that catches a wrong accept/resample rule; give the candidate's draft with --oracle-draft DIR "
-                "(--oracle-draft bundled for the bundled models)"]
+                f"that catches a wrong accept/resample rule; {hints['draft']}"]
     return []
 
 

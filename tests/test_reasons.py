@@ -28,7 +28,7 @@ def _test(name: str, p: float, stat: float = 5.0, summary: str = "") -> TestOutc
 
 def _case(tests, **kw) -> CaseResult:
     ev = CaseEvidence(case_id="c", tests=tuple(tests), tv_estimate=0.1, tv_upper_bound=0.2, effective_support=4.0,
-                      mode="two-sample", n_baseline=100, n_candidate=100, hard_failures=kw.pop("hard_failures", ()))
+                      n_baseline=100, n_candidate=100, hard_failures=kw.pop("hard_failures", ()))
     d = decide_run([ev], alpha=ALPHA, tolerance=0.05)[0]
     return CaseResult(case_id="c", case={"id": "c", "params": {}}, verdict=d.verdict, reason=d.reason, tolerance=0.05,
                       n_baseline=100, n_candidate=100, tests=d.tests, hard_failures=ev.hard_failures,

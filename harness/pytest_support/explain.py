@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from speceq.reasons import skipped_tests
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Rejecting tests and moved tokens listed per case.
@@ -121,6 +122,7 @@ def explain_run(result: RunResult, *, store: Path | None = None,
     lines = [f"speceq: {engines_line(result)}: {result.summary()}"]
     for case in result.cases:
         lines.append(explain_case(case, result.alpha, detail=case.verdict in only))
+    lines.extend(f"note: {note}" for note in skipped_tests(result, face="pytest"))
     if store is not None:
         lines.append(f"samples and result.json: {store}  (HTML: speceq report {store / 'result.json'} -o report.html)")
     return "\n".join(lines)

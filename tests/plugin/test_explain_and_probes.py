@@ -128,3 +128,17 @@ def test_repeatability_reports_different_draws_without_failing() -> None:
     other = repeatability(toy(toy_engines.unseeded), request, case_id="r")
     assert not other.repeatable and other.identical_rows < 40
     assert "a different draw with the same seed (information, not a failure)" in other.summary()
+
+
+def test_explain_run_says_which_primary_tests_did_not_run_and_how_to_enable_them_in_pytest() -> None:
+    black_box = explain_run(run_result(case_result()))  # no oracle in the result
+    assert "note: oracle tests not run (black-box mode)" in black_box
+    assert "--speceq-oracle=on" in black_box and "--no-oracle" not in black_box
+    with_oracle = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, cases=(case_result(),),
+                            engines={"baseline": {"name": "base"}, "candidate": {"name": "cand"}},
+                            oracle={"model": {}, "draft": None}, provenance={})
+    assert "note: z draft drift not run" in explain_run(with_oracle)
+    complete = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, cases=(case_result(),),
+                         engines={"baseline": {"name": "base"}, "candidate": {"name": "cand"}},
+                         oracle={"model": {}, "draft": {"path": "d"}}, provenance={})
+    assert "note:" not in explain_run(complete)
