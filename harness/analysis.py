@@ -42,6 +42,7 @@ from speceq import stats
 from speceq.cases import Case
 from speceq.engines.base import SampleBatch
 from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence
+from speceq.pictures import chi2_bins, martingale_paths
 from speceq.verdicts.decide import CaseDecision, CaseEvidence, decide_run, run_verdict
 from speceq.verdicts.result import (
     CaseResult,
@@ -123,10 +124,16 @@ def _effective_support(counts: np.ndarray) -> float:
     return max(1.0, float(np.sqrt(p).sum() ** 2))
 
 
-def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float, rng: np.random.Generator):
-    """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt."""
+def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float, rng: np.random.Generator,
+                tok: _Tok):
+    """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt.
+
+    Also the largest bins of every primary test with raw p <= alpha (one that may decide the
+    case), for the report's picture of it.
+    """
     L = case.params.max_new_tokens
     tests: list[TestOutcome] = []
+    bins: list[Any] = []
     per_position: list[tuple[int, Any, np.ndarray, np.ndarray, np.ndarray]] = []  # case prompt only
     tv_alpha = alpha / L
     for j in range(len(case.prompts)):
@@ -142,18 +149,26 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
             res = stats.chisquare_homogeneity(ca, cb, rng=rng, tv_alpha=tv_alpha)
             primary = t == 0 or not oracle_mode
             tests.append(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res))
+            if primary and res.pvalue <= alpha:
+                bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
             if j == 0:
                 per_position.append((t, res, labels, ca, cb))
     ta, la = _rows_of(base, 0)
     tb, lb = _rows_of(cand, 0)
     if L >= 2:
-        _, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
-        tests.append(_outcome("chi2 joint first 2", "two-sample", True, stats.chisquare_homogeneity(ca, cb, rng=rng)))
+        labels, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
+        res = stats.chisquare_homogeneity(ca, cb, rng=rng)
+        tests.append(_outcome("chi2 joint first 2", "two-sample", True, res))
+        if res.pvalue <= alpha:
+            pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
+            bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
     if not case.params.ignore_eos and L >= 2:
-        _, ca, cb = stats.paired_counts(la, lb)
+        labels, ca, cb = stats.paired_counts(la, lb)
         res = stats.chisquare_homogeneity(ca, cb, rng=rng)
         tests.append(_outcome("chi2 length", "sequence", True, res))
-    return tests, per_position
+        if res.pvalue <= alpha:
+            bins.append(chi2_bins("chi2 length", [f"{int(x)} tokens" for x in labels], ca, cb))
+    return tests, per_position, bins
 
 
 def _top_tokens(per_position, tok: _Tok, first_probs: np.ndarray | None) -> tuple[TokenFrequency, ...]:
@@ -213,7 +228,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any,
         notes.append("the oracle does not model the baseline (baseline PIT p="
                      f"{base_pit.anderson_darling.pvalue:.2g}, {base_sup.statistic} zero-probability tokens): "
                      "oracle tests of this case are not trustworthy; check the oracle model and its processing")
-    return tests, failures, notes, pit.histogram, gof
+    return tests, failures, notes, pit.histogram, gof, martingale_paths(scores)
 
 
 def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any | None, tok: _Tok):
@@ -285,13 +300,15 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
         return ev, extra
 
     rng = case_rng(seed, case.case_id, 0)
-    tests, per_position = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha, rng=rng)
+    tests, per_position, bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha, rng=rng,
+                                            tok=tok)
+    extra["test_bins"] = tuple(bins)
     failures: list[str] = []
     first_probs = None
     bounds = [(t, res.tv, res.tv_upper_bound) for t, res, *_ in per_position]
     if oracle is not None:
         first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
-        o_tests, failures, notes, hist, gof = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1),
+        o_tests, failures, notes, hist, gof, extra["z_paths"] = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1),
                                                              tok, first_probs)
         tests += o_tests
         extra["notes"] += notes
@@ -377,4 +394,5 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: Mapping[str, 
         speedup_per_token=x.get("speedup_per_token"), top_tokens=x.get("top_tokens", ()),
         pit_histogram=x.get("pit_histogram", ()), greedy=x.get("greedy"), samples=x["samples"],
         hard_failures=ev.hard_failures, notes=tuple(x["notes"]),
+        z_paths=x.get("z_paths", ()), test_bins=x.get("test_bins", ()),
     )

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,12 +59,18 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "engine's own draft model, if it has one)")
     g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
+    g.add_argument("--sequential", action="store_true",
+                   help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
+                        "each case once decided (docs/SEQUENTIAL.md)")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="speceq-out", metavar="DIR", help="samples, result.json, provenance.json. Default: %(default)s")
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--resume", dest="resume", action="store_true", default=True, help="reuse stored chunks (default)")
     mode.add_argument("--fresh", dest="resume", action="store_false", help="discard stored chunks first")
     g.add_argument("--report", metavar="PATH", help="also write the HTML report there")
+    g.add_argument("--summary-md", metavar="PATH",
+                   help="also write a short Markdown verdict table there (for a pull-request comment or "
+                        "$GITHUB_STEP_SUMMARY, which is appended to; see docs/SUMMARY.md)")
     g.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
@@ -72,6 +80,8 @@ def handle_run(args: argparse.Namespace) -> int:
     from speceq.engines.registry import parse_engine_options
     from speceq.run import RunConfig, run
 
+    if args.sequential:
+        from speceq.sequential import run_sequential as run
     config = RunConfig(
         baseline=args.baseline, candidate=args.candidate,
         baseline_options=parse_engine_options(args.baseline_option),
@@ -83,17 +93,95 @@ def handle_run(args: argparse.Namespace) -> int:
         progress=args.progress,
     )
     cases = load_cases(args.cases) if args.cases else default_cases()
+    check_run_outputs(config.out_dir, report=args.report, summary_md=args.summary_md)
+    check_engine_specs(config)
     try:
         result = run(config, cases)
     except StoreError as e:
         raise StoreError(f"{e} [--fresh discards the stored samples; --out DIR uses another folder]") from e
-    if args.report:
-        _write_report(result, args.report)
+    argv = getattr(args, "argv", None) or []
     if args.json:
         print(result.to_json())
     else:
-        print_summary(result, out_dir=config.out_dir, report=args.report)
-    return result.exit_code
+        print_summary(result, out_dir=config.out_dir, argv=argv)
+    # written after the verdict is printed: a failing write cannot hide it
+    failed = False
+    for flag, path, write in (("--report", args.report, _write_report),
+                              ("--summary-md", args.summary_md, lambda r, p: write_summary_md(r, p, argv=argv))):
+        if not path:
+            continue
+        try:
+            write(result, path)
+        except OSError as e:
+            print(f"speceq: error: {flag}: {os_error_message(e, path)} (the result is in {config.out_dir})",
+                  file=sys.stderr)
+            failed = True
+            continue
+        if not args.json:
+            print(f"{flag.removeprefix('--').replace('-md', '')}: {path}")
+    return EXIT_USAGE if failed else result.exit_code
+
+
+def os_error_message(e: OSError, path: str | os.PathLike[str] | None = None) -> str:
+    """One line for an OS error: what failed and on which path (no errno noise)."""
+    where = e.filename if e.filename is not None else path
+    what = e.strerror or str(e)
+    if e.filename2 is not None:
+        return f"{what}: {str(where)!r} -> {str(e.filename2)!r}"
+    return f"{what}: {str(where)!r}" if where is not None else what
+
+
+def _check_writable_folder(folder: Path, flag: str) -> None:
+    """``folder`` (or its nearest existing parent, when it does not exist yet) accepts a new file."""
+    from speceq.errors import ConfigError
+
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{str(probe)!r} is not a folder, so {str(folder)!r} cannot be created", where=flag)
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write in {str(probe)!r}: {e.strerror or e}", where=flag) from None
+
+
+def check_run_outputs(out_dir: Path, *, report: str | None = None, summary_md: str | None = None) -> None:
+    """Before any sampling: the output folder and the report/summary paths can be written.
+
+    Raises ConfigError naming the option and the path (a file where a folder is needed, a
+    folder where a file is needed, no write permission, a read-only file system).
+    """
+    from speceq.errors import ConfigError
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{str(out_dir)!r} is a file, expected a folder", where="--out")
+    _check_writable_folder(out_dir, "--out")
+    for flag, value in (("--report", report), ("--summary-md", summary_md)):
+        if not value:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise ConfigError(f"{value!r} is a folder, expected a file path", where=flag)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ConfigError(f"{value!r} is not writable", where=flag)
+        _check_writable_folder(path.parent, flag)
+
+
+def check_engine_specs(config: Any) -> None:
+    """Before any model loads: both engine specs name something that exists and imports."""
+    from speceq.engines.registry import check_engine_spec
+
+    for role in ("baseline", "candidate"):
+        spec = getattr(config, role)
+        try:
+            check_engine_spec(spec)
+        except SpeceqError as e:
+            raise type(e)(f"--{role}: {e}") from e
 
 
 def _write_report(result: RunResult, path: str) -> Path:
@@ -106,37 +194,113 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str | None = None) -> None:
+def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str | None = None,
+                  argv: Sequence[str] = ()) -> None:
     """The result table and the run verdict, on stdout.
 
     One row per case: id, parameters, verdict, TV estimate and its upper confidence bound,
-    acceptance rate, speedup per token (candidate over baseline), samples per engine needed
-    to decide an inconclusive case.
+    acceptance rate, speedup per token (candidate over baseline), and why: for a shifted case
+    the test that decided it (name, Holm-adjusted p, effect) or the hard failure, for an
+    inconclusive one the samples per engine that would decide. Then the engines (as typed),
+    primary tests that did not run, and the command that would decide the inconclusive
+    cases (``argv``: the ``speceq`` arguments of this run).
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    from speceq import reasons
+
     style = {"equivalent": "green", "shifted": "bold red", "inconclusive": "yellow"}
-    table = Table(title="speceq", title_justify="left")
+    table = Table()
     table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
-    for col in ("verdict", "TV", "TV bound", "accept", "speedup", "need n"):
+    for col in ("verdict", "TV", "TV bound", "accept", "speedup"):
         table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
+    table.add_column("why", overflow="fold", ratio=1)
     for c in result.cases:
         label = _params_label(c.case.get("params", {}), c.case.get("batch_size"))
         speed = "—" if c.speedup_per_token is None else f"{c.speedup_per_token:.2f}x"
-        need = "—" if c.required_n is None else f"{c.required_n:,}"
-        table.add_row(c.case_id, label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", _fmt(c.tv_estimate),
-                      _fmt(c.tv_upper_bound), _fmt(c.acceptance_rate, ".2f"), speed, need)
+        why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
+        table.add_row(escape(c.case_id), label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", _fmt(c.tv_estimate),
+                      _fmt(c.tv_upper_bound), _fmt(c.acceptance_rate, ".2f"), speed, escape(why))
     console = Console(highlight=False)
     if not console.is_terminal:  # a file or a pipe: room for the whole row
-        console = Console(highlight=False, width=120)
+        console = Console(highlight=False, width=160)
+    # plain print: engine specs are paths and must not be wrapped
+    print(f"speceq: {reasons.engine_label(result, 'candidate')} vs {reasons.engine_label(result, 'baseline')}", flush=True)
     console.print(table)
     console.print(result.summary(), style=style.get(result.verdict, ""))
-    if out_dir is not None:  # plain print: paths must not be wrapped
+    # plain prints below: paths and commands must not be wrapped
+    for line in reasons.skipped_tests(result):
+        print(f"note: {line}")
+    rerun = rerun_line(result, argv)
+    if rerun:
+        print(rerun)
+    if out_dir is not None:
         print(f"result: {out_dir / 'result.json'}   samples and provenance: {out_dir}")
+    for c in result.cases:  # sequential mode: say when each case was decided
+        if c.reason.startswith("sequential:"):
+            print(f"{c.case_id}: {c.reason}")
     if report:
         print(f"report: {report}")
+
+
+def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
+    """'to decide: <command>' for the inconclusive cases ('' when there is none or no command line)."""
+    from speceq import reasons
+
+    need = [c for c in result.cases if c.verdict == "inconclusive" and c.required_n is not None]
+    if not need:
+        return ""
+    n = max(c.required_n for c in need if c.required_n is not None)
+    own = [c.case_id for c in need if isinstance(c.case, dict) and c.case.get("samples")]
+    tail = (f" (cases {', '.join(own)} set their own samples in the cases file: raise them there)" if own else "")
+    if not argv:
+        return f"to decide: rerun with --samples {n} and the same --out (stored samples are reused){tail}"
+    return f"to decide: {reasons.rerun_command(argv, n)}   (reuses the stored samples){tail}"
+
+
+def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
+    """A short Markdown verdict table (GitHub-flavoured) for a pull-request comment or a CI step summary."""
+    from speceq import reasons
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    mark = {"equivalent": "✅ equivalent", "shifted": "❌ shifted", "inconclusive": "⚠️ inconclusive"}
+    lines = [
+        f"### speceq: {result.verdict.upper()}",
+        "",
+        f"`{cell(reasons.engine_label(result, 'candidate'))}` vs `{cell(reasons.engine_label(result, 'baseline'))}` · "
+        f"α = {result.alpha:g} · tolerance TV < {result.tolerance:g}",
+        "",
+        "| case | verdict | TV | TV bound | why |",
+        "|---|---|---:|---:|---|",
+    ]
+    for c in result.cases:
+        why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
+        lines.append(f"| `{cell(c.case_id)}` | {mark.get(c.verdict, c.verdict)} | {_fmt(c.tv_estimate)} | "
+                     f"{_fmt(c.tv_upper_bound)} | {cell(why)} |")
+    lines += ["", result.summary()]
+    for note in reasons.skipped_tests(result):
+        lines += ["", f"> note: {cell(note)}"]
+    rerun = rerun_line(result, argv)
+    if rerun:
+        lines += ["", "To decide the inconclusive cases:", "", "```", rerun.removeprefix("to decide: "), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary_md(result: RunResult, path: str | os.PathLike[str], *, argv: Sequence[str] = ()) -> Path:
+    """Write :func:`summary_markdown` to ``path``; append when ``path`` is ``$GITHUB_STEP_SUMMARY``."""
+    target = Path(path)
+    text = summary_markdown(result, argv=argv)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    append = bool(step_summary) and target.exists() and target.resolve() == Path(step_summary).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a" if append else "w", encoding="utf-8") as f:
+        f.write(text)
+    return target
 
 
 def _params_label(params: dict[str, Any], batch_size: Any) -> str:
@@ -181,7 +345,7 @@ def handle_report(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise ConfigError(f"cannot render the result: {e}", where=str(args.result)) from None
     except OSError as e:
-        raise ConfigError(f"cannot write the report: {e}", where=str(out)) from None
+        raise ConfigError(f"cannot write the report: {os_error_message(e)}", where=str(out)) from None
     print(result.summary())
     print(f"report: {path}")
     return 0
@@ -198,7 +362,7 @@ def handle_engines(args: argparse.Namespace) -> int:
     for name in list_engines():
         target = BUILTIN_ENGINES.get(name)
         print(f"{name:<20} {target}" if target else name)
-    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see README)")
+    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see docs/ENGINES.md)")
     return 0
 
 
@@ -247,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     from speceq.run import RunInterrupted
 
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.handler(args)
     except RunInterrupted as e:
@@ -258,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpeceqError, OSError) as e:
         if args.debug:
             raise
-        print(f"speceq: error: {e}", file=sys.stderr)
+        message = os_error_message(e) if isinstance(e, OSError) and not isinstance(e, SpeceqError) else str(e)
+        print(f"speceq: error: {message}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from speceq import reasons
 from speceq.errors import ConfigError
-from speceq.reports import svg
+from speceq.reports import svg, why
 from speceq.reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
 from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
 
@@ -29,13 +31,19 @@ MAX_SAMPLES_PER_ENGINE = 4
 #: Frequency charts of the first positions are open; later positions sit in a closed <details>.
 OPEN_POSITIONS = 2
 #: Pointwise coverage of the uniform band drawn on PIT histograms.
-PIT_BAND_LEVEL = 0.99
+PIT_BAND_LEVEL = why.PIT_BAND_LEVEL
+#: Cases are shown in this order of verdicts (then in run order).
+VERDICT_ORDER = {"shifted": 0, "inconclusive": 1, "equivalent": 2}
+#: A per-test TV bound in a test's note (each at its own level); the case card states one bound only.
+_TV_IN_NOTE = re.compile(r";? ?TV=[0-9.eE+-]+ <= [0-9.eE+-]+ \(confidence [^)]*\)")
 
 
 @dataclass(frozen=True, slots=True)
 class TestRow:
     test: TestOutcome
     rejects: bool  # primary and Holm-adjusted p <= alpha
+    decides: bool = False  # the test that made the case shifted
+    note: str = ""  # the test's summary without its own TV bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,9 @@ class CaseView:
     tv_chart: Markup | None
     samples: dict[str, list[SampleText]] = field(default_factory=dict)
     samples_hidden: int = 0
+    sample_pairs: list[tuple[SampleText | None, SampleText | None]] = field(default_factory=list)
+    decider: why.Decider | None = None
+    z_views: list[why.ZView] = field(default_factory=list)
 
 
 def _environment() -> jinja2.Environment:
@@ -128,9 +139,71 @@ def _engine_blocks(engines: dict[str, Any]) -> list[tuple[str, list[tuple[str, s
     return [(str(name), _rows(engines[name])) for name in names]
 
 
-def _test_rows(tests: Sequence[TestOutcome], alpha: float) -> list[TestRow]:
-    return [TestRow(test=t, rejects=bool(t.primary and t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha))
+def _test_rows(tests: Sequence[TestOutcome], alpha: float, deciding: TestOutcome | None) -> list[TestRow]:
+    return [TestRow(test=t, rejects=bool(t.primary and t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha),
+                    decides=deciding is not None and t is deciding, note=_TV_IN_NOTE.sub("", t.summary))
             for t in tests]
+
+
+def _sample_pairs(samples: dict[str, list[SampleText]]) -> list[tuple[SampleText | None, SampleText | None]]:
+    base, cand = samples.get("baseline", []), samples.get("candidate", [])
+    return [(base[i] if i < len(base) else None, cand[i] if i < len(cand) else None)
+            for i in range(max(len(base), len(cand)))]
+
+
+def engine_table(result: RunResult) -> list[dict[str, str]]:
+    """One row per engine role (baseline, candidate, then others, then the oracle): name, kind, model, dtype, options."""
+    order = {"baseline": 0, "candidate": 1}
+    prov = result.provenance.get("engines") if isinstance(result.provenance, dict) else None
+    rows = []
+    for role in sorted(result.engines, key=lambda k: (order.get(str(k), 2), str(k))):
+        cfg = result.engines[role] if isinstance(result.engines[role], dict) else {"value": result.engines[role]}
+        ident = prov.get(role) if isinstance(prov, dict) and isinstance(prov.get(role), dict) else {}
+        kind = str(cfg.get("engine") or cfg.get("class") or "—")
+        if cfg.get("mutant"):
+            kind += f" (mutant {cfg['mutant']})"
+        models, dtypes = [], []
+        for key, label in (("model", "target"), ("target", "target"), ("draft", "draft")):
+            v = cfg.get(key)
+            if isinstance(v, dict):
+                models.append(f"{label} {v.get('path') or v.get('class') or '?'}")
+                if v.get("dtype"):
+                    dtypes.append(str(v["dtype"]))
+            elif v is not None:
+                models.append(f"{label} {v}")
+        if cfg.get("dtype"):
+            dtypes.append(str(cfg["dtype"]))
+        options = dict(ident.get("options") or {}) if isinstance(ident.get("options"), dict) else {}
+        for key in ("k", "num_assistant_tokens", "prompt_lookup_num_tokens"):
+            if key in cfg and key not in options:
+                options[key] = cfg[key]
+        if isinstance(cfg.get("mutant_options"), dict):
+            options.update({k: v for k, v in cfg["mutant_options"].items() if k not in options})
+        rows.append({
+            "role": str(role),
+            "name": reasons.engine_label(result, str(role)) if role in ("baseline", "candidate") else str(cfg.get("name") or role),
+            "kind": kind,
+            "model": "; ".join(models) or "—",
+            "dtype": ", ".join(dict.fromkeys(dtypes)) or "—",
+            "options": ", ".join(f"{k}={fmt_value(options[k])}" for k in sorted(options, key=str)) or "—",
+        })
+    if isinstance(result.oracle, dict):
+        models, dtypes = [], []
+        for key, label in (("model", "target"), ("draft", "draft")):
+            v = result.oracle.get(key)
+            if isinstance(v, dict):
+                models.append(f"{label} {v.get('path') or v.get('class') or '?'}")
+                if v.get("dtype"):
+                    dtypes.append(str(v["dtype"]))
+            elif isinstance(v, str):
+                models.append(f"{label} {v}")
+        if "draft" in result.oracle and result.oracle["draft"] is None:
+            models.append("no draft")
+        if result.oracle.get("dtype"):
+            dtypes.append(str(result.oracle["dtype"]))
+        rows.append({"role": "oracle", "name": "target oracle", "kind": "scores the candidate's tokens",
+                     "model": "; ".join(models) or "—", "dtype": ", ".join(dict.fromkeys(dtypes)) or "—", "options": "—"})
+    return rows
 
 
 def _position_charts(case: CaseResult) -> list[PositionChart]:
@@ -146,7 +219,8 @@ def _position_charts(case: CaseResult) -> list[PositionChart]:
     return charts
 
 
-def _case_view(index: int, case: CaseResult, alpha: float) -> CaseView:
+def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
+    alpha = run.alpha
     spec = case.case if isinstance(case.case, dict) else {}
     params = spec.get("params")
     ids = spec.get("prompt_ids")
@@ -172,6 +246,8 @@ def _case_view(index: int, case: CaseResult, alpha: float) -> CaseView:
     tv_chart = None
     if tolerance_ok and (case.tv_estimate is not None or case.tv_upper_bound is not None):
         tv_chart = svg.tv_scale(case.tv_estimate, case.tv_upper_bound, float(case.tolerance))
+    deciding = reasons.deciding_test(case, alpha) if case.verdict == "shifted" and not case.hard_failures else None
+    z_views = why.z_views(case, run, deciding)
     return CaseView(
         case=case,
         anchor=f"case-{index + 1}",
@@ -179,12 +255,15 @@ def _case_view(index: int, case: CaseResult, alpha: float) -> CaseView:
         prompt_ids=ids_text,
         params=_rows(params) if params is not None else [],
         context=context,
-        tests=_test_rows(case.tests, alpha),
+        tests=_test_rows(case.tests, alpha, deciding),
         positions=_position_charts(case),
         pit=pit,
         tv_chart=tv_chart,
         samples=samples,
         samples_hidden=hidden,
+        sample_pairs=_sample_pairs(samples),
+        decider=why.decider(case, run, deciding, z_views),
+        z_views=z_views,
     )
 
 
@@ -195,7 +274,8 @@ def render_report(result: RunResult) -> str:
     a negative/non-integer count, and TypeError when ``result`` is not a RunResult.
     """
     _render_report_iv(result)
-    views = [_case_view(i, c, result.alpha) for i, c in enumerate(result.cases)]
+    ordered = sorted(result.cases, key=lambda c: VERDICT_ORDER.get(c.verdict, 3))  # stable: run order within a verdict
+    views = [_case_view(i, c, result) for i, c in enumerate(ordered)]
     counts = {verdict: sum(c.verdict == verdict for c in result.cases) for verdict in VERDICTS}
     totals = {
         "baseline": sum(c.n_baseline for c in result.cases),
@@ -210,6 +290,8 @@ def render_report(result: RunResult) -> str:
         counts=counts,
         totals=totals,
         engines=_engine_blocks(result.engines),
+        engine_rows=engine_table(result),
+        skipped=reasons.skipped_tests(result),
         oracle=_rows(result.oracle) if result.oracle else [],
         provenance=_rows(result.provenance),
         moved_z=svg.MOVED_Z,

@@ -15,7 +15,7 @@ from markupsafe import Markup, escape
 from scipy import stats
 
 from speceq.reports.format import clean_text, finite_or_none, fmt_num, fmt_pct, token_label, visible_token
-from speceq.verdicts.result import TokenFrequency
+from speceq.verdicts.result import TokenFrequency, ZPath
 
 CHART_WIDTH = 760
 #: Standardised difference of two proportions beyond which a bar pair is marked as moved (visual aid, not a test).
@@ -71,11 +71,13 @@ def shift_z(baseline_count: int, candidate_count: int, n_baseline: int, n_candid
 _LABEL_W, _DELTA_W, _ROW_H, _BAR_H, _TOP = 200, 130, 30, 10, 26
 
 
-def frequency_chart(tokens: Sequence[TokenFrequency], n_baseline: int, n_candidate: int) -> Markup:
+def frequency_chart(tokens: Sequence[TokenFrequency], n_baseline: int, n_candidate: int,
+                    labels: Sequence[str] | None = None, title: str = "token frequencies, baseline vs candidate") -> Markup:
     """Horizontal bars of one position: baseline and candidate frequency per token, oracle ticks.
 
     Frequencies are counts divided by the engine's sample count. Tokens whose standardised
-    difference exceeds :data:`MOVED_Z` get a bold label and an arrow.
+    difference exceeds :data:`MOVED_Z` get a bold label and an arrow. ``labels`` replaces the
+    token labels (e.g. bins of a length or pair test, which are not single tokens).
     """
     freqs = [(t, t.baseline_count / n_baseline if n_baseline else 0.0,
               t.candidate_count / n_candidate if n_candidate else 0.0) for t in tokens]
@@ -99,13 +101,15 @@ def frequency_chart(tokens: Sequence[TokenFrequency], n_baseline: int, n_candida
         z = shift_z(t.baseline_count, t.candidate_count, n_baseline, n_candidate)
         moved = abs(z) >= MOVED_Z
         oracle = finite_or_none(t.oracle_prob)
-        tip = (f"token #{t.token} “{visible_token(t.text)}”: baseline {t.baseline_count:,}/{n_baseline:,} ({fmt_pct(fb, 2)}), "
+        what = f"token #{t.token} “{visible_token(t.text)}”" if labels is None else visible_token(labels[i])
+        tip = (f"{what}: baseline {t.baseline_count:,}/{n_baseline:,} ({fmt_pct(fb, 2)}), "
                f"candidate {t.candidate_count:,}/{n_candidate:,} ({fmt_pct(fc, 2)})"
                + (f", oracle {fmt_pct(oracle, 2)}" if oracle is not None else "") + f", z = {z:.1f}")
         row = [
             element("title", None, tip),
             element("text", {"x": x0 - 8, "y": y + _BAR_H + 4, "text-anchor": "end",
-                             "class": "tok moved" if moved else "tok"}, token_label(t.text, t.token)),
+                             "class": "tok moved" if moved else "tok"},
+                    token_label(t.text, t.token) if labels is None else _short(visible_token(labels[i]), 26)),
             element("rect", {"class": "bar-base", "x": x0, "y": y, "height": _BAR_H,
                              "width": plot_w * min(fb, scale_max) / scale_max}),
             element("rect", {"class": "bar-cand", "x": x0, "y": y + _BAR_H + 1, "height": _BAR_H,
@@ -125,7 +129,11 @@ def frequency_chart(tokens: Sequence[TokenFrequency], n_baseline: int, n_candida
         x = x0 + plot_w * k / 5
         kids.append(element("line", {"class": "axis", "x1": x, "x2": x, "y1": axis_y, "y2": axis_y + 4}))
         kids.append(element("text", {"x": x, "y": axis_y + 16, "text-anchor": "middle", "class": "tick"}, f"{100 * v:.4g} %"))
-    return _svg(CHART_WIDTH, height, "token frequencies, baseline vs candidate", *kids)
+    return _svg(CHART_WIDTH, height, title, *kids)
+
+
+def _short(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
 # ---- PIT histogram ------------------------------------------------------------------------------
@@ -243,3 +251,73 @@ def tv_scale(estimate: float | None, upper: float | None, tolerance: float) -> M
         kids.append(element("text", {"x": x_of(up) + 4, "y": 27, "class": "tick"},
                             f"U {up:.3g}" + (" (off scale)" if up > xmax else "")))
     return _svg(width, height, "TV estimate and upper confidence bound against the tolerance", *kids)
+
+
+# ---- martingale z-test path ---------------------------------------------------------------------
+
+
+def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Nice tick values covering [lo, hi]."""
+    step = _nice_step(hi - lo, count)
+    first = math.ceil(lo / step - 1e-9) * step
+    out, v = [], first
+    while v <= hi + 1e-9 * step:
+        out.append(0.0 if abs(v) < step * 1e-9 else v)
+        v += step
+    return out
+
+
+def zpath_chart(path: ZPath, z_crit: float, *, level_label: str) -> Markup:
+    """The running sum of f − E f over the candidate's tokens, inside its null band ±z·sqrt(running Var f).
+
+    The test is evaluated once, at the last token: it rejects when the path ends outside the
+    band (the end dot is red then). The band is drawn at every token so that the reader sees
+    where the excess builds up; crossing it mid-way is not a rejection by itself.
+    """
+    left, right, top, bottom, height = 72, 34, 14, 34, 240
+    plot_w, plot_h = CHART_WIDTH - left - right, height - top - bottom
+    pts = [(t, e, v) for t, e, v in zip(path.tokens, path.excess, path.variance)
+           if math.isfinite(e) and math.isfinite(v) and v >= 0]
+    if not pts:
+        return _svg(CHART_WIDTH, 40, f"{path.test}: no path data", element("text", {"x": 8, "y": 24}, "no path data"))
+    n_max = max(t for t, _, _ in pts)
+    band = [z_crit * math.sqrt(v) for _, _, v in pts]
+    ymax = nice_ceiling(max([abs(e) for _, e, _ in pts] + band + [1e-9]) * 1.08)
+
+    def x_of(t: float) -> float:
+        return left + plot_w * t / max(n_max, 1)
+
+    def y_of(v: float) -> float:
+        return top + plot_h * (1 - (v + ymax) / (2 * ymax))
+
+    upper = [(x_of(t), y_of(b)) for (t, _, _), b in zip(pts, band)]
+    lower = [(x_of(t), y_of(-b)) for (t, _, _), b in zip(pts, band)]
+    outline = [(x_of(0), y_of(0))] + upper + lower[::-1]
+    kids: list[Markup] = [
+        element("polygon", {"class": "band", "points": " ".join(f"{_num(x)},{_num(y)}" for x, y in outline)}),
+        element("line", {"class": "expected", "x1": left, "x2": left + plot_w, "y1": y_of(0), "y2": y_of(0)}),
+        element("line", {"class": "axis", "x1": left, "x2": left, "y1": top, "y2": top + plot_h}),
+        element("line", {"class": "axis", "x1": left, "x2": left + plot_w, "y1": top + plot_h, "y2": top + plot_h}),
+    ]
+    for v in ticks(-ymax, ymax):
+        kids.append(element("line", {"class": "axis", "x1": left - 4, "x2": left, "y1": y_of(v), "y2": y_of(v)}))
+        kids.append(element("text", {"x": left - 6, "y": y_of(v) + 4, "text-anchor": "end", "class": "tick"}, f"{v:g}"))
+    for t in ticks(0, n_max):
+        kids.append(element("line", {"class": "axis", "x1": x_of(t), "x2": x_of(t), "y1": top + plot_h, "y2": top + plot_h + 4}))
+        kids.append(element("text", {"x": x_of(t), "y": top + plot_h + 16, "text-anchor": "middle", "class": "tick"},
+                            fmt_num(int(round(t)))))
+    line = [(x_of(0), y_of(0))] + [(x_of(t), y_of(e)) for t, e, _ in pts]
+    kids.append(element("polyline", {"class": "zpath", "points": " ".join(f"{_num(x)},{_num(y)}" for x, y in line)}))
+    t_end, e_end, v_end = pts[-1]
+    outside = abs(e_end) > z_crit * math.sqrt(v_end)
+    z_end = e_end / math.sqrt(v_end) if v_end > 0 else 0.0
+    kids.append(element("circle", {"class": "zend out" if outside else "zend", "cx": x_of(t_end), "cy": y_of(e_end), "r": 5},
+                        element("title", None, f"after {t_end:,} tokens: sum {e_end:.4g}, Z = {z_end:.3g} "
+                                               f"({'outside' if outside else 'inside'} the band ±{z_crit:.3g}·sd)")))
+    kids.append(element("text", {"x": left + plot_w / 2, "y": height - 4, "text-anchor": "middle", "class": "tick"},
+                        "candidate tokens scored"))
+    kids.append(element("text", {"x": 14, "y": top + plot_h / 2, "text-anchor": "middle", "class": "tick",
+                                 "transform": f"rotate(-90 14 {_num(top + plot_h / 2)})"}, "running sum of f − E f"))
+    kids.append(element("text", {"x": left + 8, "y": top + 12, "class": "legend"},
+                        f"grey: null band ±{z_crit:.3g}·sqrt(running Var f) ({level_label})"))
+    return _svg(CHART_WIDTH, height, f"{path.test}: running sum against its null band", *kids)

@@ -27,9 +27,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("inputs", ("speceq.cases", "speceq.provenance")),
     (
         "engines, store, stats, oracle, verdicts",
-        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.verdicts"),
+        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.verdicts", "speceq.reasons"),
     ),
-    ("run", ("speceq.analysis", "speceq.run")),
+    ("run", ("speceq.analysis", "speceq.pictures", "speceq.run", "speceq.sequential")),
     (
         "faces",
         (

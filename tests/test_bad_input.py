@@ -56,3 +56,48 @@ def test_oracle_of_another_vocabulary_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="oracle.model: .*vocabulary of 512.*not the baseline's target"):
         check_oracle_matches(Oracle(), {"baseline": FakeEngine(), "candidate": FakeEngine()})
+
+
+# ---- a plain-function engine plugged in by its spec -------------------------------------------------
+PLAIN_ENGINE = '''
+import numpy as np
+
+def good(prompt_ids, n, params, seed):
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.integers(97, 100, size=params["max_new_tokens"]) for _ in range(n)])
+
+def runs_on(prompt_ids, n, params, seed):
+    rows = good(prompt_ids, n, params, seed).tolist()
+    rows[1] = [97, 257, 98]  # sample 1 of every prompt: EOS (257) at position 1, then two more tokens
+    return rows
+
+def three_args(prompt_ids, n, params):
+    return []
+'''
+
+
+def test_plain_function_output_errors_name_the_spec_eos_prompt_sample_and_position(tmp_path) -> None:
+    from speceq.errors import EngineError
+
+    path = tmp_path / "my_engine.py"
+    path.write_text(PLAIN_ENGINE)
+    config = RunConfig(baseline=f"{path}:good", candidate=f"{path}:runs_on", samples=20, chunk_size=20,
+                       out_dir=tmp_path / "out", progress=False, oracle=False)
+    two_prompts = [Case(case_id="c", prompt_ids=(256, 100), companions=((256, 101, 102),),
+                        params=SamplingParams(max_new_tokens=3))]
+    with pytest.raises(EngineError) as info:
+        run(config, two_prompts)
+    message = str(info.value)
+    assert message.startswith(f"engine '{path}:runs_on', case 'c': ")
+    assert "row 2 (prompt 0, sample 1) continues after the EOS id 257 at position 1: it goes on to position 2" in message
+    assert (tmp_path / "out" / "chunks" / "baseline").is_dir()  # the baseline's chunk was kept
+
+
+def test_plain_function_with_three_parameters_is_refused_with_the_expected_signature(tmp_path) -> None:
+    path = tmp_path / "my_engine.py"
+    path.write_text(PLAIN_ENGINE)
+    config = RunConfig(baseline=f"{path}:good", candidate=f"{path}:three_args", out_dir=tmp_path / "out",
+                       progress=False, oracle=False)
+    with pytest.raises(ConfigError, match=r"expected the signature fn\(prompt_ids, n, params, seed\) .* got 3 required "
+                                          r"positional parameter\(s\) \(prompt_ids, n, params\)"):
+        run(config, cases(), engines=None)

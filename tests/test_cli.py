@@ -65,7 +65,7 @@ def test_unknown_engine_is_one_line_exit_2(tmp_path, capsys):
     argv[argv.index("--candidate") + 1] = "refrence"
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("speceq: error: unknown engine 'refrence'. Did you mean 'reference'")
+    assert err.startswith("speceq: error: --candidate: unknown engine 'refrence'. Did you mean 'reference'")
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
@@ -217,3 +217,163 @@ def test_bundled_engines_end_to_end(tmp_path, capsys):
     assert main(argv("two", "--no-oracle")) == 3
     capsys.readouterr()
     assert load_samples_frame(tmp_path / "one").equals(load_samples_frame(tmp_path / "two"))
+
+
+# ---- why: the table, the Markdown summary, the rerun command ------------------------------------------
+def test_table_names_the_deciding_test_of_a_shifted_case(tmp_path, capsys):
+    assert main(one_case_run(tmp_path, 4000, "--candidate-option", "shift=0.2")) == 1
+    out = capsys.readouterr().out
+    result = RunResult.from_json((tmp_path / "out" / "result.json").read_text())
+    decider = min((t for t in result.cases[0].tests if t.primary), key=lambda t: (t.adjusted_pvalue, t.pvalue))
+    assert f"{decider.name}: Holm p=" in out and "TV=" in out
+    assert "speceq: fake_engines:FakeEngine vs fake_engines:FakeEngine" in out  # the engines as typed
+    assert "note: oracle tests not run (black-box mode)" in out  # a skipped primary family says so
+
+
+def test_inconclusive_case_gives_the_samples_and_the_exact_rerun_command(tmp_path, capsys):
+    import shlex
+
+    argv = one_case_run(tmp_path, 300, "--fresh")
+    assert main(argv) == 3
+    out = capsys.readouterr().out
+    need = RunResult.from_json((tmp_path / "out" / "result.json").read_text()).cases[0].required_n
+    assert f"~{need:,} samples per engine would decide (now 300)" in out
+    line = next(x for x in out.splitlines() if x.startswith("to decide: "))
+    command = shlex.split(line.removeprefix("to decide: ").split("   (")[0])
+    rerun = command[1:]
+    assert command[0] == "speceq" and "--fresh" not in rerun and rerun[-2:] == ["--samples", str(need)]
+    assert rerun[:-2] == [a for a in argv if a != "--fresh" and a != "300" and a != "--samples"]
+    assert cli.build_parser().parse_args(rerun).samples == need
+
+
+def test_summary_md_is_a_markdown_verdict_table(tmp_path, capsys):
+    md = tmp_path / "ci" / "summary.md"
+    assert main(one_case_run(tmp_path, 4000, "--candidate-option", "shift=0.2", "--summary-md", str(md))) == 1
+    assert f"summary: {md}" in capsys.readouterr().out
+    text = md.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "### speceq: SHIFTED"
+    assert "| case | verdict | TV | TV bound | why |" in lines and "|---|---|---:|---:|---|" in lines
+    row = next(x for x in lines if x.startswith("| `one` |"))
+    assert "❌ shifted" in row and "Holm p=" in row and row.count("|") == 6
+    assert "run verdict SHIFTED" in text
+
+
+def test_summary_md_appends_to_the_github_step_summary(tmp_path, capsys, monkeypatch):
+    step = tmp_path / "step_summary"
+    step.write_text("## earlier step output\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    assert main(one_case_run(tmp_path, 300, "--summary-md", str(step))) == 3
+    text = step.read_text()
+    assert text.startswith("## earlier step output\n### speceq: INCONCLUSIVE")
+    assert "To decide the inconclusive cases:" in text and "--samples" in text
+
+
+def test_markdown_cells_escape_pipes_and_newlines():
+    case = CaseResult(case_id="a|b", case={"id": "a|b", "params": {}}, verdict="shifted", reason="r",
+                      tolerance=0.05, n_baseline=10, n_candidate=10, hard_failures=("token x|y\nat 3",))
+    result = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, engines={"baseline": {}, "candidate": {}},
+                       cases=(case,))
+    row = next(x for x in cli.summary_markdown(result).splitlines() if x.startswith("| `a"))
+    assert "a\\|b" in row and "hard failure: token x\\|y at 3" in row and row.count(" | ") == 4
+
+
+# ---- everything that can fail is checked before sampling ------------------------------------------
+@pytest.mark.parametrize("flag", ["--report", "--summary-md"])
+def test_unwritable_output_fails_before_sampling(tmp_path, capsys, flag):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert main(fake_run(tmp_path, flag, str(blocker / "r.html"))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"speceq: error: {flag}: '{blocker}' is not a folder") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing was sampled
+    assert main(fake_run(tmp_path, flag, str(tmp_path))) == 2
+    assert f"{flag}: '{tmp_path}' is a folder, expected a file path" in capsys.readouterr().err
+
+
+def test_out_that_is_a_file_fails_before_sampling(tmp_path, capsys):
+    argv = fake_run(tmp_path)
+    blocker = tmp_path / "out"
+    blocker.write_text("x")
+    assert main(argv) == 2
+    assert f"--out: '{blocker}' is a file, expected a folder" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
+def test_read_only_folder_fails_before_sampling(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        assert main(fake_run(tmp_path, "--report", str(ro / "r.html"))) == 2
+        assert f"--report: cannot write in '{ro}'" in capsys.readouterr().err
+    finally:
+        ro.chmod(0o755)
+
+
+def test_bad_engine_spec_fails_before_any_engine_is_built(tmp_path, capsys, monkeypatch):
+    import speceq.run
+
+    built = []
+    monkeypatch.setattr(speceq.run, "resolve_engines", lambda config: built.append(config) or {})
+    bad = tmp_path / "my_engine.py"
+    bad.write_text("def sampel(prompt_ids, n, params, seed):\n    return []\n")
+    argv = fake_run(tmp_path)
+    argv[argv.index("--candidate") + 1] = f"{bad}:sample"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--candidate: engine" in err and "has no attribute 'sample'. Did you mean 'sampel'" in err
+    assert built == [] and not (tmp_path / "out").exists()
+
+
+def test_a_failing_report_write_still_prints_the_verdict(tmp_path, capsys, monkeypatch):
+    def refuse(result, path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(cli, "_write_report", refuse)
+    report = tmp_path / "r.html"
+    assert main(one_case_run(tmp_path, 300, "--report", str(report))) == 2
+    captured = capsys.readouterr()
+    assert "run verdict INCONCLUSIVE" in captured.out
+    assert captured.err == f"speceq: error: --report: Permission denied: '{report}' (the result is in {tmp_path / 'out'})\n"
+
+
+def test_os_errors_are_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
+    def handler(args):
+        raise IsADirectoryError(21, "Is a directory", str(tmp_path))
+
+    monkeypatch.setattr(cli, "handle_engines", handler)
+    monkeypatch.setitem(cli.COMMANDS, "engines", (cli.COMMANDS["engines"][0], cli.add_engines_arguments, handler))
+    assert main(["engines"]) == 2
+    assert capsys.readouterr().err == f"speceq: error: Is a directory: '{tmp_path}'\n"
+
+
+def test_documented_run_commands_parse():
+    """Every `speceq run` command in docs/SUMMARY.md uses options the parser knows (the recipe cannot rot)."""
+    import re
+    import shlex
+
+    text = (REPO / "docs" / "SUMMARY.md").read_text(encoding="utf-8")
+    commands = [" ".join(part.strip().rstrip("\\") for part in m.split("\n"))
+                for m in re.findall(r"^[ \t]*(speceq run(?:[^\n]*\\\n)*[^\n]*)", text, re.M)]
+    assert len(commands) >= 3
+    parser = cli.build_parser()
+    for command in commands:
+        args = parser.parse_args(shlex.split(command)[1:])
+        assert args.command == "run", command
+    assert any("--summary-md" in c and "$GITHUB_STEP_SUMMARY" in c for c in commands)
+
+
+def test_documented_plain_function_runs(tmp_path, capsys):
+    """The plain-function example of docs/SUMMARY.md works as an engine (here against itself)."""
+    import re
+
+    text = (REPO / "docs" / "SUMMARY.md").read_text(encoding="utf-8")
+    source = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "def sample(prompt_ids" in b)
+    (tmp_path / "my_engine.py").write_text(source)
+    spec = f"{tmp_path / 'my_engine.py'}:sample"
+    cases = tmp_path / "one.json"
+    cases.write_text(json.dumps({"cases": [{"id": "one", "prompt_ids": [256, 100], "max_new_tokens": 3}]}))
+    assert main(["run", "--baseline", spec, "--candidate", spec, "--cases", str(cases), "--samples", "30",
+                 "--no-oracle", "--out", str(tmp_path / "out"), "--no-progress"]) in (0, 3)
+    assert f"speceq: {spec} vs {spec}" in capsys.readouterr().out

@@ -146,17 +146,25 @@ def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, c
         raise fail(f"tokens after each row's length must be {PAD_OUT}")
     eos = engine.eos_token_id
     if eos is not None:
+        prompts = max(1, len(request.prompts))
+
+        def row_name(r: int) -> str:  # rows are n rounds of every prompt (row_layout)
+            return f"row {r} (prompt {r % prompts}, sample {r // prompts})"
+
         is_eos = (tok == eos) & inside
         if request.params.ignore_eos and is_eos.any():
-            r = int(np.argwhere(is_eos)[0][0])
-            raise fail(f"row {r} contains EOS although ignore_eos is set")
+            r, p = (int(x) for x in np.argwhere(is_eos)[0])
+            raise fail(f"{row_name(r)} holds the EOS id {eos} at position {p} although ignore_eos is set "
+                       "(the engine must mask EOS and generate exactly max_new_tokens tokens)")
         if not request.params.ignore_eos:
+            eos_before_end = is_eos & (pos < (lens[:, None] - 1))
+            if eos_before_end.any():
+                r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
+                raise fail(f"{row_name(r)} continues after the EOS id {eos} at position {p}: it goes on to position "
+                           f"{int(lens[r]) - 1} (a row must end at its first EOS)")
             last = tok[np.arange(expected_rows), lens - 1]
             early = (lens < L) & (last != eos)
             if early.any():
                 r = int(np.flatnonzero(early)[0])
-                raise fail(f"row {r} stops after {int(lens[r])} tokens without EOS (truncated output?)")
-            eos_before_end = is_eos & (pos < (lens[:, None] - 1))
-            if eos_before_end.any():
-                r = int(np.argwhere(eos_before_end)[0][0])
-                raise fail(f"row {r} continues after EOS")
+                raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the EOS id "
+                           f"{eos} (its last token is {int(last[r])}): truncated output, or a different EOS id?")

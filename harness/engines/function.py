@@ -1,22 +1,27 @@
 """Wrap a plain sampling function as an engine.
 
 The simplest third-party engine is a function
-``fn(prompt_ids: list[int], n: int, params: SamplingParams, seed: int) -> list[list[int]]``
+``fn(prompt_ids: list[int], n: int, params: SamplingParams, seed: int) -> rows``
 returning ``n`` generated continuations (token ids, EOS included when generated, prompt
-excluded). :class:`FunctionEngine` calls it once per prompt and lays the rows out as the
-engine contract requires. No torch is imported here.
+excluded). ``rows`` may be a list of lists, a list of numpy arrays or torch tensors, or one
+2-D numpy array / torch tensor (``n`` rows; a row padded with -1 after its end is cut
+there). ``params`` reads both as attributes and as a mapping (``params.temperature``,
+``params["temperature"]``, ``dict(params)``). :class:`FunctionEngine` calls the function
+once per prompt and lays the rows out as the engine contract requires. No torch is
+imported here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
 from speceq.params import SamplingParams
 
@@ -25,6 +30,62 @@ SampleFunction = Callable[[list[int], int, SamplingParams, int], Sequence[Sequen
 #: Defaults match the bundled byte models (speceq.models: VOCAB_SIZE, EOS_ID).
 DEFAULT_VOCAB_SIZE = 259
 DEFAULT_EOS_TOKEN_ID = 257
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionParams(SamplingParams):
+    """The SamplingParams a plain function receives: attributes, and read-only mapping access too."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(f"{key!r} is not a sampling parameter; known: {', '.join(self.keys())}")
+        return getattr(self, key)
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(SamplingParams))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.keys() else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.keys()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    @classmethod
+    def of(cls, params: SamplingParams) -> FunctionParams:
+        return params if isinstance(params, cls) else cls(**params.to_dict())
+
+
+def _as_rows(rows: Any) -> Any:
+    """numpy arrays and torch tensors (or lists of them) as lists of int lists; -1 padding cut off."""
+    if hasattr(rows, "tolist") and hasattr(rows, "ndim"):  # numpy array or torch tensor
+        if rows.ndim == 1 and len(rows) == 0:
+            return []
+        if rows.ndim != 2:
+            return rows  # reported by _check_rows with its shape
+        rows = rows.tolist()
+        return [_cut_padding(r) for r in rows]
+    if isinstance(rows, (list, tuple)):
+        return [_cut_padding(r.tolist()) if hasattr(r, "tolist") and hasattr(r, "ndim") else r for r in rows]
+    return rows
+
+
+def _cut_padding(row: list[Any]) -> list[Any]:
+    end = len(row)
+    while end and row[end - 1] == PAD_OUT:
+        end -= 1
+    return row[:end]
 
 
 def prompt_seed(seed: int, prompt_index: int) -> int:
@@ -80,8 +141,9 @@ class FunctionEngine:
         """Call the function once per prompt and interleave its rows (n rounds of every prompt)."""
         start = time.perf_counter()
         per_prompt: list[list[list[int]]] = []
+        params = FunctionParams.of(request.params)
         for i, prompt in enumerate(request.prompts):
-            rows = self.fn(list(prompt), request.n, request.params, prompt_seed(request.seed, i))
+            rows = _as_rows(self.fn(list(prompt), request.n, params, prompt_seed(request.seed, i)))
             per_prompt.append(self._check_rows(rows, i, request.n, request.params.max_new_tokens))
         layout = request.rows()
         ordered = [per_prompt[int(p)][j // len(request.prompts)] for j, p in enumerate(layout)]
@@ -91,9 +153,12 @@ class FunctionEngine:
 
     def _check_rows(self, rows: Any, prompt_index: int, n: int, max_new_tokens: int) -> list[list[int]]:
         where = f"prompt {prompt_index}"
-        if isinstance(rows, (str, bytes)) or not isinstance(rows, (Sequence, np.ndarray)):
+        wrong_shape = hasattr(rows, "ndim") and hasattr(rows, "shape") and rows.ndim != 2
+        if wrong_shape or isinstance(rows, (str, bytes)) or not isinstance(rows, (Sequence, np.ndarray)):
+            shape = f" of shape {tuple(rows.shape)}" if hasattr(rows, "shape") else ""
             raise EngineError(
-                f"{where}: the function returned {type(rows).__name__}, expected a list of {n} token lists",
+                f"{where}: the function returned {type(rows).__name__}{shape}, expected {n} token lists "
+                "(a list of lists, arrays or tensors, or one 2-D array/tensor)",
                 engine=self.name,
             )
         if len(rows) != n:
@@ -101,7 +166,7 @@ class FunctionEngine:
         out: list[list[int]] = []
         for j, row in enumerate(rows):
             try:
-                ids = [operator.index(t) for t in row]
+                ids = [operator.index(t) for t in (row.tolist() if hasattr(row, "tolist") else row)]
             except TypeError as exc:
                 raise EngineError(
                     f"{where} row {j}: not a list of integer token ids ({exc})", engine=self.name

@@ -158,6 +158,44 @@ def _is_engine(obj: Any) -> bool:
     return not inspect.isclass(obj) and isinstance(obj, Engine)
 
 
+def _positional_required(obj: Any) -> list[str]:
+    """Names of the required positional parameters of a callable ([] when it has no signature)."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+
+
+def check_engine_spec(spec: str) -> None:
+    """Fail fast on a spec that cannot resolve, without building the engine (no model is loaded).
+
+    Checks that a built-in name, ``mutant:<name>``, entry-point name or ``module:attr`` /
+    ``file.py:attr`` exists and imports; raises EngineNotFound as :func:`resolve_engine` would.
+    Options are checked when the engine is built.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise EngineNotFound(f"engine spec must be a non-empty string, got {spec!r}")
+    if spec.startswith(MUTANT_PREFIX):
+        from speceq.engines.mutants import MUTANTS
+
+        name = spec[len(MUTANT_PREFIX):]
+        if name not in MUTANTS:
+            close = difflib.get_close_matches(name, list(MUTANTS), n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise EngineNotFound(f"unknown mutant {name!r}.{hint} Known mutants: {', '.join(MUTANTS)}")
+        return
+    if spec in BUILTIN_ENGINES:
+        return
+    if ":" in spec:
+        _load_target(spec, spec)
+        return
+    plugins = _entry_points()
+    if spec not in plugins:
+        raise _unknown(spec, list(BUILTIN_ENGINES) + sorted(plugins))
+
+
 def _is_sample_function(obj: Any) -> bool:
     """A plain ``fn(prompt_ids, n, params, seed)``: exactly 4 required positional parameters."""
     if inspect.isclass(obj) or not callable(obj):
@@ -191,7 +229,8 @@ def _instantiate(obj: Any, options: dict[str, Any], label: str) -> Engine:
                 f"unknown option(s) {unknown} for a plain sampling function; expected some of {sorted(allowed)}",
                 where=f"engine {label!r}",
             )
-        return FunctionEngine(obj, **options)
+        # the name is the spec the user typed ("my_engine.py:sample"), not the function's __qualname__
+        return FunctionEngine(obj, **{"name": label, **options})
     if not callable(obj):
         raise ConfigError(
             f"{label!r} is a {type(obj).__name__}: expected an Engine, a class, a factory or a function "
@@ -201,6 +240,15 @@ def _instantiate(obj: Any, options: dict[str, Any], label: str) -> Engine:
     try:
         inspect.signature(obj).bind(**options)
     except TypeError as exc:
+        if not inspect.isclass(obj) and _positional_required(obj):
+            raise ConfigError(
+                f"{label}{inspect.signature(obj)} is not a sampling function: expected the signature "
+                f"fn(prompt_ids, n, params, seed) (4 positional parameters) returning n token lists, got "
+                f"{len(_positional_required(obj))} required positional parameter(s) "
+                f"({', '.join(_positional_required(obj))}); a factory instead is called with the engine options "
+                f"only ({exc})",
+                where=f"engine {label!r}",
+            ) from None
         raise ConfigError(
             f"options {options} do not fit {label}{inspect.signature(obj)}: {exc}", where=f"engine {label!r}"
         ) from None

@@ -35,7 +35,7 @@ def configure_threads(n: int | None = None) -> int:
 
     ``n`` given: use it. ``None``: use ``$SPECEQ_TORCH_THREADS`` when set, leave torch alone
     when ``$OMP_NUM_THREADS`` is set (the user chose), else 1 thread: on a loaded 2-core
-    machine 2 threads were measured up to 7x slower than 1 (see ENGINES.md).
+    machine 2 threads were measured up to 7x slower than 1.
     """
     if n is None:
         env = os.environ.get(THREADS_ENV)

@@ -158,8 +158,11 @@ class EquivalenceChecker:
             tolerance: float | None = None, seed: int | None = None, oracle: bool | str | None = None,
             baseline: str | Engine | None = None, candidate: str | Engine | None = None,
             baseline_options: Mapping[str, Any] | None = None,
-            candidate_options: Mapping[str, Any] | None = None) -> RunResult:
+            candidate_options: Mapping[str, Any] | None = None, sequential: bool | None = None) -> RunResult:
         """Run one check and record it for the report; never fails the test on the verdict.
+
+        ``sequential``: the anytime-valid sequential mode (default: ``--speceq-sequential``);
+        the test's report section then says when each case was decided.
 
         ``oracle``: True/"on", False/"off", or a target model folder. ``baseline`` /
         ``candidate``: an engine spec or an Engine instance; their options default to the
@@ -194,7 +197,15 @@ class EquivalenceChecker:
             tolerance=self.settings.tolerance if tolerance is None else tolerance,
             seed=run_seed, threads=self.settings.threads, out_dir=out_dir, resume=True, progress=False,
         )
-        result = run_equivalence(config, case_list, engines=engines)
+        if self.settings.sequential if sequential is None else sequential:
+            from speceq.sequential import run_sequential
+
+            result = run_sequential(config, case_list, engines=engines)
+            self.note(f"speceq check {index + 1}: sequential mode (anytime-valid, stops each case once decided)")
+            for c in result.cases:
+                self.note(f"  {c.case_id}: {c.verdict} — {c.reason}")
+        else:
+            result = run_equivalence(config, case_list, engines=engines)
         self._item.stash[ITEM_RESULTS_KEY].append((result, out_dir))
         self._item.user_properties.append((f"speceq_check_{index + 1}", result.verdict))
         self._session.record(self._item.nodeid, index, result, out_dir)

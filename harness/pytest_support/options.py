@@ -106,6 +106,16 @@ def _oracle(text: str) -> str:
     return "on" if low in _ON else "off" if low in _OFF else value
 
 
+def _on_off(text: str) -> bool:
+    """``on``/``off`` (and yes/no, true/false, 1/0) as a bool."""
+    low = str(text).strip().lower()
+    if low in _ON:
+        return True
+    if low in _OFF:
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def convert(text: str) -> str:
         value = str(text).strip().lower()
@@ -191,6 +201,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                help="outcome of a test whose check is inconclusive (no shift detected, but "
                     "equivalence within the tolerance not shown at this budget): skip (undecided, "
                     "with the sample size that would decide), fail (certification gates) or pass."),
+    OptionSpec(name="sequential", default=False, convert=_on_off, metavar="on|off",
+               help="anytime-valid sequential checks: look after every step of a doubling schedule up to the "
+                    "budget and stop each case once decided (docs/SEQUENTIAL.md)."),
 )
 OPTION_BY_NAME: dict[str, OptionSpec] = {o.name: o for o in OPTIONS}
 
@@ -228,6 +241,7 @@ class Settings:
     store: Path | None
     report: Path | None
     inconclusive: str
+    sequential: bool = False
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def budget(self) -> int:
@@ -243,7 +257,8 @@ class Settings:
         oracle = self.oracle if self.oracle in ("on", "off") else f"model {self.oracle}"
         return (f"speceq: baseline={self.baseline} candidate={self.candidate} oracle={oracle} "
                 f"samples={self.budget()} ({self.sources.get('samples', 'default')}) alpha={self.alpha:g} "
-                f"tolerance={self.tolerance:g} seed={self.seed} inconclusive={self.inconclusive}")
+                f"tolerance={self.tolerance:g} seed={self.seed} inconclusive={self.inconclusive}"
+                + (" sequential=on (anytime-valid: cases stop once decided)" if self.sequential else ""))
 
 
 def _ini_path_base(config: pytest.Config) -> Path:

@@ -2,7 +2,7 @@
 
 For the first generated token (one fixed prefix: the prompt) and for frequent prefixes.
 Bins come from the probabilities alone, never from the data: labels with expected count
-n p_i >= ``min_expected`` keep a bin each and the tail is merged by p (STATISTICS.md section 2).
+n p_i >= ``min_expected`` keep a bin each and the tail is merged by p.
 """
 
 from __future__ import annotations

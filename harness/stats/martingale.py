@@ -4,7 +4,7 @@ Z = sum_t (f(x_t) - E_{p_t} f) / sqrt(sum_t Var_{p_t} f). The increments are mar
 differences under H0 whatever the dependence across positions, so Z -> N(0, 1) by the
 martingale CLT. f may depend only on the prefix and the emitted token x_t, never on the
 draft's proposal at position t: under correct speculative sampling x_t is coupled to the
-draft token, so such a statistic would reject a correct engine (STATISTICS.md section 2).
+draft token, so such a statistic would reject a correct engine.
 Every f used here (argmax indicator, log p, log q_draft - log p) is a function of the prefix
 distributions and x_t alone.
 """

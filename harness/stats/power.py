@@ -1,11 +1,11 @@
 """Sample sizes: power of the chi-square tests and certification of TV <= eps.
 
-Detection (STATISTICS.md section 4): the one-sample chi-square with k bins has
+Detection: the one-sample chi-square with k bins has
 noncentrality lambda = n w^2, and w^2 >= 4 delta^2 for a TV shift delta (equality for the
 hardest, proportional shift). Solving ncx2.sf(chi2.ppf(1 - alpha, k - 1), k - 1, lambda) = power
 gives n = lambda / (4 delta^2) oracle draws, and twice that per group for two samples.
 
-Certification (section 3): "equivalent" needs the upper bound TV_hat + margin below eps.
+Certification: "equivalent" needs the upper bound TV_hat + margin below eps.
 Under p = q with effective support k_eff = (sum_i sqrt(p_i))^2, E[TV_hat] ~
 sqrt(k_eff / (2 pi n)), so n = (sqrt(k_eff / (2 pi)) + sqrt(ln(1/alpha) / 2))^2 / eps^2 draws
 (oracle), twice that per group (two-sample).

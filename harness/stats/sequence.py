@@ -2,7 +2,7 @@
 
 Lengths are integers with heavy ties (they pile up at max_new_tokens), so scipy's
 continuous-law p-values would be conservative and ``scipy.stats.kstest`` must never see a
-discrete CDF. Two exact remedies (STATISTICS.md section 7):
+discrete CDF. Two exact remedies:
 
 - KS with random tie-breaking: values are replaced by their dense rank plus U(0,1) jitter,
   which keeps the order of distinct values and breaks ties uniformly at random. Under H0

@@ -1,8 +1,8 @@
 """Effect sizes: plug-in total variation distance and its distribution-free upper bounds.
 
 The plug-in TV is biased upward (Jensen), and McDiarmid's inequality bounds its deviation
-from its mean, so ``TV_hat + margin`` is a valid upper confidence bound for the true TV
-(STATISTICS.md section 3). Bounds are capped at 1, the largest possible TV, which keeps
+from its mean, so ``TV_hat + margin`` is a valid upper confidence bound for the true TV.
+Bounds are capped at 1, the largest possible TV, which keeps
 them valid.
 """
 

@@ -3,7 +3,7 @@
 Rare labels are merged into one ``other`` bin using the POOLED counts only: under H0,
 given the pooled multiset the group labels are exchangeable, so a binning that is a
 function of the pooled counts keeps the Monte Carlo p-value exact and the asymptotic one
-approximately valid. Choosing bins from per-group counts would not (STATISTICS.md section 1).
+approximately valid. Choosing bins from per-group counts would not.
 """
 
 from __future__ import annotations

@@ -91,6 +91,40 @@ class SampleText:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ZPath:
+    """Running sums of one martingale z-test over the candidate's scored tokens, thinned for a plot.
+
+    test: the name of its TestOutcome (e.g. ``"z draft drift"``). tokens: tokens summed at
+    each point (increasing; the last is every token the test used). excess: running sum of
+    f - E_p f there (f's units). variance: running sum of Var_p f there. The test's Z is
+    ``excess[-1] / sqrt(variance[-1])``.
+    """
+
+    test: str
+    tokens: tuple[int, ...] = ()
+    excess: tuple[float, ...] = ()
+    variance: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestBins:
+    """The bins of a primary chi-square test whose raw p-value is at most alpha (so it may decide).
+
+    labels: display text per bin; counts per engine; the bins are those with the largest
+    chi-square contributions (at most a dozen), ordered by pooled count.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    test: str
+    labels: tuple[str, ...] = ()
+    baseline_counts: tuple[int, ...] = ()
+    candidate_counts: tuple[int, ...] = ()
+    n_baseline: int = 0
+    n_candidate: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CaseResult:
     """Verdict and evidence of one case."""
 
@@ -117,6 +151,8 @@ class CaseResult:
     samples: tuple[SampleText, ...] = ()
     hard_failures: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    z_paths: tuple[ZPath, ...] = ()
+    test_bins: tuple[TestBins, ...] = ()
 
     def summary(self) -> str:
         """One line: id, verdict, reason."""
@@ -201,5 +237,9 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
             "samples": tuple(SampleText(**{**s, "token_ids": tuple(s.get("token_ids", ()))}) for s in d.get("samples", ())),
             "hard_failures": tuple(d.get("hard_failures", ())),
             "notes": tuple(d.get("notes", ())),
+            "z_paths": tuple(ZPath(**{k: tuple(v) if isinstance(v, list) else v for k, v in z.items()})
+                             for z in d.get("z_paths", ())),
+            "test_bins": tuple(TestBins(**{k: tuple(v) if isinstance(v, list) else v for k, v in b.items()})
+                               for b in d.get("test_bins", ())),
         }
     )

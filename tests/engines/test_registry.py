@@ -113,7 +113,8 @@ def test_instance_and_plain_function_objects() -> None:
         return [[prompt_ids[-1]] * params.max_new_tokens for _ in range(n)]
 
     engine = resolve_engine(sampler, options={"vocab_size": 300, "eos_token_id": None})
-    assert isinstance(engine, FunctionEngine) and engine.vocab_size == 300 and engine.name == "sampler"
+    assert isinstance(engine, FunctionEngine) and engine.vocab_size == 300
+    assert engine.name == "test_instance_and_plain_function_objects.<locals>.sampler"  # a function object: its qualname
     batch = engine.sample(REQUEST)
     validate_batch(batch, REQUEST, engine)
     np.testing.assert_array_equal(batch.tokens[:, 0], [2, 3, 2, 3, 2, 3])
@@ -196,3 +197,94 @@ def test_importing_the_registry_imports_no_torch() -> None:
     code = "import sys, speceq.engines.registry, speceq.engines; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])
     assert out.stdout.split() == ["False", "False"]
+
+
+# ---- plugging a plain function in ------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["list", "numpy rows", "numpy 2-D", "torch rows", "torch 2-D", "padded 2-D"])
+def test_function_may_return_lists_arrays_or_tensors(kind: str) -> None:
+    torch = pytest.importorskip("torch")
+
+    def fn(prompt_ids, n, params, seed):
+        rows = [[prompt_ids[-1], 5, 6, 7][: params.max_new_tokens] for _ in range(n)]
+        if kind == "numpy rows":
+            return [np.array(r, dtype=np.int32) for r in rows]
+        if kind == "numpy 2-D":
+            return np.array(rows, dtype=np.int64)
+        if kind == "torch rows":
+            return [torch.tensor(r) for r in rows]
+        if kind == "torch 2-D":
+            return torch.tensor(rows)
+        if kind == "padded 2-D":  # rows padded with -1 after their end: cut there
+            return np.array([[prompt_ids[-1], 257, -1, -1]] * n)
+        return rows
+
+    engine = resolve_engine(fn)
+    batch = engine.sample(REQUEST)
+    validate_batch(batch, REQUEST, engine)
+    np.testing.assert_array_equal(batch.tokens[:, 0], [2, 3, 2, 3, 2, 3])
+    assert (batch.lengths == (2 if kind == "padded 2-D" else 4)).all()
+
+
+def test_function_returning_an_array_of_the_wrong_shape_says_so() -> None:
+    engine = FunctionEngine(lambda p, n, params, seed: np.zeros((n, 2, 2), dtype=np.int64), name="cube")
+    with pytest.raises(EngineError, match=r"returned ndarray of shape \(3, 2, 2\), expected 3 token lists"):
+        engine.sample(REQUEST)
+
+
+def test_params_read_as_attributes_and_as_a_mapping() -> None:
+    seen = {}
+
+    def fn(prompt_ids, n, params, seed):
+        seen.update(attr=params.temperature, item=params["temperature"], as_dict=dict(params),
+                    get=params.get("top_k"), is_params=isinstance(params, SamplingParams))
+        return [[1] * params["max_new_tokens"]] * n
+
+    resolve_engine(fn).sample(REQUEST)
+    assert seen["attr"] == seen["item"] == 1.0 and seen["get"] == 0 and seen["is_params"]
+    assert seen["as_dict"] == SamplingParams(max_new_tokens=4).to_dict()
+
+    def bad_key(prompt_ids, n, params, seed):
+        return params["temprature"]
+
+    with pytest.raises(KeyError, match="'temprature' is not a sampling parameter; known: temperature"):
+        resolve_engine(bad_key).sample(REQUEST)
+
+
+@pytest.mark.parametrize("source, got", [
+    ("def sample(prompt_ids, n, params):\n    return []\n", "3 required positional parameter(s) (prompt_ids, n, params)"),
+    ("def sample(prompt_ids, n, params, seed, extra):\n    return []\n", "5 required positional parameter(s)"),
+])
+def test_wrong_signature_says_the_expected_one_and_what_it_got(tmp_path: Path, source: str, got: str) -> None:
+    path = tmp_path / "my_engine.py"
+    path.write_text(source)
+    with pytest.raises(ConfigError) as info:
+        resolve_engine(f"{path}:sample")
+    message = str(info.value)
+    assert "expected the signature fn(prompt_ids, n, params, seed)" in message and got in message
+    assert "do not fit" not in message
+
+
+def test_function_engine_is_named_by_the_spec_typed(tmp_path: Path) -> None:
+    path = tmp_path / "my_engine.py"
+    path.write_text("def _wrap(f):\n    def fn(prompt_ids, n, params, seed):\n        return f(n)\n    return fn\n"
+                    "sample = _wrap(lambda n: [[1]] * n)\n")
+    spec = f"{path}:sample"
+    engine = resolve_engine(spec)
+    assert engine.name == spec and "_wrap" not in engine.name
+    assert resolve_engine(spec, options={"name": "mine"}).name == "mine"
+
+
+def test_check_engine_spec_fails_fast_without_building(tmp_path: Path, plugin_module: str) -> None:
+    built = []
+    monkey = tmp_path / "counting.py"
+    monkey.write_text("built = []\nclass E:\n    def __init__(self):\n        built.append(1)\n")
+    registry.check_engine_spec(f"{monkey}:E")  # imports the file, does not call E
+    assert built == []
+    registry.check_engine_spec("baseline")
+    registry.check_engine_spec(f"{plugin_module}:ToyEngine")
+    with pytest.raises(EngineNotFound, match="has no attribute 'ToyEngin'"):
+        registry.check_engine_spec(f"{plugin_module}:ToyEngin")
+    with pytest.raises(EngineNotFound, match="Did you mean 'baseline'"):
+        registry.check_engine_spec("baselin")
+    with pytest.raises(EngineNotFound, match="does not exist"):
+        registry.check_engine_spec(f"{tmp_path / 'nope.py'}:fn")

@@ -99,3 +99,41 @@ def test_every_corruption_is_an_engine_error_naming_engine_and_case(request, how
     with pytest.raises(EngineError) as info:
         validate_batch(corrupt(batch, how, request, rng), request, Named(), case_id="c1")
     assert "engine 'fuzzed'" in str(info.value) and "case 'c1'" in str(info.value)
+
+
+# ---- EOS errors say which EOS id, which prompt and sample, and where the row continued ------------
+TWO_PROMPTS = SampleRequest(prompts=((1,), (2, 2)), params=SamplingParams(max_new_tokens=5), n=3, seed=0)
+
+
+def _rows(request: SampleRequest, row: int, tokens: list[int]) -> SampleBatch:
+    """A valid batch (every row full length, no EOS) with ``row`` replaced by ``tokens``."""
+    n_rows, L = len(request.prompts) * request.n, request.params.max_new_tokens
+    t = np.full((n_rows, L), 1, dtype=np.int64)
+    lens = np.full(n_rows, L, dtype=np.int64)
+    t[row] = PAD_OUT
+    t[row, : len(tokens)] = tokens
+    lens[row] = len(tokens)
+    return SampleBatch(tokens=t, lengths=lens, prompt_index=request.rows())
+
+
+def test_row_continuing_after_eos_names_id_prompt_sample_and_positions() -> None:
+    batch = _rows(TWO_PROMPTS, 3, [4, 19, 5, 6])  # row 3 = prompt 1, sample 1 (rows are n rounds of the prompts)
+    with pytest.raises(EngineError) as info:
+        validate_batch(batch, TWO_PROMPTS, Named(), case_id="c1")
+    assert ("row 3 (prompt 1, sample 1) continues after the EOS id 19 at position 1: it goes on to position 3"
+            in str(info.value))
+
+
+def test_row_stopping_without_eos_names_the_eos_id_and_its_last_token() -> None:
+    batch = _rows(TWO_PROMPTS, 4, [4, 5])  # row 4 = prompt 0, sample 2
+    with pytest.raises(EngineError, match=r"row 4 \(prompt 0, sample 2\) stops after 2 of max_new_tokens=5 tokens "
+                                          r"without the EOS id 19 \(its last token is 5\)"):
+        validate_batch(batch, TWO_PROMPTS, Named())
+
+
+def test_eos_under_ignore_eos_names_the_position() -> None:
+    request = SampleRequest(prompts=((1,), (2, 2)), params=SamplingParams(max_new_tokens=5, ignore_eos=True), n=3, seed=0)
+    batch = _rows(request, 1, [4, 4, 19, 4, 4])  # row 1 = prompt 1, sample 0
+    with pytest.raises(EngineError, match=r"row 1 \(prompt 1, sample 0\) holds the EOS id 19 at position 2 although "
+                                          "ignore_eos is set"):
+        validate_batch(batch, request, Named())

@@ -72,6 +72,7 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
         speceq_store = stored
         speceq_report = out/r.html
         speceq_inconclusive = pass
+        speceq_sequential = off
     """)
     s = settings_of(project)
     assert (s.baseline, s.candidate, s.oracle, s.samples, s.alpha, s.tolerance, s.seed, s.threads, s.inconclusive) == (

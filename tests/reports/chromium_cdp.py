@@ -208,6 +208,20 @@ class LoadedPage:
             raise CDPError(f"evaluating {expression!r}: {r['exceptionDetails'].get('text')}")
         return r["result"].get("value")
 
+    def screenshot_element(self, selector: str) -> bytes:
+        """A PNG of the first element matching ``selector`` (its whole box, scrolled or not)."""
+        box = self.evaluate(
+            f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+            " return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]; })()")
+        return self.screenshot_clip(*box)
+
+    def screenshot_clip(self, x: float, y: float, width: float, height: float) -> bytes:
+        """A PNG of one rectangle of the page (CSS pixels from the page's top left)."""
+        r = self.browser.call("Page.captureScreenshot", {
+            "format": "png", "captureBeyondViewport": True,
+            "clip": {"x": x, "y": y, "width": width, "height": height, "scale": 1}}, self.session)
+        return base64.b64decode(r["data"])
+
     def screenshot(self) -> bytes:
         """PNG of the whole page (beyond the viewport)."""
         r = self.browser.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, self.session)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from chromium_cdp import CHROMIUM, Chromium
-from report_example import EXAMPLE_FILE
+from report_example import EXAMPLE_FILE, MUTANT_FILE
 
 from speceq.reports import render_report
 from speceq.verdicts.result import RunResult
@@ -17,6 +17,12 @@ from speceq.verdicts.result import RunResult
 def example_result() -> RunResult:
     """The fixed example, read from disk the way ``speceq report`` reads a saved result."""
     return RunResult.from_json(EXAMPLE_FILE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def mutant_result() -> RunResult:
+    """A real run (benchmarks/report_gallery.py): baseline vs mutant:resample-from-target, 300 samples, oracle on."""
+    return RunResult.from_json(MUTANT_FILE.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="session")

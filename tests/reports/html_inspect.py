@@ -14,7 +14,7 @@ ALLOWED_TAGS = frozenset({
     "html", "head", "meta", "title", "style", "body", "header", "main", "footer", "section", "div", "p", "h1", "h2",
     "h3", "h4", "span", "b", "i", "a", "table", "thead", "tbody", "tr", "th", "td", "code", "pre", "ul", "li", "dl",
     "dt", "dd", "details", "summary", "figure", "figcaption",
-    "svg", "g", "rect", "line", "circle", "text",
+    "svg", "g", "rect", "line", "circle", "text", "polygon", "polyline",
 })
 VOID_TAGS = frozenset({"meta"})
 

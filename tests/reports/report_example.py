@@ -3,7 +3,7 @@
 The numbers are not typed in: each case is simulated with a seeded numpy generator from a
 small known next-token distribution (positions independent, so the oracle's probability of a
 token at a position is its probability in that position's distribution), and every statistic
-is computed the way DESIGN.md states it (Pearson chi-square on pooled-count bins, randomized
+is computed the way speceq computes it (Pearson chi-square on pooled-count bins, randomized
 PIT, martingale z-test, plug-in TV with its McDiarmid bound, Holm and Benjamini-Hochberg over
 the run, noncentral chi-square sample size). Four cases:
 
@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, stats
 
+from speceq.pictures import thin_path
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -45,6 +46,9 @@ MIN_POOLED = 10  # tokens with a pooled count below this are merged into one bin
 REPO = Path(__file__).resolve().parents[2]
 #: The example result: shown to users in examples/ and read by the report tests.
 EXAMPLE_FILE = REPO / "examples" / "result-example.json"
+#: A real result (not built here): ``python benchmarks/report_gallery.py --mutants resample-from-target``, model
+#: paths shortened to speceq/models/.
+MUTANT_FILE = Path(__file__).resolve().parent / "data" / "result-mutant-resample-from-target.json"
 
 VOCAB: dict[int, str] = {
     11: " the", 12: " a", 13: " cat", 14: " dog", 15: " sat", 16: " on", 17: " mat", 18: ".", 19: "\n",
@@ -113,6 +117,16 @@ def _argmax_leak_z(tokens: np.ndarray, target: np.ndarray) -> float:
     return (hits - n * pmax.sum()) / math.sqrt(n * float((pmax * (1 - pmax)).sum()))
 
 
+def _argmax_leak_path(tokens: np.ndarray, target: np.ndarray):
+    """Running sums of the argmax-leak z-test over the tokens in row order (row 0 positions 0..2, row 1, ...)."""
+    top = target.argmax(axis=1)
+    pmax = target.max(axis=1)
+    n, positions = tokens.shape
+    f = (tokens == top[None, :]).astype(np.float64).ravel()
+    mean = np.tile(pmax, n)
+    return thin_path("z argmax leak", f, mean, mean * (1 - mean))
+
+
 def _required_n(dof: int, delta: float) -> int:
     """Per-engine n for 90 % power at alpha against a TV shift delta (chi-square >= 4 delta^2): 2 lambda / (4 delta^2)."""
     crit = stats.chi2.isf(ALPHA, dof)
@@ -164,7 +178,9 @@ def _sampled_case(case_id: str, *, dist_seed: int, mix: float, n: int, oracle: b
     tests.append(TestOutcome(name="chi2 positions 0-1 joint", family="two-sample", primary=False, statistic=stat,
                              pvalue=p, dof=dof, n=2 * n, summary="pairs of the first two tokens"))
     pit_hist: tuple[int, ...] = ()
+    z_paths = ()
     if oracle:
+        z_paths = (_argmax_leak_path(cand, target),)
         u = _pit(rng, cand, target)
         ks = stats.kstest(u, "uniform")
         cvm = stats.cramervonmises(u, "uniform")
@@ -188,7 +204,7 @@ def _sampled_case(case_id: str, *, dist_seed: int, mix: float, n: int, oracle: b
         tv_estimate=tv, tv_upper_bound=_tv_upper(tv, n, n), tv_reference="two-sample",
         candidate_tokens=n * positions, acceptance_rate=acc, baseline_tokens_per_s=bt, candidate_tokens_per_s=ct,
         speedup_per_token=ct / bt, top_tokens=tuple(_top_tokens(base, cand, target if oracle else None, positions, 8)),
-        pit_histogram=pit_hist,
+        pit_histogram=pit_hist, z_paths=z_paths,
         samples=tuple(_samples(base, cand, {
             "baseline": "<script>window.__pwned=1</script> the cat sat\ufffd\ufffd on the mat",
             "candidate": "<img src=x onerror=\"window.__pwned=2\"> caf\ufffd & \x00 \x1b[31mred\x1b[0m </pre></details>",
@@ -216,6 +232,8 @@ def _greedy_case() -> CaseResult:
         tolerance=TOLERANCE, n_baseline=64, n_candidate=64, candidate_tokens=64 * 16,
         acceptance_rate=0.83, baseline_tokens_per_s=455.0, candidate_tokens_per_s=1012.0, speedup_per_token=1012.0 / 455.0,
         greedy=GreedySummary(rows_compared=64, rows_equal=61, near_tie_threshold=0.01, divergences=divergences),
+        hard_failures=("greedy rows differ at position 2 where the target's top-2 margin is 2.31 nats (> 0.01): "
+                       "“ mat” #17 vs “<script>alert(1)</script>” #21 after ' a <b>dog</b> &'",),
         samples=(SampleText(engine="baseline", prompt_index=23, text=" a <b>dog</b> & the mat.", token_ids=(12, 20, 14, 24, 11, 17, 18)),
                  SampleText(engine="candidate", prompt_index=23, text=" a <b>dog</b> &<script>alert(1)</script>", token_ids=(12, 20, 14, 24, 21))),
     )

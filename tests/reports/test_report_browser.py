@@ -94,6 +94,32 @@ def test_example_report_loads_clean_and_screenshots(chromium: Chromium, example_
     red = _pixel(rows[50], 40, bpp)  # inside the verdict banner, left of its text
     assert all(abs(a - b) <= 6 for a, b in zip(red, (0xCF, 0x22, 0x2E))), f"banner is {red}, not the shifted red"
     assert len(set(rows[30])) > 2, "banner row shows no text"
+    # cases by verdict: shifted first, then inconclusive, then equivalent
+    order = page.evaluate("[...document.querySelectorAll('section.case')].map(s => s.className.split(' ').pop())")
+    assert order == ["v-shifted", "v-shifted", "v-inconclusive", "v-equivalent"]
+
+
+def test_z_test_decided_card_shows_its_path_first(chromium: Chromium, mutant_result: RunResult, tmp_path: Path) -> None:
+    path = write_report(mutant_result, tmp_path / "mutant.html")
+    page = chromium.load(path, width=VIEWPORT_WIDTH)
+    first = "document.querySelector('section.case')"
+    assert page.evaluate(f"{first}.classList.contains('v-shifted')")
+    assert page.evaluate(f"{first}.querySelector('.decided h3').innerText") == "Why shifted: z draft drift"
+    # the "why" block comes before the case details, and its path and band are laid out at full width
+    assert page.evaluate(f"{first}.querySelector('.decided').getBoundingClientRect().bottom "
+                         f"< {first}.querySelector('table.kv').getBoundingClientRect().top")
+    line = page.evaluate(f"(() => {{ const r = {first}.querySelector('.decided polyline.zpath').getBoundingClientRect();"
+                         " return [r.width, r.height]; })()")
+    band = page.evaluate(f"(() => {{ const r = {first}.querySelector('.decided polygon.band').getBoundingClientRect();"
+                         " return [r.width, r.height]; })()")
+    assert line[0] > 600 and line[1] > 10 and band[0] > 600 and band[1] > 50
+    assert page.evaluate(f"getComputedStyle({first}.querySelector('.decided circle.zend')).fill") == "rgb(207, 34, 46)"
+    assert page.evaluate(f"getComputedStyle({first}.querySelector('tr.decides td')).backgroundColor") == "rgb(255, 235, 233)"
+    png = page.screenshot_element("#case-1 .decided")
+    width, height, _, _ = png_header(png)
+    assert 900 < width <= VIEWPORT_WIDTH and 250 < height < 800
+    log = page.log()
+    assert log.errors() == [] and log.requests == [path.resolve().as_uri()]
 
 
 def test_injected_payloads_stay_text_and_never_run(chromium: Chromium, example_result: RunResult, tmp_path: Path) -> None:

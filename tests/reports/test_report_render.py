@@ -21,6 +21,12 @@ from speceq.verdicts.result import RunResult
 REPO = Path(__file__).resolve().parents[2]
 
 
+def shown(result: RunResult) -> list:
+    """The cases in the order the page shows them: shifted, inconclusive, equivalent (run order within)."""
+    order = {"shifted": 0, "inconclusive": 1, "equivalent": 2}
+    return sorted(result.cases, key=lambda c: order[c.verdict])
+
+
 def _approx_equal(a: Any, b: Any, path: str = "") -> list[str]:
     """Differences between two JSON-like trees; floats compared to 1e-9 relative."""
     if isinstance(a, float) and isinstance(b, float):
@@ -84,7 +90,8 @@ def test_case_list_links_each_case_section_with_its_reason(example_result: RunRe
     assert len(rows) == len(example_result.cases)
     links = [t.attrs["href"] for t in page.find("a") if t.attrs.get("href", "").startswith("#case-")]
     assert links == [f"#case-{i + 1}" for i in range(len(example_result.cases))]
-    for i, (row, case) in enumerate(zip(rows, example_result.cases)):
+    assert [c.case_id for c in shown(example_result)] == [example_result.cases[i].case_id for i in (1, 3, 2, 0)]
+    for i, (row, case) in enumerate(zip(rows, shown(example_result))):
         assert f"v-{case.verdict}" in row.attrs["class"]
         assert case.reason in row.text and case.case_id in row.text
         section = page.by_id(f"case-{i + 1}")
@@ -94,7 +101,7 @@ def test_case_list_links_each_case_section_with_its_reason(example_result: RunRe
 
 def test_evidence_tables_hold_every_test_and_mark_rejections(example_result: RunResult, example_html: str) -> None:
     page = parse(example_html)
-    for i, case in enumerate(example_result.cases):
+    for i, case in enumerate(shown(example_result)):
         section = page.by_id(f"case-{i + 1}").text
         primary = [t for t in page.find("table", "primary") if case.tests and case.tests[0].name in t.text]
         for t in case.tests:
@@ -106,30 +113,35 @@ def test_evidence_tables_hold_every_test_and_mark_rejections(example_result: Run
     rejecting = sum(t.primary and t.adjusted_pvalue <= example_result.alpha for c in example_result.cases for t in c.tests)
     assert rejecting == 3
     assert len(page.find("tr", "rejects")) == rejecting
-    assert all("rejects" in row.text for row in page.find("tr", "rejects"))
+    assert all("rejects" in row.text or "decides" in row.text for row in page.find("tr", "rejects"))
+    decides = page.find("tr", "decides")
+    assert len(decides) == 1 and "chi2 position 0" in decides[0].text  # the shifted case's deciding test
     assert len(page.find("table", "primary")) == len(page.find("table", "diagnostic")) == 3
     smallest_q = min(t.qvalue for t in example_result.cases[1].tests if not t.primary)
-    summary = page.find("details", "diagnostics")[1].text.strip().split("\n")[0]
+    summary = page.find("details", "diagnostics")[0].text.strip().split("\n")[0]
     assert summary == f"4 diagnostic tests (smallest BH q {smallest_q:.2e})"
-    shifted = page.by_id("case-2").text
+    shifted = page.by_id("case-1").text
     assert "2.11e-48" in shifted  # Holm-adjusted p of chi2 position 0
+    assert "confidence 1-" not in shifted  # test notes do not repeat their own TV bounds
 
 
 def test_charts_frequency_bars_oracle_ticks_pit_band_and_tv(example_result: RunResult, example_html: str) -> None:
     page = parse(example_html)
     positions = {(c.case_id, t.position) for c in example_result.cases for t in c.top_tokens}
     freq_svgs = [s for s in page.find("svg") if s.attrs.get("aria-label", "").startswith("token frequencies")]
-    assert len(freq_svgs) == len(positions)
+    # + the shifted case's deciding test (chi2 position 0) pictured again in its "Why shifted" block
+    decider = [t for t in example_result.cases[1].top_tokens if t.position == 0]
+    assert len(freq_svgs) == len(positions) + 1
     with_oracle = sum(t.oracle_prob is not None for c in example_result.cases for t in c.top_tokens)
     oracle_lines = [ln for ln in page.find("line", "oracle") if float(ln.attrs["y1"]) > 17]  # not the legend's
-    assert len(oracle_lines) == with_oracle > 0
+    assert len(oracle_lines) == with_oracle + sum(t.oracle_prob is not None for t in decider) > 0
     bars = page.find("rect", "bar-base")
-    assert len(bars) == len(positions) + sum(len(c.top_tokens) for c in example_result.cases)  # + legend swatches
+    assert len(bars) == len(positions) + 1 + sum(len(c.top_tokens) for c in example_result.cases) + len(decider)
     pit = [c for c in example_result.cases if c.pit_histogram]
     assert len(page.find("rect", "band")) == len(pit) == 2
     assert len(page.find("rect", "pit-in")) + len(page.find("rect", "pit-out")) == sum(len(c.pit_histogram) for c in pit)
     assert len(page.find("rect", "pit-out")) >= 5  # the shifted case's PIT slope leaves the band
-    assert "99% pointwise range 2,863–3,138" in page.by_id("case-1").text
+    assert "99% pointwise range 2,863–3,138" in page.by_id("case-4").text
     assert len(page.find("line", "tolerance")) == sum(c.tv_estimate is not None for c in example_result.cases)
     assert len(page.find("rect", "tv-ok")) == 1 and len(page.find("rect", "tv-wide")) == 2
     moved = page.find("text", "moved")
@@ -140,7 +152,7 @@ def test_inconclusive_greedy_speed_samples_and_howto(example_html: str) -> None:
     page = parse(example_html)
     inconclusive = page.by_id("case-3").text
     assert "8,077" in inconclusive and "Sample size that would decide" in inconclusive
-    greedy = page.by_id("case-4").text
+    greedy = page.by_id("case-2").text
     divergences = [t for t in page.find("table", "tests") if "margin (nats)" in t.text]
     assert len(divergences) == 1
     assert divergences[0].text.count("numerical near-tie") == 2
@@ -148,7 +160,7 @@ def test_inconclusive_greedy_speed_samples_and_howto(example_html: str) -> None:
     assert "2.31" in divergences[0].text and "7.00e-04" in divergences[0].text
     assert "61 of 64 rows" in greedy and "2.22×" in greedy and "83.0 %" in greedy
     assert "1,012 tokens/s" in greedy
-    first = page.by_id("case-1").text
+    first = page.by_id("case-4").text
     assert "74.0 %" in first and "1.92×" in first
     assert any("<script>window.__pwned=1</script>" in t for t in page.pre_texts)
     assert any("caf\ufffd & \u2400 \u241b[31mred" in t for t in page.pre_texts)

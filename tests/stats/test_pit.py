@@ -62,8 +62,8 @@ def test_anderson_darling_statistic_matches_scipy_goodness_of_fit() -> None:
 
 def test_anderson_darling_critical_values() -> None:
     """Asymptotic 5% and 1% points of the limiting law: 2.4921 and 3.8779 (Imhof inversion;
-    3.878 in Lewis 1961 / Marsaglia 2004). The often-quoted 1% point 3.857 (Stephens 1974,
-    used in STATISTICS.md) has an exact limiting p of 0.01024."""
+    3.878 in Lewis 1961 / Marsaglia 2004). The often-quoted 1% point 3.857 (Stephens 1974)
+    has an exact limiting p of 0.01024."""
     assert anderson_darling_uniform_sf(2.4921) == pytest.approx(0.05, abs=2e-5)
     assert anderson_darling_uniform_sf(3.8779) == pytest.approx(0.01, abs=2e-5)
     assert anderson_darling_uniform_sf(3.857) == pytest.approx(0.01024, abs=2e-5)

@@ -1,0 +1,289 @@
+"""Sequential runs: grow every case's samples look by look and stop it once it is decided.
+
+The schedule is fixed before any data and does not depend on the budget: slices end at the
+points of :func:`speceq.stats.sequential.look_grid` (3, 4, 5, 6, 8, ... 1500, 1875, 2250,
+2625, 3000, ... samples per engine: four steps per doubling); there is a look after every
+slice, up to the first grid point >= the budget (at most 12.5 % past it). Slice i of a case is seeded by :func:`speceq.run.chunk_seed` of its index,
+so the data at a look is always a prefix of the data at the next one, a rerun with a larger
+budget extends the same sequence, and the chunks are stored (in ``<out>/sequential/``, apart
+from fixed-size runs) and reused on a rerun.
+
+At each look, for every undecided sampling case: hard failures (a token the target cannot
+emit) make it ``shifted``; so does any sequential test whose e-process reached K / alpha
+(K = sequential tests of the run: e-value Bonferroni, family-wise error <= alpha however
+often one looks); else it is ``equivalent`` when the time-uniform TV upper bound is below the
+tolerance; else it goes on. A case still open at the budget is ``inconclusive``. Greedy
+cases are not sequential: they are compared at the full budget as in a fixed-size run.
+
+The result has the same form as a fixed-size run's: the fixed-size tests on the collected rows
+are kept as diagnostics (not primary), the sequential tests are listed as primary with their
+always-valid p-values, and the reason of a decided case begins with ``sequential:``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from speceq import run as runmod
+from speceq.analysis import analyse_run, case_rng
+from speceq.cases import Case
+from speceq.engines.base import Engine, SampleBatch, validate_batch
+from speceq.errors import ConfigError, EngineError, SpeceqError
+from speceq.provenance import collect_provenance, utc_now
+from speceq.sequential.evidence import CaseSequentialEvidence, evaluate_case, planned_tests
+from speceq.stats import sequential as seq
+from speceq.stats.scores import TokenScores
+from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
+
+SCHEDULE = "sequential-doubling-v1"
+STORE_SUBDIR = "sequential"
+
+
+def look_totals(samples: int) -> tuple[int, ...]:
+    """Samples per engine at each look for a budget of ``samples``: the look grid up to its first point >= ``samples``.
+
+    The last look may pass the budget by up to a quarter of a doubling step (12.5 %) so that
+    it lies on the grid; the first look is at 3 samples.
+    """
+    grid = seq.look_grid(2 * samples + 6)
+    return tuple(g for g in grid if g < samples) + (next(g for g in grid if g >= samples),)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseProgress:
+    """Where a case stands: verdict (None while open), looks taken, samples per engine."""
+
+    case_id: str
+    verdict: str | None
+    looks: int
+    n: int
+    reason: str = ""
+    evidence: CaseSequentialEvidence | None = None
+
+
+def _sample(chunk: runmod.ChunkPlan, engine: Engine) -> tuple[SampleBatch, float]:
+    request = chunk.request()
+    name = getattr(engine, "name", chunk.role)
+    t0 = time.perf_counter()
+    try:
+        batch = engine.sample(request)
+    except SpeceqError:
+        raise
+    except Exception as e:  # third-party engine code: report it with the chunk it failed on
+        raise EngineError(f"sample() failed on sequential slice {chunk.slice_index}: {type(e).__name__}: {e}",
+                          engine=name, case_id=chunk.case.case_id) from e
+    elapsed = time.perf_counter() - t0
+    validate_batch(batch, request, engine, case_id=chunk.case.case_id)
+    return batch, elapsed
+
+
+def _slice_plan(config: runmod.RunConfig, case: Case, role: str, index: int, n: int,
+                ident: Mapping[str, Any]) -> runmod.ChunkPlan:
+    seed = runmod.chunk_seed(config.seed, role, case.case_id, index)
+    case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}
+    identity = {"format": STORE_FORMAT, "schedule": SCHEDULE, "role": role, "engine": ident[role], "case": case_doc,
+                "run_seed": config.seed, "seed": seed, "slice": index, "n": n}
+    return runmod.ChunkPlan(role, case, index, n, seed, ChunkKey.build(role, case.case_id, index, identity))
+
+
+class _Collector:
+    """Per case and role: the slices collected so far (stored, reused on a rerun) and their rows."""
+
+    def __init__(self, config: runmod.RunConfig, engines: Mapping[str, Engine]) -> None:
+        self.config = config
+        self.engines = engines
+        self.ident = runmod.engine_identities(config, engines)
+        self.store = SampleStore(config.out_dir / STORE_SUBDIR)
+        self.batches: dict[tuple[str, str], list[SampleBatch]] = {}
+        self.sampled = self.reused = 0
+
+    def extend(self, case: Case, index: int, n: int) -> dict[str, SampleBatch]:
+        """Add slice ``index`` (n samples) for both roles; return the new rows per role."""
+        new = {}
+        for role in ROLES:
+            chunk = _slice_plan(self.config, case, role, index, n, self.ident)
+            if self.store.has(chunk.key):
+                batch = self.store.get(chunk.key)
+                self.reused += 1
+            else:
+                batch, elapsed = _sample(chunk, self.engines[role])
+                self.store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
+                batch = self.store.get(chunk.key)  # analyse exactly what is stored
+                self.sampled += 1
+            self.batches.setdefault((role, case.case_id), []).append(batch)
+            new[role] = batch
+        return new
+
+    def rows(self, role: str, case_id: str) -> SampleBatch:
+        return runmod.concat_batches(self.batches[(role, case_id)])
+
+
+def _decide(ev: CaseSequentialEvidence, failures: Sequence[str], tolerance: float, look: int,
+            k: float) -> tuple[str | None, str]:
+    at = f"decided at n = {ev.n} samples per engine after {look} look{'s' if look > 1 else ''}"
+    if failures:
+        return "shifted", f"sequential: {at}; hard failure: {failures[0]}"
+    crossed = [(c, t) for t, c in zip(ev.tests, ev.crossing_samples) if c is not None]
+    if crossed:
+        c, t = min(crossed, key=lambda x: x[0])
+        return "shifted", (f"sequential: {at}; {t.name} e-value {t.max_evalue:.3g} >= {k:.3g} (K/alpha; "
+                           f"always-valid p = {t.pvalue:.3g}), first crossed at sample {c}")
+    if ev.bound is not None and ev.bound.upper < tolerance:
+        return "equivalent", (f"sequential: {at}; no e-process reached {k:.3g} and the time-uniform TV upper bound "
+                              f"{ev.bound.upper:.4f} < tolerance {tolerance:g} (data up to grid point "
+                              f"n = {ev.bound.grid_n})")
+    return None, ""
+
+
+def _scores(oracle: Any, case: Case, new_cand: SampleBatch, row_offset: int) -> TokenScores:
+    s = oracle.score(case.prompts, new_cand, case.params)
+    return dataclasses.replace(s, row=np.asarray(s.row) + row_offset)
+
+
+def run_sequential(config: runmod.RunConfig, cases: Sequence[Case], *,
+                   engines: Mapping[str, Engine] | None = None) -> RunResult:
+    """A sequential run of ``cases`` (see the module docstring); writes result.json like :func:`speceq.run.run`."""
+    if not cases:
+        raise ConfigError("no cases to run", where="cases")
+    ids = [c.case_id for c in cases]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(f"duplicate case ids {dup}", where="cases")
+    runmod._apply_threads(config.threads)
+    runmod.check_sample_sizes(config, cases)
+    engines = dict(engines) if engines is not None else runmod.resolve_engines(config)
+    runmod.check_engines_comparable(engines)
+    for role in ROLES:
+        for case in cases:
+            case.check_vocab(engines[role].vocab_size)
+    described = runmod.engine_identities(config, engines)
+    settings = {**config.settings(), "sequential": True, "schedule": SCHEDULE}
+    seeds = {"run_seed": config.seed, "derivation": "speceq.run.chunk_seed(run_seed, role, case_id, look slice)"}
+    provenance = collect_provenance(seeds=seeds, engines=described, settings=settings,
+                                    extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(config.out_dir / runmod.PROVENANCE_FILE, provenance)
+    (config.out_dir / runmod.RESULT_FILE).unlink(missing_ok=True)
+    oracle = runmod.make_oracle(config, engines)
+    if oracle is not None:
+        runmod.check_oracle_matches(oracle, engines)
+        provenance["oracle"] = oracle.describe()
+    has_draft = oracle is not None and getattr(oracle, "has_draft", getattr(oracle, "draft", None) is not None)
+    sampling = [c for c in cases if not c.params.greedy]
+    names = {c.case_id: planned_tests(c, oracle=oracle is not None, has_draft=has_draft) for c in sampling}
+    k_tests = sum(len(v) for v in names.values())
+    level = config.alpha / max(1, k_tests)
+    collector = _Collector(config, engines)
+    progress: dict[str, CaseProgress] = {}
+    collector.store.acquire_writer_lock()
+    try:
+        if not config.resume:
+            collector.store.discard_all()
+        for case in cases:
+            progress[case.case_id] = _run_case(config, case, collector, oracle, names.get(case.case_id), level)
+    finally:
+        collector.store.release_writer_lock()
+    provenance = {**provenance, "status": "complete", "finished": utc_now(),
+                  "chunks": {"reused": collector.reused, "sampled": collector.sampled},
+                  "sequential": {"tests": k_tests, "level_per_test": level, "schedule": SCHEDULE,
+                                 "cases": {cid: {"verdict": p.verdict, "looks": p.looks, "n": p.n}
+                                           for cid, p in progress.items()}}}
+    base = {c.case_id: collector.rows("baseline", c.case_id) for c in cases}
+    cand = {c.case_id: collector.rows("candidate", c.case_id) for c in cases}
+    fixed = analyse_run(cases, base, cand, oracle=oracle, alpha=config.alpha, tolerance=config.tolerance,
+                        seed=config.seed, engines={r: described[r]["config"] for r in ROLES}, provenance=provenance,
+                        progress=config.progress)
+    result = _merge(fixed, progress, k_tests, config.alpha)
+    atomic_write(config.out_dir / runmod.RESULT_FILE, lambda f: f.write((result.to_json() + "\n").encode("utf-8")))
+    write_json_atomic(config.out_dir / runmod.PROVENANCE_FILE, provenance)
+    return result
+
+
+def _run_case(config: runmod.RunConfig, case: Case, collector: _Collector, oracle: Any | None,
+              names: list[str] | None, level: float) -> CaseProgress:
+    budget = case.samples or config.samples
+    if names is None:  # greedy: the whole budget in one slice, decided by the fixed analysis
+        collector.extend(case, 0, budget)
+        return CaseProgress(case_id=case.case_id, verdict=None, looks=1, n=budget)
+    totals = look_totals(budget)
+    first_probs = None
+    if oracle is not None:
+        first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
+    score_parts: list[TokenScores] = []
+    rows_so_far = 0
+    prev = 0
+    ev = None
+    for look, total in enumerate(totals, start=1):
+        new = collector.extend(case, look - 1, total - prev)
+        prev = total
+        failures: list[str] = []
+        scores = None
+        if oracle is not None:
+            score_parts.append(_scores(oracle, case, new["candidate"], rows_so_far))
+            scores = TokenScores.concatenate(score_parts)
+            bad = np.flatnonzero(np.asarray(scores.prob) <= 0)
+            if bad.size:
+                r, t = int(scores.row[bad[0]]), int(scores.position[bad[0]])
+                failures.append(f"row {r} position {t}: token {int(scores.token[bad[0]])} has probability 0 under the "
+                                f"processed target ({bad.size} such tokens)")
+        rows_so_far += new["candidate"].rows
+        ev = evaluate_case(case, collector.rows("baseline", case.case_id), collector.rows("candidate", case.case_id),
+                           names=names, level=level, alpha=config.alpha, scores=scores, first_probs=first_probs,
+                           rng=case_rng(config.seed, case.case_id, 7))
+        verdict, reason = _decide(ev, failures, config.tolerance, look, 1.0 / level)
+        if verdict is not None:
+            return CaseProgress(case_id=case.case_id, verdict=verdict, looks=look, n=total, reason=reason, evidence=ev)
+    assert ev is not None
+    bound = "no time-uniform TV bound yet" if ev.bound is None else (
+        f"the time-uniform TV upper bound {ev.bound.upper:.4f} >= tolerance {config.tolerance:g}")
+    reason = (f"sequential: undecided at the budget n = {budget} after {len(totals)} looks: no e-process reached "
+              f"{1.0 / level:.3g} and {bound}; rerun with a larger --samples (same --out and seed) to continue the "
+              "same sequence, which stays valid")
+    return CaseProgress(case_id=case.case_id, verdict="inconclusive", looks=len(totals), n=budget, reason=reason,
+                        evidence=ev)
+
+
+def _outcome(t: seq.EProcessResult, k_tests: int, alpha: float) -> TestOutcome:
+    return TestOutcome(name=t.name, family="sequential", primary=True, statistic=t.statistic, pvalue=t.pvalue,
+                       n=t.n, adjusted_pvalue=min(1.0, t.pvalue * k_tests), summary=t.summary())
+
+
+def _merge(fixed: RunResult, progress: Mapping[str, CaseProgress], k_tests: int, alpha: float) -> RunResult:
+    cases: list[CaseResult] = []
+    for c in fixed.cases:
+        p = progress[c.case_id]
+        if p.verdict is None:  # greedy: the fixed analysis decides
+            cases.append(c)
+            continue
+        diag = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in c.tests)
+        ev = p.evidence
+        tests = tuple(_outcome(t, k_tests, alpha) for t in ev.tests) if ev is not None else ()
+        extra: dict[str, Any] = {}
+        if ev is not None and ev.bound is not None:
+            extra = {"tv_estimate": ev.bound.tv, "tv_upper_bound": ev.bound.upper,
+                     "tv_reference": f"time-uniform ({ev.bound.reference})"}
+        bound = "no TV bound" if c.tv_upper_bound is None else f"TV upper bound {c.tv_upper_bound:.4f}"
+        note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
+                "comparison only, since it is not valid after looking at the data along the way")
+        cases.append(dataclasses.replace(c, verdict=p.verdict, reason=p.reason, tests=tests + diag, required_n=None,
+                                         notes=(*c.notes, note), **extra))
+    verdicts = {c.verdict for c in cases}
+    verdict = next((v for v in ("shifted", "inconclusive") if v in verdicts), "equivalent")
+    notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
+                           f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
+    return dataclasses.replace(fixed, verdict=verdict, cases=tuple(cases), notes=notes)
+
+
+def samples_used(result: RunResult) -> dict[str, int]:
+    """Samples per engine each case used (its n when it stopped)."""
+    return {c.case_id: int(min(c.n_baseline, c.n_candidate)) for c in result.cases}
+
+
+__all__ = ["CaseProgress", "look_totals", "run_sequential", "samples_used"]

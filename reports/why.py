@@ -1,0 +1,140 @@
+"""The "Why shifted" block of a case card: the deciding test (or hard failure), one sentence on
+what it means for the engine, and the picture of that test.
+
+Pictures by test: a martingale z-test's running sum against its Holm null band; the PIT
+histogram; token bars at a position; the stored bins of any other chi-square test.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from markupsafe import Markup
+from scipy import stats
+
+from speceq import reasons
+from speceq.reports import svg
+from speceq.reports.format import fmt_p
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
+
+#: Pointwise coverage of the uniform band drawn on PIT histograms (the report's PIT section uses it too).
+PIT_BAND_LEVEL = 0.99
+_CHI2_POSITION = re.compile(r"^chi2 (?:prompt (\d+) )?position (\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Decider:
+    """What made a case shifted: a test (with its picture) or a hard failure."""
+
+    title: str  # the test's name or "hard failure"
+    detail: str  # adjusted p and effect, one line
+    meaning: str  # one sentence on what it says about the candidate engine
+    picture: Markup | None
+    caption: str
+
+
+@dataclass(frozen=True, slots=True)
+class ZView:
+    chart: Markup
+    test: str
+    z_crit: float
+    level: str
+    statistic: float | None
+    adjusted_pvalue: float | None
+    decides: bool
+
+
+def holm_level(test: TestOutcome, run: RunResult) -> float:
+    """The level Holm compares ``test``'s raw p with: alpha / (m - r), m primary tests in the run,
+    r of them with a smaller raw p (the step at which Holm reaches this test)."""
+    primary = [t.pvalue for c in run.cases for t in c.tests if t.primary]
+    smaller = sum(p < test.pvalue for p in primary)
+    return run.alpha / max(1, len(primary) - smaller)
+
+
+def z_views(case: CaseResult, run: RunResult, deciding: TestOutcome | None) -> list[ZView]:
+    tests = {t.name: t for t in case.tests}
+    views = []
+    for path in case.z_paths:
+        if not path.tokens:
+            continue
+        t = tests.get(path.test)
+        level = holm_level(t, run) if t is not None and t.primary else run.alpha
+        z_crit = float(stats.norm.isf(level / 2))
+        label = f"Holm level {level:.2g}" if t is not None and t.primary else f"level α = {run.alpha:g}"
+        views.append(ZView(chart=svg.zpath_chart(path, z_crit, level_label=label), test=path.test, z_crit=z_crit,
+                           level=label, statistic=None if t is None else t.statistic,
+                           adjusted_pvalue=None if t is None else t.adjusted_pvalue,
+                           decides=deciding is not None and deciding.name == path.test))
+    return views
+
+
+def _bins_chart(case: CaseResult, name: str) -> Markup | None:
+    for b in case.test_bins:
+        if b.test == name and b.labels:
+            toks = [TokenFrequency(position=0, token=i, text=label, baseline_count=a, candidate_count=c)
+                    for i, (label, a, c) in enumerate(zip(b.labels, b.baseline_counts, b.candidate_counts))]
+            return svg.frequency_chart(toks, b.n_baseline, b.n_candidate, labels=list(b.labels),
+                                       title=f"{name}: the bins that differ most, baseline vs candidate")
+    return None
+
+
+def _position_chart(case: CaseResult, position: int) -> Markup | None:
+    toks = sorted((t for t in case.top_tokens if t.position == position),
+                  key=lambda t: (-(t.baseline_count + t.candidate_count), t.token))
+    return svg.frequency_chart(toks, case.n_baseline, case.n_candidate) if toks else None
+
+
+def decider(case: CaseResult, run: RunResult, deciding: TestOutcome | None, z_views: list[ZView]) -> Decider | None:
+    """The test (or hard failure) that made ``case`` shifted, with the picture of it."""
+    if case.verdict != "shifted":
+        return None
+    engine = reasons.engine_label(run, "candidate")
+    why = reasons.meaning(case, run.alpha, engine)
+    if case.hard_failures:
+        also = reasons.deciding_test(case, run.alpha)
+        note = ("A hard failure needs no statistics: the event is impossible under equivalence. "
+                + ("The greedy comparison below lists the divergences. " if case.greedy is not None else ""))
+        picture, caption = _test_picture(case, also, z_views) if also is not None else (None, "")
+        if also is not None:
+            note += (f"The tests agree: {also.name} rejects too (Holm-adjusted p = {fmt_p(also.adjusted_pvalue)}). "
+                     + caption)
+        return Decider("hard failure", reasons.decided_by(case, run.alpha), why, picture, note.strip())
+    if deciding is None:
+        return Decider("decision", case.reason, why, None, "")
+    picture, caption = _test_picture(case, deciding, z_views)
+    detail = f"Holm-adjusted p = {fmt_p(deciding.adjusted_pvalue)} ≤ α = {run.alpha:g}; {reasons.effect(deciding)}"
+    return Decider(deciding.name, detail, why, picture, caption)
+
+
+def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView]) -> tuple[Markup | None, str]:
+    """The picture of one test and its caption (None and a sentence when the result holds no data for it)."""
+    name = deciding.name
+    picture, caption = None, ""
+    zv = next((z for z in z_views if z.test == name), None)
+    m = _CHI2_POSITION.match(name)
+    if zv is not None:
+        picture = zv.chart
+        caption = (f"Running sum of f − E f over the candidate's tokens (orange) inside its null band ±{zv.z_crit:.3g}·sd "
+                   f"({zv.level}). The test looks at the end of the path only: it rejects because the path ends outside "
+                   "the band.")
+    elif name.startswith("PIT") and case.pit_histogram and sum(case.pit_histogram) > 0:
+        band = svg.pit_band(case.pit_histogram, PIT_BAND_LEVEL)
+        picture = svg.pit_histogram(case.pit_histogram, band)
+        caption = (f"PIT values of the candidate's tokens; uniform under the target. {band.outside} of {band.bins} bins "
+                   f"lie outside the {round(PIT_BAND_LEVEL * 100)} % band (red).")
+    elif name == "chi2 GOF first token" or (m and (m.group(1) in (None, "0")) and any(
+            t.position == int(m.group(2)) for t in case.top_tokens)):
+        position = 0 if name == "chi2 GOF first token" else int(m.group(2))  # type: ignore[union-attr]
+        picture = _position_chart(case, position)
+        caption = (f"Token frequencies at position {position} of the case's prompt (black ticks: the oracle's "
+                   "probability); bold ▲▼ marks the tokens that moved most.")
+    if picture is None:
+        picture = _bins_chart(case, name)
+        caption = "The bins of this test that differ most between the engines (share of each engine's samples)."
+    if picture is None:
+        caption = "No picture of this test is stored in the result (it was written by an older speceq)."
+    return picture, caption
+
+

@@ -1,0 +1,201 @@
+"""Anytime-valid e-processes and the time-uniform TV bound (speceq.stats.sequential).
+
+Validity is checked two ways: exactly (one step of every e-process has conditional expectation
+<= 1 under H0, computed by enumeration on hypothesis-drawn laws) and by seeded A/A simulation
+with the path monitored at every observation. benchmarks/sequential.py runs the larger sweeps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from speceq.stats import sequential as seq
+
+probs = st.lists(st.floats(0.01, 1.0), min_size=2, max_size=6).map(lambda w: np.array(w) / np.sum(w))
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), probs.filter(lambda p: p.size == 4), st.floats(0.5, 50))
+def test_plugin_lr_matches_its_definition(x: list[int], p: np.ndarray, beta: float) -> None:
+    got = seq.plugin_lr_log_e(np.array(x), p, betas=(beta,))
+    counts = np.zeros(4)
+    ref, total = [], 0.0
+    for t, xi in enumerate(x):
+        total += math.log((counts[xi] + beta * p[xi]) / (t + beta) / p[xi])
+        counts[xi] += 1
+        ref.append(total)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(-1, 4), st.integers(-1, 4)), min_size=1, max_size=40), st.floats(0.05, 0.95))
+def test_paired_exchangeability_matches_its_definition(pairs: list[tuple[int, int]], w: float) -> None:
+    a = np.array([p[0] for p in pairs])
+    b = np.array([p[1] for p in pairs])
+    got = seq.paired_exchangeability_log_e(a, b, weights=(w,))
+    ca: dict[int, int] = {}
+    cb: dict[int, int] = {}
+    g = seq.PAIR_SMOOTHING
+    ref, total = [], 0.0
+    for x, y in pairs:
+        if x != y:
+            num = (cb.get(y, 0) + g) * (ca.get(x, 0) + g)
+            r = num / (num + (cb.get(x, 0) + g) * (ca.get(y, 0) + g))
+            total += math.log(1 - w + 2 * w * r)
+        ca[x] = ca.get(x, 0) + 1
+        cb[y] = cb.get(y, 0) + 1
+        ref.append(total)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(probs, st.integers(0, 30), st.floats(0.5, 100))
+def test_plugin_lr_one_step_is_fair_under_the_null(p: np.ndarray, seen: int, beta: float) -> None:
+    """E_p[q(x) / p(x)] = 1 for any predictive q built from the past: the product is a martingale."""
+    rng = np.random.default_rng(seen)
+    past = rng.integers(0, p.size, size=seen)
+    c = np.bincount(past, minlength=p.size)
+    factor = (c + beta * p) / (seen + beta) / p
+    assert float(np.sum(p * factor)) == pytest.approx(1.0, abs=1e-12)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(probs, st.sampled_from(["argmax", "temperature", "normal"]))
+def test_one_step_of_the_martingale_e_processes_has_mean_at_most_one(p: np.ndarray, kind: str) -> None:
+    """Every e-process for f(x) - E_p f: its one-step factor averages <= 1 under x ~ p (exact)."""
+    x = np.arange(p.size)
+    if kind == "argmax":
+        m = p.max()
+        d = (x == np.argmax(p)).astype(float) - m
+        log_e = seq.betting_log_e(d[:, None], np.full((p.size, 1), 1 - m), np.full((p.size, 1), -m))
+    elif kind == "temperature":
+        logp = np.log(p)
+        mean = float(np.sum(p * logp))
+        var = float(np.sum(p * logp**2) - mean**2)
+        d = logp - mean
+        log_e = seq.betting_log_e(d[:, None], np.full((p.size, 1), -mean), None, np.full((p.size, 1), var))
+    else:
+        f = np.log(np.roll(p, 1)) - np.log(p)
+        mean = float(np.sum(p * f))
+        var = float(np.sum(p * f**2) - mean**2)
+        log_e = seq.normal_mixture_log_e((f - mean)[:, None], np.full((p.size, 1), var))
+    assert float(np.sum(p * np.exp(log_e[:, 0]))) <= 1.0 + 1e-9
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(probs, st.integers(0, 20))
+def test_one_step_of_the_paired_test_is_fair_under_the_null(p: np.ndarray, seen: int) -> None:
+    rng = np.random.default_rng(seen)
+    a_past, b_past = rng.choice(p.size, size=seen, p=p), rng.choice(p.size, size=seen, p=p)
+    total = 0.0
+    for x in range(p.size):
+        for y in range(p.size):
+            a = np.append(a_past, x)
+            b = np.append(b_past, y)
+            log_e = seq.paired_exchangeability_log_e(a, b)
+            prev = log_e[-2] if seen else 0.0
+            total += p[x] * p[y] * math.exp(log_e[-1] - prev) if np.isfinite(prev) else 0.0
+    assert total == pytest.approx(1.0, abs=1e-9)
+
+
+def _crossing_rate(log_e: np.ndarray, alpha: float) -> float:
+    return float((log_e.max(axis=1) >= math.log(1 / alpha)).mean())
+
+
+def test_aa_crossing_rates_monitored_at_every_observation_stay_below_alpha() -> None:
+    """R = 1500 A/A paths of 200 observations, each looked at after every observation."""
+    rng = np.random.default_rng(20261201)
+    R, T, alpha = 1500, 200, 0.05
+    p = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.05])
+    x = rng.choice(p.size, size=(R, T), p=p)
+    y = rng.choice(p.size, size=(R, T), p=p)
+    m = rng.uniform(0.2, 0.95, size=(R, T))
+    hit = (rng.random((R, T)) < m).astype(float)
+    rates = {
+        "plug-in LR": _crossing_rate(seq.plugin_lr_log_e(x, p), alpha),
+        "paired": _crossing_rate(seq.paired_exchangeability_log_e(x, y), alpha),
+        "betting": _crossing_rate(seq.betting_log_e(hit - m, 1 - m, -m), alpha),
+    }
+    # binomial sd at 0.05 is 0.0056: alpha + 3 sd would flag a real excess
+    assert all(r <= alpha + 0.017 for r in rates.values()), rates
+
+
+def test_shifts_are_detected_early() -> None:
+    rng = np.random.default_rng(5)
+    R, T = 200, 2000
+    p = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.05])
+    q = np.array([0.3, 0.25, 0.15, 0.1, 0.1, 0.1])  # TV 0.1
+    x = rng.choice(p.size, size=(R, T), p=q)
+    y = rng.choice(p.size, size=(R, T), p=p)
+    lr = seq.plugin_lr_log_e(x, p)
+    pair = seq.paired_exchangeability_log_e(y, x)
+    thr = math.log(1e4)
+    assert (lr.max(axis=1) >= thr).mean() >= 0.9
+    assert (pair.max(axis=1) >= thr).mean() >= 0.5
+    assert np.median(np.argmax(lr >= thr, axis=1)) < 600
+
+
+def test_a_zero_probability_draw_is_infinite_evidence() -> None:
+    log_e = seq.plugin_lr_log_e(np.array([0, 1, 2]), np.array([0.5, 0.5, 0.0]))
+    assert np.isfinite(log_e[1]) and log_e[2] == np.inf
+    res = seq.eprocess_result("x", log_e, 1e-6)
+    assert res.pvalue == 0.0 and res.first_crossing == 2
+
+
+def test_result_object() -> None:
+    res = seq.normal_mixture_eprocess(np.full(500, 0.5), np.full(500, 0.25), name="drift", level=1e-3)
+    assert res.rejects and res.pvalue < 1e-3 and res.n == 500
+    assert res.max_evalue >= res.evalue > 1
+    assert "always-valid p" in res.summary() and res.to_dict()["name"] == "drift"
+    quiet = seq.eprocess_result("none", np.zeros(0), 0.01)
+    assert quiet.pvalue == 1.0 and not quiet.rejects
+    with pytest.raises(ValueError, match="1-D"):
+        seq.normal_mixture_eprocess(np.zeros((2, 2)), np.zeros((2, 2)), name="x", level=0.1)
+    with pytest.raises(ValueError, match="index"):
+        seq.plugin_lr_eprocess(np.array([5]), np.array([0.5, 0.5]), name="x", level=0.1)
+
+
+def test_look_grid_is_anchored_and_levels_sum_to_alpha() -> None:
+    grid = seq.look_grid(12000)
+    assert grid[:12] == (3, 4, 5, 6, 8, 9, 10, 12, 15, 18, 21, 24)
+    assert grid[-9:] == (3000, 3750, 4500, 5250, 6000, 7500, 9000, 10500, 12000)  # four steps per doubling
+    assert all(b > a for a, b in zip(grid, grid[1:]))
+    assert seq.look_grid(2) == ()
+    assert seq.grid_point_at_most(3100) == (39, 3000)
+    assert seq.grid_point_at_most(2) is None
+    assert sum(seq.grid_level(k, 0.01) for k in range(10_000)) == pytest.approx(0.01, rel=1e-3)
+
+
+def test_tv_confidence_sequence_covers_the_true_tv_at_every_look() -> None:
+    """P(some look's bound < true TV) <= alpha, with the bound read at every grid point."""
+    rng = np.random.default_rng(3)
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    q = np.array([0.5, 0.3, 0.1, 0.1])  # TV 0.1
+    R, alpha = 300, 0.2
+    grid = seq.look_grid(1500)
+    fails = 0
+    for _ in range(R):
+        a = rng.choice(4, size=grid[-1], p=p)
+        b = rng.choice(4, size=grid[-1], p=q)
+        for k, g in enumerate(grid):
+            tv = 0.5 * np.abs(np.bincount(a[:g], minlength=4) - np.bincount(b[:g], minlength=4)).sum() / g
+            if seq.sequential_tv_upper_bound(tv, g, k, g, alpha).upper < 0.1:
+                fails += 1
+                break
+    assert fails / R <= alpha
+
+
+def test_sequential_bound_is_wider_than_the_fixed_one() -> None:
+    from speceq.stats import tv_upper_bound_two_sample
+
+    b = seq.sequential_tv_upper_bound(0.05, 3100, 39, 3000, 1e-3, positions=8)
+    assert b.level == pytest.approx(1e-3 / (40 * 41) / 8)
+    assert b.upper > tv_upper_bound_two_sample(0.05, 3000, 3000, 1e-3 / 8)
+    assert "grid point n = 3000" in b.summary()
+    with pytest.raises(ValueError, match="exceeds"):
+        seq.sequential_tv_upper_bound(0.05, 100, 3, 188, 0.01)
