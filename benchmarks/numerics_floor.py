@@ -138,6 +138,7 @@ def verdicts(cases: list[Case], base: dict[str, SampleBatch], cand: dict[str, Sa
             "oracle_p": {n: (tests[n].pvalue if n in tests else None) for n in ORACLE_TESTS},
             "smallest_adjusted_p": None if smallest is None else smallest.adjusted_pvalue,
             "smallest_test": None if smallest is None else smallest.name,
+            "hard_failures": list(c.hard_failures[:3]),  # e.g. sampled tokens outside the oracle's top-p/top-k support
         })
     log(f"analysed {label}: {result.verdict} in {time.perf_counter() - started:.0f} s")
     return {"comparison": label, "verdict": result.verdict, "cases": per_case}
@@ -207,7 +208,7 @@ def table(report: dict[str, Any]) -> str:
     lines += [f"| {k} | {v['tokens']} | {v['seconds']} | {v['tokens_per_s']} |" for k, v in report["collection"].items()]
     lines += ["", f"## Verdicts (alpha {report['settings']['alpha']}, tolerance {report['settings']['tolerance']})", "",
               "| comparison | case | verdict | TV est. | TV bound | min 2-sample p | z argmax p | z temp p | PIT AD p | "
-              "GOF p | smallest adj. p (test) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "GOF p | smallest adj. p (test) | hard failures |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x: "-" if x is None else f"{x:.2g}"  # noqa: E731
     for comp in report.get("comparisons", []):
         for c in comp["cases"]:
@@ -215,7 +216,8 @@ def table(report: dict[str, Any]) -> str:
             lines.append(f"| {comp['comparison']} | {c['case']} | {c['verdict']} | {fmt(c['tv'])} | {fmt(c['tv_upper'])} | "
                          f"{fmt(c['min_two_sample_p'])} | {fmt(o['z argmax leak'])} | {fmt(o['z temperature drift'])} | "
                          f"{fmt(o['PIT Anderson-Darling'])} | {fmt(o['chi2 GOF first token'])} | "
-                         f"{fmt(c['smallest_adjusted_p'])} ({c['smallest_test']}) |")
+                         f"{fmt(c['smallest_adjusted_p'])} ({c['smallest_test']}) | "
+                         f"{'; '.join(c.get('hard_failures', [])) or '-'} |")
     lines += ["", "## Greedy divergence from float32", "",
               "| dtype | rows x tokens | divergent rows | near-tie at 1e-3 nats | noise scale (nats) | near-tie at noise scale | "
               "float32 margin min/median/p90/max | median position |", "|---|---|---|---|---|---|---|---|"]
