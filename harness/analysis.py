@@ -21,19 +21,27 @@ its upper bound is the largest per-position bound, each at level alpha / (positi
 bound holds for all positions at once (union bound). With an oracle, position 0 uses the
 one-sample bound against the exact target law instead.
 
-Greedy cases (temperature 0) are not tested statistically: rows must be equal token for
-token; each distinct first divergence is classified by the target's raw top-2 margin there
-(:mod:`speceq.greedy`). A real mismatch is a hard failure (``shifted``); near-ties alone are
-reported and the case stays ``equivalent``; divergences without an oracle to explain them
-make it ``inconclusive``.
+Greedy cases (temperature 0) are not tested statistically: rows of every prompt of the
+batch must be equal token for token; every diverging row's first divergence is classified
+by the target's raw top-2 margin there (:mod:`speceq.greedy`; the near-tie threshold is a
+setting). The verdict of every case, greedy or not, is decided in
+:func:`speceq.verdicts.decide.decide_run` from the typed :class:`CaseEvidence` built here.
+
+Oracle trust: the same PIT on the *baseline*'s tokens is an A/A check of the oracle
+itself. When it rejects at alpha, or the baseline emits tokens of probability 0 under the
+oracle, the oracle does not model the baseline (e.g. bf16 rounding at a top-p boundary):
+the oracle tests and the candidate's support violations are demoted to diagnostics and the
+two-sample tests decide; the verdict says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,9 +49,10 @@ import numpy as np
 from speceq import stats
 from speceq.cases import Case
 from speceq.engines.base import SampleBatch
-from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence
+from speceq.greedy import NEAR_TIE_NATS, compare_greedy_rows
 from speceq.pictures import chi2_bins, martingale_paths
-from speceq.verdicts.decide import CaseDecision, CaseEvidence, decide_run, run_verdict
+from speceq.verdicts.decide import CaseDecision, decide_run, run_verdict
+from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -59,15 +68,59 @@ TOP_TOKENS = 8
 TOP_POSITIONS = (0, 1)
 #: Decoded sample texts kept per engine.
 SAMPLE_TEXTS = 3
-#: Baseline rows scored by the oracle for the A/A diagnostic (the oracle's own check).
+#: Baseline rows scored by the oracle for its A/A trust check.
 BASELINE_AA_ROWS = 1000
-#: Most greedy divergences listed per case.
+#: Most greedy divergences displayed per case (all of them are classified and counted).
 MAX_DIVERGENCES = 10
+#: Oracle tests of a case (upper count) when planning the Monte Carlo level.
+_ORACLE_PRIMARY_TESTS = 5
 
 
 def case_rng(seed: int, case_id: str, stream: int) -> np.random.Generator:
     """Independent generator per (run seed, case, purpose): PIT V draws, Monte Carlo tables."""
     return np.random.default_rng([seed, zlib.crc32(case_id.encode()), stream])
+
+
+@dataclass(frozen=True, slots=True)
+class PositionComparison:
+    """The chi-square of one generated position of the case's prompt, with its counts."""
+
+    position: int
+    result: stats.HomogeneityResult
+    labels: np.ndarray
+    counts_baseline: np.ndarray
+    counts_candidate: np.ndarray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OracleFindings:
+    """Oracle tests of one case and whether the oracle is trusted (its baseline A/A check)."""
+
+    tests: tuple[TestOutcome, ...]
+    support_failures: tuple[str, ...]
+    histogram: tuple[int, ...]
+    gof: stats.GoodnessOfFitResult
+    demoted: str | None
+    z_paths: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseDetails:
+    """What a case result shows besides the decision: speed, samples, frequencies, notes."""
+
+    samples: tuple[SampleText, ...]
+    candidate_tokens: int
+    acceptance_rate: float | None
+    baseline_tokens_per_s: float | None
+    candidate_tokens_per_s: float | None
+    notes: tuple[str, ...] = ()
+    top_tokens: tuple[TokenFrequency, ...] = ()
+    pit_histogram: tuple[int, ...] = ()
+    greedy: GreedySummary | None = None
+    tv_reference: str = "two-sample"
+    speedup_per_token: float | None = field(default=None)
+    z_paths: tuple[Any, ...] = ()
+    test_bins: tuple[Any, ...] = ()
 
 
 def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | None = None) -> TestOutcome:
@@ -110,22 +163,35 @@ class _Tok:
 
         self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
 
+    def _bytes(self, ids: Sequence[int]) -> bool:
+        # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
+        return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
+
     def token(self, t: int) -> str:
         if t == stats.END:
             return "<END>"
-        return self._bt.token_text(int(t)) if self._bt else f"#{int(t)}"
+        if t < 0:
+            return "<ended>"
+        return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
 
     def text(self, ids: Sequence[int]) -> str:
-        return self._bt.decode([int(i) for i in ids]) if self._bt else " ".join(str(int(i)) for i in ids)
+        return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
 
 
-def _effective_support(counts: np.ndarray) -> float:
-    p = counts / max(1, counts.sum())
-    return max(1.0, float(np.sqrt(p).sum() ** 2))
+def planned_primary_tests(case: Case, *, oracle: bool) -> int:
+    """Upper count of a case's primary tests, fixed by its settings before any data."""
+    if case.params.greedy:
+        return 0
+    L = case.params.max_new_tokens
+    count = len(case.prompts) * (1 if oracle else L)
+    count += 1 if L >= 2 else 0  # joint first 2
+    count += 1 if (not case.params.ignore_eos and L >= 2) else 0  # length
+    return count + (_ORACLE_PRIMARY_TESTS if oracle else 0)
 
 
-def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float, rng: np.random.Generator,
-                tok: _Tok):
+def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float,
+                mc_level: float, rng: np.random.Generator,
+                tok: _Tok) -> tuple[list[TestOutcome], list[PositionComparison], list[Any]]:
     """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt.
 
     Also the largest bins of every primary test with raw p <= alpha (one that may decide the
@@ -134,8 +200,12 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
     L = case.params.max_new_tokens
     tests: list[TestOutcome] = []
     bins: list[Any] = []
-    per_position: list[tuple[int, Any, np.ndarray, np.ndarray, np.ndarray]] = []  # case prompt only
+    per_position: list[PositionComparison] = []  # case prompt only
     tv_alpha = alpha / L
+
+    def chi2(ca: np.ndarray, cb: np.ndarray, **kw: Any) -> stats.HomogeneityResult:
+        return stats.chisquare_homogeneity(ca, cb, rng=rng, mc_level=mc_level, **kw)
+
     for j in range(len(case.prompts)):
         ta, la = _rows_of(base, j)
         tb, lb = _rows_of(cand, j)
@@ -146,56 +216,69 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
             if t > 0 and (sa == stats.END).all() and (sb == stats.END).all():
                 break
             labels, ca, cb = stats.paired_counts(sa, sb)
-            res = stats.chisquare_homogeneity(ca, cb, rng=rng, tv_alpha=tv_alpha)
+            res = chi2(ca, cb, tv_alpha=tv_alpha)
             primary = t == 0 or not oracle_mode
             tests.append(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res))
             if primary and res.pvalue <= alpha:
                 bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
             if j == 0:
-                per_position.append((t, res, labels, ca, cb))
+                per_position.append(PositionComparison(t, res, labels, ca, cb))
     ta, la = _rows_of(base, 0)
     tb, lb = _rows_of(cand, 0)
     if L >= 2:
         labels, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
-        res = stats.chisquare_homogeneity(ca, cb, rng=rng)
+        res = chi2(ca, cb)
         tests.append(_outcome("chi2 joint first 2", "two-sample", True, res))
         if res.pvalue <= alpha:
             pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
             bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
     if not case.params.ignore_eos and L >= 2:
         labels, ca, cb = stats.paired_counts(la, lb)
-        res = stats.chisquare_homogeneity(ca, cb, rng=rng)
+        res = chi2(ca, cb)
         tests.append(_outcome("chi2 length", "sequence", True, res))
         if res.pvalue <= alpha:
             bins.append(chi2_bins("chi2 length", [f"{int(x)} tokens" for x in labels], ca, cb))
     return tests, per_position, bins
 
 
-def _top_tokens(per_position, tok: _Tok, first_probs: np.ndarray | None) -> tuple[TokenFrequency, ...]:
+def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
+                first_probs: np.ndarray | None) -> tuple[TokenFrequency, ...]:
     out = []
-    for t, _res, labels, ca, cb in per_position:
-        if t not in TOP_POSITIONS:
+    for pc in per_position:
+        if pc.position not in TOP_POSITIONS:
             continue
-        order = np.argsort(-(ca + cb), kind="stable")[:TOP_TOKENS]
+        order = np.argsort(-(pc.counts_baseline + pc.counts_candidate), kind="stable")[:TOP_TOKENS]
         for i in order:
-            lab = int(labels[i])
+            lab = int(pc.labels[i])
             prob = None
-            if t == 0 and first_probs is not None and lab >= 0:
+            if pc.position == 0 and first_probs is not None and lab >= 0:
                 prob = float(first_probs[lab])
-            out.append(TokenFrequency(position=t, token=lab, text=tok.token(lab), baseline_count=int(ca[i]),
-                                      candidate_count=int(cb[i]), oracle_prob=prob))
+            out.append(TokenFrequency(position=pc.position, token=lab, text=tok.token(lab),
+                                      baseline_count=int(pc.counts_baseline[i]),
+                                      candidate_count=int(pc.counts_candidate[i]), oracle_prob=prob))
     return tuple(out)
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any, rng: np.random.Generator,
-                  tok: _Tok, first_probs: np.ndarray):
-    """PIT, martingale z-tests, first-token GOF; hard failures; baseline A/A diagnostic."""
+                  tok: _Tok, first_probs: np.ndarray, *, alpha: float, mc_level: float) -> OracleFindings:
+    """Baseline A/A trust check first; then PIT, martingale z-tests, first-token GOF, support check."""
     params = case.params
+    base_scores = oracle.score(case.prompts, _head(base, BASELINE_AA_ROWS), params)
+    base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
+    base_sup = stats.support_violations(base_scores)
+    demoted = None
+    if base_sup.failed or base_pit.pvalue <= alpha:
+        why = []
+        if base_pit.pvalue <= alpha:
+            why.append(f"its PIT A/A check on the baseline rejects, p={base_pit.pvalue:.2g} <= alpha={alpha:g}")
+        if base_sup.failed:
+            why.append(f"the baseline emits {base_sup.statistic} tokens of probability 0 under it")
+        demoted = (f"the oracle does not model the baseline ({'; '.join(why)}), so the two-sample tests decide; "
+                   "check the oracle model and its processing (e.g. bf16 rounding at a top-p boundary)")
+    primary = demoted is None
     scores = oracle.score(case.prompts, cand, params)
-    tests: list[TestOutcome] = []
-    notes: list[str] = []
-    failures: list[str] = []
     sup = stats.support_violations(scores)
+    failures: list[str] = []
     for idx in sup.indices[:5]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
         pj = int(cand.prompt_index[r])
@@ -204,56 +287,58 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any,
                         f"under the processed target after {prefix[-40:]!r}")
     if sup.failed and sup.statistic > 5:
         failures.append(f"... {sup.statistic} such tokens in all")
-    u = stats.randomized_pit(scores, rng)
-    pit = stats.pit_uniformity(u)
-    tests.append(_outcome("PIT Anderson-Darling", "oracle", True, pit.anderson_darling))
-    tests.append(_outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks))
-    tests.append(_outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises))
-    tests.append(_outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2))
-    tests.append(_outcome("z argmax leak", "oracle", True, stats.argmax_leak_z(scores)))
-    tests.append(_outcome("z temperature drift", "oracle", True, stats.temperature_drift_z(scores)))
+    pit = stats.pit_uniformity(stats.randomized_pit(scores, rng))
+    tests = [
+        _outcome("PIT Anderson-Darling", "oracle", primary, pit.anderson_darling),
+        _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks),
+        _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises),
+        _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2),
+        _outcome("z argmax leak", "oracle", primary, stats.argmax_leak_z(scores)),
+        _outcome("z temperature drift", "oracle", primary, stats.temperature_drift_z(scores)),
+    ]
     if scores.has_draft:
-        tests.append(_outcome("z draft drift", "oracle", True, stats.draft_drift_z(scores)))
+        tests.append(_outcome("z draft drift", "oracle", primary, stats.draft_drift_z(scores)))
     first = scores.position == 0
     first_tokens = scores.token[first & (np.asarray(cand.prompt_index)[scores.row] == 0)]
     counts = np.bincount(first_tokens, minlength=first_probs.size)
-    gof = stats.chisquare_gof(counts, first_probs / first_probs.sum())
-    tests.append(_outcome("chi2 GOF first token", "oracle", True, gof))
-    # A/A diagnostic: the same PIT on the baseline's tokens
-    base_scores = oracle.score(case.prompts, _head(base, BASELINE_AA_ROWS), params)
-    base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng))
-    tests.append(_outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit.anderson_darling))
-    base_sup = stats.support_violations(base_scores)
-    if base_sup.failed or base_pit.anderson_darling.pvalue < 1e-6:
-        notes.append("the oracle does not model the baseline (baseline PIT p="
-                     f"{base_pit.anderson_darling.pvalue:.2g}, {base_sup.statistic} zero-probability tokens): "
-                     "oracle tests of this case are not trustworthy; check the oracle model and its processing")
-    return tests, failures, notes, pit.histogram, gof, martingale_paths(scores)
+    gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=mc_level)
+    tests.append(_outcome("chi2 GOF first token", "oracle", primary, gof))
+    tests.append(_outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit))
+    return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), histogram=tuple(int(h) for h in pit.histogram),
+                          gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)))
 
 
-def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any | None, tok: _Tok):
-    ta, la = _rows_of(base, 0)
-    tb, lb = _rows_of(cand, 0)
-    rows = min(len(la), len(lb))
-    divergences: dict[tuple, GreedyDivergence] = {}
-    equal = 0
-    for r in range(rows):
-        d = first_divergence(ta[r, : la[r]], tb[r, : lb[r]])
-        if d is None:
-            equal += 1
-            continue
-        key = (d.position, d.baseline_token, d.candidate_token, d.prefix)
-        if key in divergences or len(divergences) >= MAX_DIVERGENCES:
-            continue
-        margin = None
-        if oracle is not None:
-            margin = float(oracle.raw_top2_margin([list(case.prompt_ids) + list(d.prefix)])[0])
-        divergences[key] = GreedyDivergence(
-            prompt_index=0, position=d.position, baseline_token=d.baseline_token, candidate_token=d.candidate_token,
-            margin=margin, classification=classify_margin(margin), prefix_text=tok.text(list(case.prompt_ids) + list(d.prefix))[-60:],
-        )
-    return GreedySummary(rows_compared=rows, rows_equal=equal, near_tie_threshold=NEAR_TIE_NATS,
-                         divergences=tuple(divergences.values()))
+def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any | None, tok: _Tok, *, alpha: float,
+            near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[str, ...]]:
+    """Row comparison over every prompt; every divergence classified; mismatches as hard failures."""
+    rows = [(*_rows_of(base, j), *_rows_of(cand, j)) for j in range(len(case.prompts))]
+    cmp = compare_greedy_rows(rows, case.prompts, None if oracle is None else oracle.raw_top2_margin, near_tie_nats)
+    mismatches = [d for d in cmp.divergences if d.classification == "mismatch"]
+    failures = [f"greedy rows of prompt {d.prompt_index} differ at position {d.divergence.position} where the target's "
+                f"top-2 margin is {d.margin:.3g} nats (> {near_tie_nats:g}): {tok.token(d.divergence.baseline_token)} vs "
+                f"{tok.token(d.divergence.candidate_token)} after "
+                f"{tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-30:]!r} ({d.rows} rows)"
+                for d in mismatches[:MAX_DIVERGENCES]]
+    if len(mismatches) > MAX_DIVERGENCES:
+        failures.append(f"... {len(mismatches)} distinct mismatches in all")
+    n_case = max(1, cmp.case_rows)
+    evidence = GreedyEvidence(
+        rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, mismatches=cmp.rows_classified("mismatch"),
+        near_ties=cmp.rows_classified("near-tie"), unexplained=cmp.rows_classified("unexplained"),
+        near_tie_nats=near_tie_nats, tv_estimate=cmp.case_rows_diverging / n_case,
+        tv_upper_bound=stats.tv_upper_bound_row_mismatch(cmp.case_rows_diverging, n_case, alpha),
+    )
+    shown = tuple(
+        GreedyDivergence(prompt_index=d.prompt_index, position=d.divergence.position,
+                         baseline_token=d.divergence.baseline_token, candidate_token=d.divergence.candidate_token,
+                         margin=d.margin, classification=d.classification,
+                         prefix_text=tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-60:])
+        for d in cmp.divergences[:MAX_DIVERGENCES]
+    )
+    summary = GreedySummary(rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, near_tie_threshold=near_tie_nats,
+                            divergences=shown, mismatches=evidence.mismatches, near_ties=evidence.near_ties,
+                            unexplained=evidence.unexplained, distinct_divergences=len(cmp.divergences))
+    return evidence, summary, tuple(failures)
 
 
 def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tuple[SampleText, ...]:
@@ -267,70 +352,102 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tup
 
 
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Any | None, alpha: float,
-                  seed: int, tok: _Tok) -> tuple[CaseEvidence, dict[str, Any]]:
+                  seed: int, tok: _Tok, mc_level: float, near_tie_nats: float) -> tuple[CaseEvidence, CaseDetails]:
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
     n_cand = int((np.asarray(cand.prompt_index) == 0).sum())
-    extra: dict[str, Any] = dict(
-        samples=_samples(case, base, cand, tok), notes=[],
-        acceptance_rate=cand.acceptance_rate,
-        baseline_tokens_per_s=_tokens_per_s(base), candidate_tokens_per_s=_tokens_per_s(cand),
-        candidate_tokens=int(cand.lengths.sum()),
+    base_speed, cand_speed = _tokens_per_s(base), _tokens_per_s(cand)
+    details = CaseDetails(
+        samples=_samples(case, base, cand, tok), candidate_tokens=int(cand.lengths.sum()),
+        acceptance_rate=cand.acceptance_rate, baseline_tokens_per_s=base_speed, candidate_tokens_per_s=cand_speed,
+        speedup_per_token=cand_speed / base_speed if base_speed and cand_speed else None,
     )
-    if extra["baseline_tokens_per_s"] and extra["candidate_tokens_per_s"]:
-        extra["speedup_per_token"] = extra["candidate_tokens_per_s"] / extra["baseline_tokens_per_s"]
     if case.params.greedy:
-        g = _greedy(case, base, cand, oracle, tok)
-        extra["greedy"] = g
-        kinds = [d.classification for d in g.divergences]
-        failures = tuple(f"greedy rows differ at position {d.position} where the target's top-2 margin is "
-                         f"{d.margin:.3g} nats (> {NEAR_TIE_NATS:g}): {tok.token(d.baseline_token)} vs "
-                         f"{tok.token(d.candidate_token)} after {d.prefix_text[-30:]!r}"
-                         for d in g.divergences if d.classification == "mismatch")
-        unexplained = "unexplained" in kinds
-        if "near-tie" in kinds:
-            extra["notes"].append(f"{g.rows_compared - g.rows_equal} of {g.rows_compared} rows diverge; "
-                                  "divergences at numerical near-ties are expected and not a failure")
-        tv = 0.0 if not unexplained else (g.rows_compared - g.rows_equal) / max(1, g.rows_compared)
-        ev = CaseEvidence(case_id=case.case_id, tests=(), tv_estimate=tv, tv_upper_bound=None if unexplained else 0.0,
-                          effective_support=1.0, mode="two-sample", n_baseline=n_base, n_candidate=n_cand,
-                          hard_failures=failures)
-        if unexplained:
-            extra["greedy_reason"] = (f"{g.rows_compared - g.rows_equal} of {g.rows_compared} greedy rows diverge and no "
-                                      "oracle is available to classify them; rerun with the oracle")
-        return ev, extra
+        g, summary, failures = _greedy(case, base, cand, oracle, tok, alpha=alpha, near_tie_nats=near_tie_nats)
+        ev = CaseEvidence(case_id=case.case_id, tests=(), tv_estimate=g.tv_estimate, tv_upper_bound=g.tv_upper_bound,
+                          effective_support=1.0, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures, greedy=g)
+        return ev, _replace(details, greedy=summary, tv_reference="greedy rows")
 
     rng = case_rng(seed, case.case_id, 0)
-    tests, per_position, bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha, rng=rng,
-                                            tok=tok)
-    extra["test_bins"] = tuple(bins)
-    failures: list[str] = []
+    tests, per_position, test_bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha,
+                                                 mc_level=mc_level, rng=rng, tok=tok)
+    details = _replace(details, test_bins=tuple(test_bins))
+    failures: tuple[str, ...] = ()
+    notes: list[str] = []
     first_probs = None
-    bounds = [(t, res.tv, res.tv_upper_bound) for t, res, *_ in per_position]
+    demoted = None
+    bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
+    tv_reference = "two-sample"
     if oracle is not None:
         first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
-        o_tests, failures, notes, hist, gof, extra["z_paths"] = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1),
-                                                             tok, first_probs)
-        tests += o_tests
-        extra["notes"] += notes
-        extra["pit_histogram"] = tuple(int(h) for h in hist)
-        if bounds:
-            alpha_t = alpha / max(1, len(bounds))
-            bounds[0] = (0, gof.tv, stats.tv_upper_bound_oracle(gof.tv, gof.n, alpha_t))
-    extra["top_tokens"] = _top_tokens(per_position, tok, first_probs)
+        found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
+                              alpha=alpha, mc_level=mc_level)
+        tests += found.tests
+        demoted = found.demoted
+        details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths)
+        if demoted is None:
+            failures = found.support_failures
+            if bounds:
+                gof = found.gof
+                bounds[0] = (gof.tv, stats.tv_upper_bound_oracle(gof.tv, gof.n, alpha / max(1, len(bounds))))
+            tv_reference = "oracle (position 0) and two-sample"
+        else:
+            notes.append(f"oracle tests demoted to diagnostics: {demoted}")
+            if found.support_failures:
+                notes.append("candidate tokens of probability 0 under the oracle (not counted as failures while the "
+                             f"oracle is not trusted): {found.support_failures[0]}")
     if bounds:
-        worst = max(range(len(bounds)), key=lambda i: bounds[i][2])
-        tv_est = max(b[1] for b in bounds)
-        tv_up = bounds[worst][2]
-        _, _, _, ca, cb = per_position[worst]
-        k_eff = _effective_support(ca + cb)
+        worst = max(range(len(bounds)), key=lambda i: bounds[i][1])
+        tv_est = max(b[0] for b in bounds)
+        tv_up = bounds[worst][1]
+        pc = per_position[worst]
+        k_eff = stats.effective_support_upper(pc.counts_baseline + pc.counts_candidate)
     else:
         tv_est = tv_up = None
         k_eff = 1.0
-    extra["tv_reference"] = "oracle (position 0) and two-sample" if oracle is not None else "two-sample"
+    details = _replace(details, notes=tuple(notes), top_tokens=_top_tokens(per_position, tok, first_probs),
+                       tv_reference=tv_reference)
     ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
-                      effective_support=k_eff, mode="two-sample", n_baseline=n_base, n_candidate=n_cand,
-                      hard_failures=tuple(failures), bound_alpha=alpha / max(1, len(bounds)))
-    return ev, extra
+                      effective_support=k_eff, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures,
+                      oracle_demoted=demoted, bound_alpha=alpha / max(1, len(bounds)))
+    return ev, details
+
+
+def _replace(details: CaseDetails, **changes: Any) -> CaseDetails:
+    return dataclasses.replace(details, **changes)
+
+
+def rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
+    """The ``speceq run`` command that reruns with ``samples`` per engine, from the run's settings.
+
+    Stored samples are reused (same ``--out``), so only the missing ones are drawn. A case
+    with its own ``samples`` in a cases file needs that entry raised instead; the command
+    then says so.
+    """
+    args = ["speceq", "run"]
+    if settings.get("cases_file"):
+        args += ["--cases", str(settings["cases_file"])]
+    for role in ("baseline", "candidate"):
+        if role in settings:
+            args += [f"--{role}", str(settings[role])]
+        for k, v in dict(settings.get(f"{role}_options") or {}).items():
+            args += [f"--{role}-option", f"{k}={v}"]
+    if settings.get("oracle") is False:
+        args.append("--no-oracle")
+    else:
+        if settings.get("oracle_model"):
+            args += ["--oracle-model", str(settings["oracle_model"])]
+        draft = settings.get("oracle_draft", "auto")
+        if draft != "auto":
+            args += ["--oracle-draft", "none" if draft is None else str(draft)]
+    args += ["--samples", str(samples)]
+    for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
+                      ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
+        if settings.get(key) is not None:
+            args += [flag, f"{settings[key]:g}" if isinstance(settings[key], float) else str(settings[key])]
+    command = shlex.join(args)
+    if case.samples:
+        command += f"  # and set samples = {samples} for case {case.case_id!r} in the cases file"
+    return command
 
 
 def analyse_run(
@@ -345,54 +462,53 @@ def analyse_run(
     engines: Mapping[str, Any],
     provenance: Mapping[str, Any],
     progress: bool = False,
+    near_tie_nats: float = NEAR_TIE_NATS,
 ) -> RunResult:
     """Analyse a run and decide every case.
 
     baseline / candidate: case id -> every row collected for that case (chunks concatenated
     in slice order; ``prompt_index`` says which prompt of ``case.prompts`` a row continues).
     ``oracle``: a :class:`speceq.oracle.TargetOracle` or None for black-box mode.
-    ``engines``: {"baseline": describe(), "candidate": describe()}.
+    ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
+    greedy near-tie threshold (top-2 margin, nats). Monte Carlo p-values are sized to
+    alpha / (planned number of primary tests of the run), the first step of Holm.
     """
     vocab = getattr(oracle, "vocab_size", None) or 259
     tok = _Tok(vocab)
+    planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
+    mc_level = alpha / max(1, planned)
     evidence: list[CaseEvidence] = []
-    extras: list[dict[str, Any]] = []
+    details: list[CaseDetails] = []
     iterator: Any = cases
     if progress:
         from rich.progress import track
 
         iterator = track(cases, description="analysing", transient=True)
     for case in iterator:
-        ev, extra = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
-                                  seed=seed, tok=tok)
+        ev, d = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
+                              seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats)
         evidence.append(ev)
-        extras.append(extra)
+        details.append(d)
     decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance)
-    results = tuple(_case_result(c, ev, d, x, tolerance) for c, ev, d, x in zip(cases, evidence, decisions, extras))
-    verdict = run_verdict([dataclasses.replace(d, verdict=r.verdict) for d, r in zip(decisions, results)])
+    settings = dict(provenance.get("settings") or {})
+    results = tuple(_case_result(c, ev, dec, d, tolerance, settings)
+                    for c, ev, dec, d in zip(cases, evidence, decisions, details))
     return RunResult(
-        verdict=verdict, alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines), cases=results,
+        verdict=run_verdict(decisions), alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines), cases=results,
         oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
     )
 
 
-def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: Mapping[str, Any], tolerance: float) -> CaseResult:
-    verdict, reason = d.verdict, d.reason
-    if "greedy_reason" in x and verdict != "shifted":
-        verdict, reason = "inconclusive", x["greedy_reason"]
-    elif case.params.greedy and verdict == "equivalent":
-        g = x["greedy"]
-        reason = (f"{g.rows_equal} of {g.rows_compared} greedy rows equal token for token"
-                  + ("; the others diverge only at numerical near-ties" if g.rows_equal < g.rows_compared else ""))
+def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
+                 settings: Mapping[str, Any]) -> CaseResult:
+    """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
+    rerun = rerun_command(settings, d.required_n, case) if d.required_n is not None else None
     return CaseResult(
-        case_id=case.case_id, case=case.to_dict(), verdict=verdict, reason=reason, tolerance=tolerance,
+        case_id=case.case_id, case=case.to_dict(), verdict=d.verdict, reason=d.reason, tolerance=tolerance,
         n_baseline=ev.n_baseline, n_candidate=ev.n_candidate, tests=d.tests, tv_estimate=d.tv_estimate,
-        tv_upper_bound=d.tv_upper_bound, tv_reference=x.get("tv_reference", "two-sample"),
-        required_n=d.required_n if verdict == "inconclusive" and "greedy_reason" not in x else None,
-        candidate_tokens=x["candidate_tokens"], acceptance_rate=x["acceptance_rate"],
-        baseline_tokens_per_s=x["baseline_tokens_per_s"], candidate_tokens_per_s=x["candidate_tokens_per_s"],
-        speedup_per_token=x.get("speedup_per_token"), top_tokens=x.get("top_tokens", ()),
-        pit_histogram=x.get("pit_histogram", ()), greedy=x.get("greedy"), samples=x["samples"],
-        hard_failures=ev.hard_failures, notes=tuple(x["notes"]),
-        z_paths=x.get("z_paths", ()), test_bins=x.get("test_bins", ()),
+        tv_upper_bound=d.tv_upper_bound, tv_reference=x.tv_reference, required_n=d.required_n, rerun_command=rerun,
+        candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
+        baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
+        speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
+        samples=x.samples, hard_failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
     )

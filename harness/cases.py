@@ -394,3 +394,44 @@ def default_cases() -> list[Case]:
         case("elif-topp-b32", P[5], temperature=1.0, top_p=0.9, batch_size=32),
         case("self-attr-ragged-b32", P[7], temperature=1.0, batch_size=32, companions=(P[0], P[10])),
     ]
+
+
+def bpe_cases() -> list[Case]:
+    """The cases of ``speceq run --models bpe``: 7 cases over the BPE models, 4 new tokens each.
+
+    The byte world's shapes (one unbatched first-token case; batch 4 with and without a longer
+    companion; batch 32 with companions; T = 1.0 and 0.7; top-k 50 and top-p 0.9), with text
+    prompts encoded by the BPE tokenizer, plus two cases on prompts that end the way modules
+    end (``if __name__ == "__main__": main()``, followed by ``<eos>`` in the corpus). The
+    bundled target is small and short-trained: it gives ``<eos>`` only ~4e-4 there
+    (``bpe-metrics.json``, ``eos_mass``), so EOS rows are rare; the second of them therefore
+    sets ``ignore_eos``, which exercises masking EOS id 31998 in every engine and the oracle.
+    """
+    from speceq.models.bpe import BPE_EOS_PROMPTS, BPE_PROMPTS, load_bpe_tokenizer
+
+    tok = load_bpe_tokenizer()
+    P, E = BPE_PROMPTS, BPE_EOS_PROMPTS
+
+    def ids(text: str) -> tuple[int, ...]:
+        return tuple(tok.encode(text).ids)
+
+    def case(cid: str, prompt: str, *, batch_size: int = 1, companions: tuple[str, ...] = (), tokens: int = 4,
+             **params: Any) -> Case:
+        return Case(
+            case_id=cid,
+            prompt_ids=ids(prompt),
+            params=SamplingParams(max_new_tokens=tokens, **params),
+            batch_size=batch_size,
+            companions=tuple(ids(c) for c in companions),
+            text=prompt,
+        )
+
+    return [
+        case("bpe-def-b1", P[0], temperature=1.0, tokens=1),
+        case("bpe-import-b4-ragged", P[1], temperature=1.0, batch_size=4, companions=(P[2],)),
+        case("bpe-raise-topk-b4", P[3], temperature=1.0, top_k=50, batch_size=4),
+        case("bpe-repr-t07-b32", P[2], temperature=0.7, batch_size=32, companions=(P[4],)),
+        case("bpe-class-topp-b32", P[4], temperature=1.0, top_p=0.9, batch_size=32),
+        case("bpe-eos-b32", E[0], temperature=1.0, batch_size=32, companions=(P[5], E[1])),
+        case("bpe-ignore-eos-t07-b4", E[1], temperature=0.7, batch_size=4, companions=(P[0],), ignore_eos=True),
+    ]

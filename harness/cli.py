@@ -36,9 +36,13 @@ PLUGIN_COMMANDS: dict[str, str] = {
 # ----- speceq run ------------------------------------------------------------------------
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+    from speceq.greedy import NEAR_TIE_NATS
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/CASES.md). Default: the built-in cases")
+    g.add_argument("--models", default="byte", choices=("byte", "bpe"),
+                   help="bundled model world: its target/draft fill the built-in engines' model options and its "
+                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/BPE.md). Default: %(default)s")
     g.add_argument("--baseline", default="baseline", metavar="SPEC", help="baseline engine (name or module:attr). Default: %(default)s")
     g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
     g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
@@ -49,6 +53,19 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="run seed; chunk seeds derive from it. Default: %(default)s")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads (default: $SPECEQ_TORCH_THREADS, else 1)")
+    # ----- parallel collection (executors: speceq.collect; docs/SCALE.md) -----
+    g = p.add_argument_group("parallel collection")
+    g.add_argument("--workers", type=_workers_arg, default=None, metavar="N|auto",
+                   help="local worker processes sampling chunks (1: in this process). Default: auto, the CPUs idle "
+                        "now (CPUs minus load average), at most one per chunk to sample; with --executor ray: "
+                        "tasks in flight (default: one per cluster CPU)")
+    g.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: this machine; ray: tasks on a Ray cluster (pip install 'speceq[ray]'). "
+                        "Default: %(default)s")
+    g.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="Ray cluster to use with --executor ray ('auto', HOST:PORT, ray://HOST:PORT). "
+                        "Default: start a local Ray instance for the run")
+    # ----- end of parallel collection -----
     g = p.add_argument_group("statistics")
     g.add_argument("--no-oracle", dest="oracle", action="store_false", help="black-box tests only (no target scoring)")
     g.add_argument("--oracle-model", metavar="DIR", default=None,
@@ -59,6 +76,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "engine's own draft model, if it has one)")
     g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
+    g.add_argument("--near-tie-nats", type=float, default=NEAR_TIE_NATS, metavar="NATS",
+                   help="greedy cases: target top-2 margin up to which a divergence is a numerical near-tie "
+                        "(1e-3 measured on float32 CPU; use ~1e-2 for bf16 engines). Default: %(default)g")
     g.add_argument("--sequential", action="store_true",
                    help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
                         "each case once decided (docs/SEQUENTIAL.md)")
@@ -76,23 +96,28 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def handle_run(args: argparse.Namespace) -> int:
-    from speceq.cases import default_cases, load_cases
+    from speceq.cases import bpe_cases, default_cases, load_cases
     from speceq.engines.registry import parse_engine_options
+    from speceq.models.worlds import world_engine_options
     from speceq.run import RunConfig, run
 
     if args.sequential:
         from speceq.sequential import run_sequential as run
     config = RunConfig(
         baseline=args.baseline, candidate=args.candidate,
-        baseline_options=parse_engine_options(args.baseline_option),
-        candidate_options=parse_engine_options(args.candidate_option),
+        baseline_options=world_engine_options(args.models, args.baseline, parse_engine_options(args.baseline_option)),
+        candidate_options=world_engine_options(args.models, args.candidate, parse_engine_options(args.candidate_option)),
         oracle=args.oracle, oracle_model=args.oracle_model,
         oracle_draft=None if args.oracle_draft == "none" else args.oracle_draft,
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
-        progress=args.progress,
+        progress=args.progress, near_tie_nats=args.near_tie_nats,
+        workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
-    cases = load_cases(args.cases) if args.cases else default_cases()
+    if args.cases:
+        cases = load_cases(args.cases)
+    else:
+        cases = bpe_cases() if args.models == "bpe" else default_cases()
     check_run_outputs(config.out_dir, report=args.report, summary_md=args.summary_md)
     check_engine_specs(config)
     try:
@@ -182,6 +207,19 @@ def check_engine_specs(config: Any) -> None:
             check_engine_spec(spec)
         except SpeceqError as e:
             raise type(e)(f"--{role}: {e}") from e
+
+
+def _workers_arg(text: str) -> int | None:
+    """``--workers``: ``auto`` (None) or an integer >= 1."""
+    if text == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}")
+    return n
 
 
 def _write_report(result: RunResult, path: str) -> Path:

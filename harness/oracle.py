@@ -19,7 +19,7 @@ import torch
 from speceq.engines.base import SampleBatch
 from speceq.errors import ConfigError
 from speceq.models.fast_forward import FastLlama, fast_model
-from speceq.models.hf_utils import describe_model, load_causal_lm, model_pad_id, model_vocab_size
+from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import configure_threads
 from speceq.params import SamplingParams
 from speceq.processing import process_logits
@@ -29,6 +29,8 @@ from speceq.stats.scores import TokenScores
 DRAFT_PROB_FLOOR = 1e-30
 #: Most logits (floats) one forward pass may produce: 2**25 floats = 128 MiB.
 LOGITS_BUDGET = 2**25
+#: Default of ``eos_token_id``: the target model's own EOS id.
+MODEL_EOS: Any = object()
 _FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "raw_top2_margin")
 _DRAFT_FIELDS = ("draft_llr", "draft_llr_mean", "draft_llr_var", "draft_tv")
 
@@ -42,6 +44,8 @@ class TargetOracle:
         With a draft, :meth:`score` also fills the ``draft_llr*`` fields.
     device, dtype : where and in which precision the models run.
     threads : torch intra-op threads (default 1, see ``configure_threads``).
+    eos_token_id : the EOS id that ``ignore_eos`` masks (None: no EOS); default: the target
+        model's (generation config, config, then tokenizer), never a fixed id.
     share_prefix : in :meth:`score`, run each distinct prompt once and only the generated
         tokens of each row against its cached keys and values (models with a fast forward
         only; others score whole rows). Several times less arithmetic, but the logits then
@@ -58,11 +62,13 @@ class TargetOracle:
         device: str = "cpu",
         dtype: str = "float32",
         threads: int | None = None,
+        eos_token_id: Any = MODEL_EOS,
         share_prefix: bool = False,
     ) -> None:
         self.share_prefix = bool(share_prefix)
         self.threads = configure_threads(threads)
         self.model = load_causal_lm(target, role="target", device=device, dtype=dtype)
+        self.eos_token_id = model_eos_id(self.model, None) if eos_token_id is MODEL_EOS else eos_token_id
         self.draft = None if draft is None else load_causal_lm(draft, role="draft", device=device, dtype=dtype)
         self.device = device
         self.vocab_size = model_vocab_size(self.model)
@@ -77,6 +83,7 @@ class TargetOracle:
         return {
             "model": describe_model(self.model),
             "draft": None if self.draft is None else describe_model(self.draft),
+            "eos_token_id": self.eos_token_id,
             "threads": self.threads,
             "share_prefix": self.share_prefix,
         }
@@ -140,10 +147,11 @@ class TargetOracle:
         prefixes: Sequence[Sequence[int]],
         params: SamplingParams,
         *,
-        eos_token_id: int | None = 257,
+        eos_token_id: Any = MODEL_EOS,
         max_batch_rows: int = 256,
     ) -> np.ndarray:  # [rows, vocab] float32
-        """Processed next-token law of the target after each prefix."""
+        """Processed next-token law of the target after each prefix (EOS default: the oracle's)."""
+        eos_token_id = self.eos_token_id if eos_token_id is MODEL_EOS else eos_token_id
         return process_logits(self._last_logits(prefixes, max_batch_rows), params, eos_token_id=eos_token_id).numpy()
 
     def raw_top2_margin(self, prefixes: Sequence[Sequence[int]], *, max_batch_rows: int = 256) -> np.ndarray:
@@ -156,10 +164,11 @@ class TargetOracle:
         batch: SampleBatch,
         params: SamplingParams,
         *,
-        eos_token_id: int | None = 257,
+        eos_token_id: Any = MODEL_EOS,
         max_batch_rows: int = 256,
     ) -> TokenScores:
         """Score every generated token of ``batch`` (rows continue ``prompts[batch.prompt_index]``)."""
+        eos_token_id = self.eos_token_id if eos_token_id is MODEL_EOS else eos_token_id
         prompt_lists = self._check(prompts, "prompt")
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         seqs: list[list[int]] = []

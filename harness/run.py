@@ -2,10 +2,15 @@
 
 - **plan**: every case is cut into seed slices of at most ``chunk_size`` samples; one chunk
   = (role, case, slice). Its seed is :func:`chunk_seed` of (run seed, role, case id, slice).
-- **collect**: chunks already in the store (same fingerprint) are reused; the others are
-  sampled, checked with :func:`~speceq.engines.base.validate_batch` and stored atomically.
-  A failure stops the run and keeps every finished chunk. Ctrl-C stops after the chunk being
-  sampled is stored (a second Ctrl-C stops at once) and says how to resume.
+- **collect**: chunks already in the store (same fingerprint, which covers the engine's
+  code: :mod:`speceq.collect.code_identity`) are reused; the others are sampled by an
+  executor (serial, local worker processes or Ray: :mod:`speceq.collect`), checked with
+  :func:`~speceq.engines.base.validate_batch` and stored atomically by this process only.
+  A failure stops the run and keeps every finished chunk. Ctrl-C stops after the chunks being
+  sampled are stored (a second Ctrl-C stops at once) and says how to resume. A changed
+  budget reuses every stored chunk of the new plan: the last slice of a case is stored under
+  its own sample count, so growing or shrinking ``samples`` samples only what the new plan
+  lacks and gives the samples of a fresh run at that budget.
 - **analyse**: :func:`speceq.analysis.analyse_run` on every case's rows (chunks joined in
   slice order) and, when on, the target oracle.
 - **write**: ``result.json`` and ``provenance.json`` in the output folder, next to the
@@ -19,7 +24,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +32,13 @@ from typing import Any
 import numpy as np
 
 from speceq.cases import Case
+from speceq.collect import EXECUTORS, choose_executor
+from speceq.collect.code_identity import code_summary, engine_code_identity
+from speceq.collect.progress import make_progress
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
-from speceq.errors import ConfigError, EngineError, SpeceqError
+from speceq.errors import ConfigError
+from speceq.greedy import NEAR_TIE_NATS
 from speceq.provenance import collect_provenance, utc_now
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore, atomic_write, write_json_atomic
 from speceq.verdicts.result import RunResult
@@ -69,8 +77,15 @@ class RunConfig:
     case's prompt per engine; chunk_size: samples per stored chunk. alpha: family-wise
     false-alarm level; tolerance: TV below which a case may be called equivalent.
     out_dir: store, result and provenance folder. resume: reuse stored chunks (False
-    discards them first). threads: torch threads (None: ``$SPECEQ_TORCH_THREADS`` or 1).
-    progress: progress bar on a terminal.
+    discards them first). threads: torch threads, per worker process too (None:
+    ``$SPECEQ_TORCH_THREADS`` or 1). progress: a progress bar on a terminal, plain lines
+    elsewhere. executor: ``"local"`` (this machine) or ``"ray"``; workers: local worker
+    processes (1: sample in this process; None: one per usable CPU, see
+    :func:`speceq.collect.auto_workers`), or the Ray tasks in flight (None: one per cluster
+    CPU); ray_address: the Ray cluster to use (None: start a local one for the run).
+    near_tie_nats: greedy cases' near-tie threshold, the target's top-2 margin (nats) up to
+    which a divergence is numerical, not a bug
+    (default 1e-3, measured on float32 CPU; bf16 engines need ~1e-2).
     """
 
     baseline: str = "baseline"
@@ -89,6 +104,10 @@ class RunConfig:
     resume: bool = True
     threads: int | None = None
     progress: bool = True
+    executor: str = "local"
+    workers: int | None = 1
+    ray_address: str | None = None
+    near_tie_nats: float = NEAR_TIE_NATS
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -112,8 +131,19 @@ class RunConfig:
             raise bad("alpha", "a number in (0, 1)")
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) or not 0 < self.tolerance <= 1:
             raise bad("tolerance", "a total-variation distance in (0, 1]")
+        if isinstance(self.near_tie_nats, bool) or not isinstance(self.near_tie_nats, (int, float)) \
+                or not 0 <= self.near_tie_nats < float("inf"):
+            raise bad("near_tie_nats", "a finite number of nats >= 0")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise bad("threads", "an integer >= 1 or None")
+        if self.executor not in EXECUTORS:
+            raise bad("executor", f"one of {', '.join(EXECUTORS)}")
+        if self.workers is not None and (not is_int(self.workers) or self.workers < 1):
+            raise bad("workers", "an integer >= 1 or None (one per usable CPU)")
+        if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
+            raise bad("ray_address", "a Ray cluster address ('auto', 'HOST:PORT', 'ray://HOST:PORT') or None")
+        if self.ray_address is not None and self.executor != "ray":
+            raise bad("ray_address", "no address unless executor='ray'")
         if self.oracle_model is not None and not isinstance(self.oracle_model, str):
             raise bad("oracle_model", "a model folder path or None")
         if self.oracle_draft is not None and (not isinstance(self.oracle_draft, str) or not self.oracle_draft):
@@ -129,6 +159,8 @@ class RunConfig:
             "samples": self.samples,
             "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
             "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
+            "executor": self.executor, "workers": self.workers, "ray_address": self.ray_address,
+            "near_tie_nats": self.near_tie_nats,
         }
 
 
@@ -158,9 +190,10 @@ def slice_sizes(samples: int, chunk_size: int) -> list[int]:
 
 
 def engine_identities(config: RunConfig, engines: Mapping[str, Engine]) -> dict[str, dict[str, Any]]:
-    """Per role: the spec, options, name and ``describe()`` config of its engine (JSON-able)."""
+    """Per role: the spec, options, name, ``describe()`` config and code identity of its engine (JSON-able)."""
     return {r: {"spec": getattr(config, r), "options": dict(getattr(config, f"{r}_options")),
-                "name": engines[r].name, "config": engines[r].describe()} for r in ROLES}
+                "name": engines[r].name, "config": engines[r].describe(),
+                "code": engine_code_identity(engines[r])} for r in ROLES}
 
 
 def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:
@@ -174,7 +207,8 @@ def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, 
                 seed = chunk_seed(config.seed, role, case.case_id, i)
                 identity = {"format": STORE_FORMAT, "role": role, "engine": ident[role], "case": case_doc,
                             "run_seed": config.seed, "seed": seed, "slice": i, "n": n}
-                chunks.append(ChunkPlan(role, case, i, n, seed, ChunkKey.build(role, case.case_id, i, identity)))
+                key = ChunkKey.build(role, case.case_id, i, identity, samples=n)
+                chunks.append(ChunkPlan(role, case, i, n, seed, key))
     return chunks
 
 
@@ -187,7 +221,11 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 class _StopRequest:
-    """While active (main thread only), the first SIGINT only asks to stop after the current chunk."""
+    """While active (main thread only), the first SIGINT only asks to stop after the current chunk.
+
+    The handler in place before (Python's default, or SIG_IGN in a background job) is put
+    back on exit.
+    """
 
     def __init__(self) -> None:
         self.requested = False
@@ -220,6 +258,7 @@ class Collected:
     chunks_total: int
     chunks_reused: int
     chunks_sampled: int
+    executor: str = "serial, in this process"
 
 
 def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
@@ -239,54 +278,26 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
     )
 
 
-def _progress_bar(enabled: bool) -> Any:
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine], *,
+            specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None) -> Collected:
+    """Sample every chunk not yet in ``config.out_dir``'s store; return every case's rows.
 
-    console = Console(stderr=True)
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
-                    disable=not (enabled and console.is_terminal))
-
-
-def _sample_chunk(chunk: ChunkPlan, engine: Engine) -> tuple[SampleBatch, float]:
-    request = chunk.request()
-    name = getattr(engine, "name", chunk.role)
-    where = f"case {chunk.case.case_id!r}, {chunk.role} engine {name!r}, slice {chunk.slice_index}"
-    t0 = time.perf_counter()
-    try:
-        batch = engine.sample(request)
-    except EngineError as e:
-        if e.case_id is None:
-            raise EngineError(f"slice {chunk.slice_index}: {e}", engine=name, case_id=chunk.case.case_id) from e
-        raise
-    except ConfigError as e:
-        raise ConfigError(str(e), where=where) from e
-    except SpeceqError:
-        raise
-    except Exception as e:  # third-party engine code: report it with the chunk it failed on
-        raise EngineError(f"sample() failed on slice {chunk.slice_index}: {type(e).__name__}: {e}",
-                          engine=name, case_id=chunk.case.case_id) from e
-    elapsed = time.perf_counter() - t0
-    validate_batch(batch, request, engine, case_id=chunk.case.case_id)
-    return batch, elapsed
-
-
-def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> Collected:
-    """Sample every chunk not yet in ``config.out_dir``'s store; return every case's rows."""
+    ``specs`` (role -> (spec, options)): the engines were resolved from these, and worker
+    processes resolve them the same way; None: worker processes get pickled copies of
+    ``engines`` (or the run samples serially when one cannot be pickled).
+    """
     for role in ROLES:
         for case in cases:
             try:
                 case.check_vocab(engines[role].vocab_size)
             except ConfigError as e:
-                raise ConfigError(f"{e} ({role} engine {engines[role].name!r})") from None
+                from speceq.models.vocab import option_hint, source_note
+
+                eng = engines[role]
+                raise ConfigError(
+                    f"{e} ({role} engine {eng.name!r}, vocabulary {eng.vocab_size}{source_note(eng, 'vocab_size')}); "
+                    f"if the prompts are right, {option_hint(role, 'vocab_size', '<the model vocabulary size>')}"
+                ) from None
     chunks = plan_chunks(config, cases, engines)
     store = SampleStore(config.out_dir)
     store.acquire_writer_lock()
@@ -294,23 +305,27 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
         if not config.resume:
             store.discard_all()
         (config.out_dir / RESULT_FILE).unlink(missing_ok=True)  # never leave a stale result beside new samples
-        reused = sampled = 0
-        with _StopRequest() as stop, _progress_bar(config.progress) as bar:
-            task = bar.add_task("collecting", total=len(chunks))
-            for chunk in chunks:
-                bar.update(task, description=chunk.label())
-                if store.has(chunk.key):
-                    reused += 1
-                else:
-                    try:
-                        batch, elapsed = _sample_chunk(chunk, engines[chunk.role])
-                    except KeyboardInterrupt:
-                        raise RunInterrupted(_interrupted_message(config, reused + sampled, len(chunks))) from None
-                    store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
-                    sampled += 1
-                bar.advance(task)
-                if stop.requested and reused + sampled < len(chunks):
-                    raise RunInterrupted(_interrupted_message(config, reused + sampled, len(chunks)))
+        stored = [c for c in chunks if store.has(c.key)]  # a changed configuration fails here, before any sampling
+        stored_keys = {c.key for c in stored}
+        missing = [c for c in chunks if c.key not in stored_keys]
+        executor = choose_executor(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
+                                   threads=config.threads, engines=engines, specs=specs, pending=len(missing))
+        sampled = 0
+
+        def store_chunk(chunk: ChunkPlan, batch: SampleBatch, elapsed: float) -> None:
+            nonlocal sampled
+            validate_batch(batch, chunk.request(), engines[chunk.role], case_id=chunk.case.case_id, role=chunk.role)
+            store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
+            sampled += 1
+            progress.finished(chunk)
+
+        with _StopRequest() as stop, make_progress(config.progress, chunks, stored) as progress:
+            try:
+                executor.run(missing, progress.started, store_chunk, stop)
+            except KeyboardInterrupt:
+                raise RunInterrupted(_interrupted_message(config, len(stored) + sampled, len(chunks))) from None
+            if stop.requested and len(stored) + sampled < len(chunks):
+                raise RunInterrupted(_interrupted_message(config, len(stored) + sampled, len(chunks)))
         # analyse exactly what is stored: read every chunk back, reused or just written
         per_case: dict[str, dict[str, list[SampleBatch]]] = {r: {c.case_id: [] for c in cases} for r in ROLES}
         for chunk in chunks:
@@ -318,7 +333,15 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
     finally:
         store.release_writer_lock()
     joined = {r: {cid: concat_batches(bs) for cid, bs in per_case[r].items()} for r in ROLES}
-    return Collected(joined["baseline"], joined["candidate"], len(chunks), reused, sampled)
+    return Collected(joined["baseline"], joined["candidate"], len(chunks), len(stored), sampled,
+                     executor.description)
+
+
+def collection_summary(collected: Collected, engine_ids: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line: chunks reused and sampled, by which executor, and the engines' code identity."""
+    code = "; ".join(f"{r} {code_summary(engine_ids[r]['code'])}" for r in ROLES)
+    return (f"chunks: {collected.chunks_reused} reused from the store, {collected.chunks_sampled} sampled "
+            f"({collected.executor}), {collected.chunks_total} in all; engine code: {code}")
 
 
 def _interrupted_message(config: RunConfig, done: int, total: int) -> str:
@@ -360,13 +383,22 @@ def check_sample_sizes(config: RunConfig, cases: Sequence[Case]) -> None:
 
 def check_engines_comparable(engines: Mapping[str, Engine]) -> None:
     """Baseline and candidate must share a vocabulary and an EOS id: their tokens are compared as ids."""
+    from speceq.models.vocab import option_hint, source_note
+
     base, cand = engines["baseline"], engines["candidate"]
     for attr in ("vocab_size", "eos_token_id"):
         a, b = getattr(base, attr), getattr(cand, attr)
         if a != b:
+            # fix the side whose value nothing declared (the byte model's default), else the candidate
+            role, value = ("baseline", b) if source_note(base, attr) and not source_note(cand, attr) else ("candidate", a)
+            what = "vocabulary" if attr == "vocab_size" else "EOS id"
+            def note(engine: Engine, attr: str = attr) -> str:
+                return " (the bundled byte model's default)" if source_note(engine, attr) else ""
+
             raise ConfigError(
-                f"baseline {base.name!r} has {attr}={a} but candidate {cand.name!r} has {attr}={b}: token ids of "
-                "different vocabularies or tokenizers cannot be compared (use the same tokenizer on both sides)",
+                f"the candidate {cand.name!r} has {what} {b}{note(cand)} but the baseline {base.name!r} "
+                f"has {a}{note(base)}: token ids of different vocabularies or tokenizers cannot be "
+                f"compared; {option_hint(role, attr, value)}",
                 where=f"engines.{attr}",
             )
 
@@ -397,7 +429,8 @@ def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
         draft = DRAFT_DIR
     else:
         draft = config.oracle_draft
-    return TargetOracle(target, draft=draft)
+    # the oracle masks the EOS the baseline masks (ignore_eos): the baseline's, learnt from its model
+    return TargetOracle(target, draft=draft, eos_token_id=engines["baseline"].eos_token_id)
 
 
 def _apply_threads(threads: int | None) -> None:
@@ -428,6 +461,8 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
         raise ConfigError(f"duplicate case ids {dup}", where="cases")
     _apply_threads(config.threads)
     check_sample_sizes(config, cases)
+    specs = None if engines is not None else {r: (getattr(config, r), dict(getattr(config, f"{r}_options")))
+                                               for r in ROLES}
     engines = dict(engines) if engines is not None else resolve_engines(config)
     check_engines_comparable(engines)
     described = engine_identities(config, engines)
@@ -436,10 +471,11 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
                                     extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
     config.out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)
-    collected = collect(config, cases, engines)
+    collected = collect(config, cases, engines, specs=specs)
+    print(f"speceq: {collection_summary(collected, described)}", file=sys.stderr, flush=True)
     provenance = {**provenance, "status": "complete", "finished": utc_now(),
                   "chunks": {"total": collected.chunks_total, "reused": collected.chunks_reused,
-                             "sampled": collected.chunks_sampled}}
+                             "sampled": collected.chunks_sampled}, "executor": collected.executor}
     oracle = make_oracle(config, engines)
     if oracle is not None:
         check_oracle_matches(oracle, engines)
@@ -459,5 +495,5 @@ def _analyse(config: RunConfig, cases: Sequence[Case], collected: Collected, eng
     return analyse_run(
         cases, collected.baseline, collected.candidate, oracle=oracle, alpha=config.alpha,
         tolerance=config.tolerance, seed=config.seed, engines=engine_configs,
-        provenance=provenance, progress=config.progress,
+        provenance=provenance, progress=config.progress, near_tie_nats=config.near_tie_nats,
     )

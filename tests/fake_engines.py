@@ -40,7 +40,10 @@ class FakeEngine:
     Options: ``shift`` (mass moved to token 0), ``name``, ``fail_on_call`` (raise
     RuntimeError on that call, 1-based), ``bad_output_on_call`` (return a batch with a
     token outside the vocabulary), ``sigint_on_calls`` (send SIGINT to this process during
-    those calls), ``kill_on_call`` (SIGKILL this process during that call), ``delay_s``.
+    those calls), ``kill_on_call`` (SIGKILL this process during that call), ``kill_once_marker`` (a file path:
+    SIGKILL this process on its first call unless the file exists, creating it first, so only
+    the first process that tries dies), ``sigint_parent_on_call`` (send SIGINT to the parent
+    process during that call: a worker's driver), ``delay_s``.
     """
 
     vocab_size = VOCAB
@@ -48,7 +51,8 @@ class FakeEngine:
 
     def __init__(self, *, shift: float = 0.0, name: str = "fake", fail_on_call: int | None = None,
                  bad_output_on_call: int | None = None, sigint_on_calls: tuple[int, ...] = (),
-                 kill_on_call: int | None = None, delay_s: float = 0.0) -> None:
+                 kill_on_call: int | None = None, delay_s: float = 0.0, kill_once_marker: str | None = None,
+                 sigint_parent_on_call: int | None = None) -> None:
         self.shift = float(shift)
         self.name = name
         self.fail_on_call = fail_on_call
@@ -56,6 +60,8 @@ class FakeEngine:
         self.sigint_on_calls = tuple(sigint_on_calls)
         self.kill_on_call = kill_on_call
         self.delay_s = delay_s
+        self.kill_once_marker = kill_once_marker
+        self.sigint_parent_on_call = sigint_parent_on_call
         self.calls = 0
 
     def describe(self) -> dict[str, Any]:
@@ -65,8 +71,13 @@ class FakeEngine:
         self.calls += 1
         if self.kill_on_call == self.calls:
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.kill_once_marker is not None and not os.path.exists(self.kill_once_marker):
+            open(self.kill_once_marker, "w").close()  # the next process that gets here samples
+            os.kill(os.getpid(), signal.SIGKILL)
         for _ in range(self.sigint_on_calls.count(self.calls)):
             os.kill(os.getpid(), signal.SIGINT)
+        if self.sigint_parent_on_call == self.calls:  # Ctrl-C reaching the driver of a worker process
+            os.kill(os.getppid(), signal.SIGINT)
         if self.fail_on_call == self.calls:
             raise RuntimeError("simulated engine crash")
         if self.delay_s:

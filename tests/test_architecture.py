@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "engines, store, stats, oracle, verdicts",
         ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.verdicts", "speceq.reasons"),
     ),
-    ("run", ("speceq.analysis", "speceq.pictures", "speceq.run", "speceq.sequential")),
+    ("run", ("speceq.analysis", "speceq.collect", "speceq.pictures", "speceq.run", "speceq.sequential")),
     (
         "faces",
         (

@@ -34,8 +34,11 @@ def cases_file(tmp_path: Path, **defaults) -> Path:
 
 
 def fake_run(tmp_path: Path, *extra: str) -> list[str]:
+    # --workers 1: the fake engine's *_on_call options count the calls of one engine object, and
+    # its SIGINT goes to the process that samples; in one process they mean what the tests say
     return ["run", "--baseline", FAKE, "--candidate", FAKE, "--cases", str(cases_file(tmp_path)), "--no-oracle",
-            "--out", str(tmp_path / "out"), "--no-progress", "--samples", "40", "--chunk-size", "20", *extra]
+            "--out", str(tmp_path / "out"), "--no-progress", "--samples", "40", "--chunk-size", "20",
+            "--workers", "1", *extra]
 
 
 def test_engines_lists_the_builtin_engines(capsys):
@@ -153,7 +156,9 @@ def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "speceq.cli", *argv], capture_output=True, text=True, env=env,
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': row 0 position 0 holds token 13")
+    assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': token 13 (row 0, prompt index 0, "
+                                  "position 0) is outside the candidate's vocabulary (8); set --candidate-option "
+                                  "vocab_size=")
     assert "Traceback" not in proc.stderr
 
 
@@ -335,7 +340,10 @@ def test_a_failing_report_write_still_prints_the_verdict(tmp_path, capsys, monke
     assert main(one_case_run(tmp_path, 300, "--report", str(report))) == 2
     captured = capsys.readouterr()
     assert "run verdict INCONCLUSIVE" in captured.out
-    assert captured.err == f"speceq: error: --report: Permission denied: '{report}' (the result is in {tmp_path / 'out'})\n"
+    # the last stderr line is the one-line error (the run's "chunks: ..." line comes before it)
+    assert captured.err.splitlines()[-1] == (f"speceq: error: --report: Permission denied: '{report}' "
+                                             f"(the result is in {tmp_path / 'out'})")
+    assert captured.err.endswith("\n") and "Traceback" not in captured.err
 
 
 def test_os_errors_are_one_line_naming_the_path(tmp_path, capsys, monkeypatch):

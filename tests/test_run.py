@@ -83,6 +83,8 @@ def test_plan_covers_every_case_role_and_slice(tmp_path):
     assert req.n == 20 and req.seed == plan[3].seed and req.prompts == ((1, 2, 3),)
     assert plan[7].request().batch_size == 3 and len(plan[7].request().prompts) == 3
     ident = plan[0].key.identity
+    assert ident["engine"]["code"]["file"] == "fake_engines.py" and len(ident["engine"]["code"]["sha256"]) == 64
+    assert plan[2].key.samples == 10 and plan[2].key.file_name == "slice-00002-n10.npz"
     assert ident["engine"]["config"] == {"engine": "fake", "shift": 0.0, "vocab": 8}
     assert ident["case"]["params"]["max_new_tokens"] == 5 and ident["n"] == 20 and ident["run_seed"] == 7
 
@@ -128,6 +130,46 @@ def test_more_samples_add_slices_and_reuse_the_full_ones(tmp_path):
     assert big[big["slice"] < 2].reset_index(drop=True).equals(small)
 
 
+def assert_same_samples(a, b) -> None:
+    """Two collections hold the same rows, case by case and engine by engine."""
+    for role in ("baseline", "candidate"):
+        left, right = getattr(a, role), getattr(b, role)
+        assert left.keys() == right.keys()
+        for cid in left:
+            for name in ("tokens", "lengths", "prompt_index"):
+                np.testing.assert_array_equal(getattr(left[cid], name), getattr(right[cid], name), err_msg=cid)
+
+
+def test_growing_and_shrinking_the_budget_reuses_the_store_and_matches_a_fresh_run(tmp_path):
+    out = tmp_path / "same-out"
+    collect(config(out, samples=50), cases(), engines())  # slices of 20, 20, 10
+    grown = collect(config(out, samples=70), cases(), engines())  # 20, 20, 20, 10
+    assert (grown.chunks_total, grown.chunks_reused, grown.chunks_sampled) == (24, 12, 12)
+    assert_same_samples(grown, collect(config(tmp_path / "fresh70", samples=70), cases(), engines()))
+    back = collect(config(out, samples=50), cases(), engines())  # the 10-sample slice 2 is still stored
+    assert (back.chunks_reused, back.chunks_sampled) == (18, 0)
+    assert_same_samples(back, collect(config(tmp_path / "fresh50", samples=50), cases(), engines()))
+    shrunk = collect(config(out, samples=30), cases(), engines())  # 20, 10: only slice 1 at 10 is new
+    assert (shrunk.chunks_reused, shrunk.chunks_sampled) == (6, 6)
+    assert_same_samples(shrunk, collect(config(tmp_path / "fresh30", samples=30), cases(), engines()))
+
+
+def test_editing_a_file_engine_invalidates_its_stored_chunks(tmp_path):
+    from speceq.engines.registry import resolve_engine
+
+    path = tmp_path / "my_engine.py"
+    path.write_text(f"import sys\nsys.path.insert(0, {str(HERE)!r})\nfrom fake_engines import FakeEngine\n\n\n"
+                    "class MyEngine(FakeEngine):\n    pass\n")
+    spec = f"{path}:MyEngine"
+    cfg = config(tmp_path / "out", baseline=spec, candidate=spec)
+    mine = {"baseline": resolve_engine(spec), "candidate": resolve_engine(spec)}
+    assert collect(cfg, cases(), mine).chunks_sampled == 18
+    assert collect(cfg, cases(), mine).chunks_reused == 18
+    path.write_text(path.read_text() + "    # edited: a new sampling rule\n")
+    with pytest.raises(StoreError, match=r"engine\.code\.sha256: stored '[0-9a-f]{12}"):
+        collect(cfg, cases(), mine)
+
+
 def test_changed_config_on_resume_is_refused_naming_case_engine_and_field(tmp_path):
     collect(config(tmp_path), cases(), engines())
     with pytest.raises(StoreError, match=r"baseline samples of case 'a' \(slice 0\).*run_seed: stored 7, now 8"):
@@ -154,7 +196,7 @@ def test_engine_failure_names_case_and_engine_and_keeps_finished_chunks(tmp_path
 
 
 def test_invalid_engine_output_is_an_engine_error(tmp_path):
-    with pytest.raises(EngineError, match=r"engine 'fake', case 'a': row 0 position 0 holds token 13"):
+    with pytest.raises(EngineError, match=r"engine 'fake', case 'a': token 13 \(row 0, prompt index 0, position 0\) is outside"):
         collect(config(tmp_path), cases(), {"baseline": FakeEngine(bad_output_on_call=1), "candidate": FakeEngine()})
     assert SampleStore(tmp_path).keys() == []
 
@@ -165,21 +207,42 @@ def test_prompt_outside_engine_vocabulary_is_a_config_error(tmp_path):
         collect(config(tmp_path), bad, engines())
 
 
-def test_ctrl_c_stops_after_the_current_chunk_is_stored_and_resume_finishes(tmp_path):
+@pytest.fixture
+def sigint_default():
+    """Python's default SIGINT handler for the test, whatever the test run started with (``nohup``,
+    a background job: SIGINT ignored); the handler in place before is put back afterwards."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_stops_after_the_current_chunk_is_stored_and_resume_finishes(tmp_path, sigint_default):
     eng = {"baseline": FakeEngine(sigint_on_calls=(3,)), "candidate": FakeEngine()}
+    before = signal.getsignal(signal.SIGINT)
     with pytest.raises(RunInterrupted) as e:
         collect(config(tmp_path), cases(), eng)
     assert "3 of 18 chunks are stored" in e.value.message and "resume" in e.value.message
     assert isinstance(e.value, KeyboardInterrupt)
     assert len(SampleStore(tmp_path).keys()) == 3  # the chunk being sampled was stored
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
     got = collect(config(tmp_path), cases(), engines())
     assert (got.chunks_reused, got.chunks_sampled) == (3, 15)
     collect(config(tmp_path / "clean"), cases(), engines())
     assert frame(tmp_path).equals(frame(tmp_path / "clean"))
 
 
-def test_second_ctrl_c_stops_at_once_without_storing_the_chunk(tmp_path):
+def test_ctrl_c_handling_puts_back_an_ignored_sigint(tmp_path):
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a background job of a shell script
+    try:
+        with pytest.raises(RunInterrupted, match="3 of 18 chunks are stored"):
+            collect(config(tmp_path), cases(), {"baseline": FakeEngine(sigint_on_calls=(3,)),
+                                                "candidate": FakeEngine()})
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_second_ctrl_c_stops_at_once_without_storing_the_chunk(tmp_path, sigint_default):
     eng = {"baseline": FakeEngine(sigint_on_calls=(2, 2)), "candidate": FakeEngine()}
     with pytest.raises(RunInterrupted, match="1 of 18 chunks are stored"):
         collect(config(tmp_path), cases(), eng)
@@ -277,6 +340,8 @@ def test_run_writes_result_and_provenance(tmp_path):
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert prov == result.provenance
     assert prov["status"] == "complete" and prov["chunks"] == {"total": 12, "reused": 0, "sampled": 12}
+    assert prov["executor"] == "serial, in this process"
+    assert prov["engines"]["baseline"]["code"]["file"] == "fake_engines.py"
     assert set(prov["packages"]) == {"speceq", "torch", "transformers", "numpy", "scipy"}
     assert prov["packages"]["numpy"] == np.__version__
     assert {"python", "platform", "machine", "cpu_count"} <= set(prov["machine"])

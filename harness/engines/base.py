@@ -111,8 +111,16 @@ class Engine(Protocol):
     def sample(self, request: SampleRequest) -> SampleBatch: ...
 
 
-def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, case_id: str | None = None) -> None:
-    """Check an engine's output against the contract; raise EngineError saying what broke."""
+def validate_batch(
+    batch: SampleBatch, request: SampleRequest, engine: Engine, case_id: str | None = None, *, role: str | None = None
+) -> None:
+    """Check an engine's output against the contract; raise EngineError saying what broke.
+
+    ``role`` ("baseline" / "candidate") lets vocabulary and EOS errors name the CLI option
+    that fixes them (``--candidate-option vocab_size=...``).
+    """
+    from speceq.models.vocab import option_hint, source_note
+
     name = getattr(engine, "name", type(engine).__name__)
     expected_rows = len(request.prompts) * request.n
     L = request.params.max_new_tokens
@@ -139,8 +147,12 @@ def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, c
     body = tok[inside]
     if body.size and ((body < 0).any() or (body >= engine.vocab_size).any()):
         bad = np.argwhere(inside & ((tok < 0) | (tok >= engine.vocab_size)))[0]
+        t = int(tok[bad[0], bad[1]])
+        who = f"the {role}'s" if role else "the engine's"
+        fix = f"; {option_hint(role, 'vocab_size', '<the model vocabulary size>')}" if t >= 0 else ""
         raise fail(
-            f"row {bad[0]} position {bad[1]} holds token {int(tok[bad[0], bad[1]])}, outside the vocabulary [0, {engine.vocab_size})"
+            f"token {t} (row {bad[0]}, prompt index {int(request.rows()[bad[0]])}, position {bad[1]}) is outside "
+            f"{who} vocabulary ({engine.vocab_size}{source_note(engine, 'vocab_size')}){fix}"
         )
     if (tok[~inside] != PAD_OUT).any():
         raise fail(f"tokens after each row's length must be {PAD_OUT}")
@@ -151,20 +163,27 @@ def validate_batch(batch: SampleBatch, request: SampleRequest, engine: Engine, c
         def row_name(r: int) -> str:  # rows are n rounds of every prompt (row_layout)
             return f"row {r} (prompt {r % prompts}, sample {r // prompts})"
 
+        eos_label = f"EOS id {eos}"
+        default_note = " (the bundled byte model's default)" if source_note(engine, "eos_token_id") else ""
+        fix = option_hint(role, "eos_token_id", "<the model's EOS id>")
         is_eos = (tok == eos) & inside
         if request.params.ignore_eos and is_eos.any():
             r, p = (int(x) for x in np.argwhere(is_eos)[0])
-            raise fail(f"{row_name(r)} holds the EOS id {eos} at position {p} although ignore_eos is set "
-                       "(the engine must mask EOS and generate exactly max_new_tokens tokens)")
+            raise fail(f"{row_name(r)} holds the {eos_label} at position {p} although ignore_eos is set "
+                       f"(the engine must mask EOS and generate exactly max_new_tokens tokens; if {eos}{default_note} is "
+                       f"not the model's EOS, {fix})")
         if not request.params.ignore_eos:
             eos_before_end = is_eos & (pos < (lens[:, None] - 1))
             if eos_before_end.any():
                 r, p = (int(x) for x in np.argwhere(eos_before_end)[0])
-                raise fail(f"{row_name(r)} continues after the EOS id {eos} at position {p}: it goes on to position "
-                           f"{int(lens[r]) - 1} (a row must end at its first EOS)")
+                raise fail(f"{row_name(r)} continues after the {eos_label} at position {p}: it goes on to position "
+                           f"{int(lens[r]) - 1} (a row must end at its first EOS; if {eos}{default_note} is not the "
+                           f"model's EOS, {fix})")
             last = tok[np.arange(expected_rows), lens - 1]
             early = (lens < L) & (last != eos)
             if early.any():
                 r = int(np.flatnonzero(early)[0])
-                raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the EOS id "
-                           f"{eos} (its last token is {int(last[r])}): truncated output, or a different EOS id?")
+                raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the "
+                           f"{eos_label}{default_note} (its last token is {int(last[r])}): truncated output, or a "
+                           f"different EOS id? (if {int(last[r])} is the model's EOS, "
+                           f"{option_hint(role, 'eos_token_id', int(last[r]))})")

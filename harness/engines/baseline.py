@@ -22,7 +22,7 @@ import torch
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
-from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
+from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import batch_generator, configure_threads
 from speceq.params import SamplingParams
 from speceq.processing import process_logits, sample_from_probs
@@ -59,8 +59,10 @@ class BaselineEngine:
         self.name = name
         self.device = device
         self.dtype = dtype
+        # vocabulary and EOS from the model: logit count; generation_config > config > tokenizer
         self.vocab_size = model_vocab_size(self.model)
-        self.eos_token_id = model_eos_id(self.model, eos_token_id)
+        self.vocab_source = "model"
+        self.eos_token_id, self.eos_source = model_eos_source(self.model, eos_token_id)
         self.pad_id = model_pad_id(self.model)
         self.trace = trace
 
@@ -70,6 +72,7 @@ class BaselineEngine:
             "name": self.name,
             "model": describe_model(self.model),
             "eos_token_id": self.eos_token_id,
+            "eos_source": self.eos_source,
             "threads": self.threads,
         }
 

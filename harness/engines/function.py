@@ -9,6 +9,11 @@ there). ``params`` reads both as attributes and as a mapping (``params.temperatu
 ``params["temperature"]``, ``dict(params)``). :class:`FunctionEngine` calls the function
 once per prompt and lays the rows out as the engine contract requires. No torch is
 imported here.
+
+Vocabulary: the function declares its model's vocabulary size and EOS id, either as
+attributes (``fn.vocab_size = 32000``, ``fn.eos_token_id = 2``; ``None`` = no EOS) or as
+engine options (``--candidate-option vocab_size=32000``), the options winning. Undeclared,
+they default to the bundled byte model's (259 and 257), and errors then say so.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
+from speceq.models.vocab import DEFAULT_SOURCE
 from speceq.params import SamplingParams
 
 SampleFunction = Callable[[list[int], int, SamplingParams, int], Sequence[Sequence[int]]]
@@ -30,6 +36,8 @@ SampleFunction = Callable[[list[int], int, SamplingParams, int], Sequence[Sequen
 #: Defaults match the bundled byte models (speceq.models: VOCAB_SIZE, EOS_ID).
 DEFAULT_VOCAB_SIZE = 259
 DEFAULT_EOS_TOKEN_ID = 257
+#: Marks an option that was not given (``None`` is a valid EOS: "no EOS").
+_UNSET: Any = object()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,25 +110,33 @@ class FunctionEngine:
     prompts get independent streams and a request seed reproduces the whole batch when
     ``fn`` is deterministic given its seed. ``request.batch_size`` is not used: the function
     decides how it batches.
+
+    ``vocab_size`` / ``eos_token_id``: the option when given, else the function's attribute of
+    that name, else the bundled byte model's 259 / 257 (``vocab_source`` / ``eos_source`` say
+    which: ``"option"``, ``"function attribute"`` or ``"default"``).
     """
 
     def __init__(
         self,
         fn: SampleFunction,
         *,
-        vocab_size: int = DEFAULT_VOCAB_SIZE,
-        eos_token_id: int | None = DEFAULT_EOS_TOKEN_ID,
+        vocab_size: int = _UNSET,
+        eos_token_id: int | None = _UNSET,
         name: str | None = None,
     ) -> None:
         if not callable(fn):
             raise ConfigError(f"expected a callable, got {type(fn).__name__}", where="function engine")
+        vocab_size, self.vocab_source = _declared(fn, "vocab_size", vocab_size, DEFAULT_VOCAB_SIZE)
+        eos_token_id, self.eos_source = _declared(fn, "eos_token_id", eos_token_id, DEFAULT_EOS_TOKEN_ID)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise ConfigError(f"expected an integer >= 1, got {vocab_size!r}", where="function engine.vocab_size")
         if eos_token_id is not None and (
             isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or not 0 <= eos_token_id < vocab_size
         ):
+            note = (" (the bundled byte model's default: declare fn.eos_token_id or set the eos_token_id option,"
+                    " None for no EOS)" if self.eos_source == DEFAULT_SOURCE else "")
             raise ConfigError(
-                f"expected None or an id in [0, {vocab_size}), got {eos_token_id!r}",
+                f"expected None or an id in [0, {vocab_size}), got {eos_token_id!r}{note}",
                 where="function engine.eos_token_id",
             )
         self.fn = fn
@@ -135,6 +151,8 @@ class FunctionEngine:
             "function": f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}",
             "vocab_size": self.vocab_size,
             "eos_token_id": self.eos_token_id,
+            "vocab_source": self.vocab_source,
+            "eos_source": self.eos_source,
         }
 
     def sample(self, request: SampleRequest) -> SampleBatch:
@@ -177,3 +195,12 @@ class FunctionEngine:
                 )
             out.append(ids)
         return out
+
+
+def _declared(fn: Any, attr: str, option: Any, default: Any) -> tuple[Any, str]:
+    """(value, source) of ``vocab_size`` / ``eos_token_id``: option, else ``fn.<attr>``, else default."""
+    if option is not _UNSET:
+        return option, "option"
+    if hasattr(fn, attr):
+        return getattr(fn, attr), "function attribute"
+    return default, DEFAULT_SOURCE

@@ -55,7 +55,7 @@ from speceq.engines._batching import check_prompts
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
-from speceq.models.hf_utils import load_causal_lm
+from speceq.models.hf_utils import load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import derive_seed
 from speceq.params import SamplingParams
 
@@ -130,16 +130,12 @@ class _HFEngine:
         self._torch = torch
         self.target = load_causal_lm(target, role="target", device=self.device, dtype=self.dtype)
         self._target_label = _model_label(target, self.target)
-        config = self.target.config
-        self.vocab_size = int(config.vocab_size)
-        eos = eos_token_id if eos_token_id is not None else getattr(self.target.generation_config, "eos_token_id", None)
-        if eos is None:
-            eos = getattr(config, "eos_token_id", None)
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
-        self.eos_token_id = None if eos is None else as_int(eos, "eos_token_id")
-        pad = getattr(config, "pad_token_id", None)
-        self.pad_token_id = int(pad) if pad is not None else (self.eos_token_id if self.eos_token_id is not None else 0)
+        # vocabulary = the logits the model emits; EOS: option > generation_config > config > tokenizer
+        self.vocab_size = model_vocab_size(self.target)
+        self.vocab_source = "model"
+        override = None if eos_token_id is None else as_int(eos_token_id, "eos_token_id")
+        self.eos_token_id, self.eos_source = model_eos_source(self.target, override)
+        self.pad_token_id = model_pad_id(self.target)
 
     def describe(self) -> dict[str, Any]:
         import transformers
@@ -155,6 +151,7 @@ class _HFEngine:
             "dtype": self.dtype,
             "vocab_size": self.vocab_size,
             "eos_token_id": self.eos_token_id,
+            "eos_source": self.eos_source,
         }
 
     def _kwargs(self, params: SamplingParams) -> dict[str, Any]:
@@ -337,9 +334,11 @@ class HFAssistedEngine(_RowLoopEngine):
         self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
         self.draft = load_causal_lm(draft, role="draft", device=self.device, dtype=self.dtype)
         self._draft_label = _model_label(draft, self.draft)
-        if int(self.draft.config.vocab_size) != self.vocab_size:
+        if model_vocab_size(self.draft) != self.vocab_size:
             raise ConfigError(
-                f"draft vocabulary has {self.draft.config.vocab_size} tokens, the target's {self.vocab_size}", where="draft"
+                f"draft vocabulary has {model_vocab_size(self.draft)} tokens, the target's {self.vocab_size}: "
+                "the draft must share the target's tokenizer (give draft=DIR of a model with the same vocabulary)",
+                where="draft",
             )
         # The candidate generator reads these from the assistant's own generation config. A constant
         # schedule and no confidence cut-off make every step draft exactly k tokens (fewer only at the

@@ -27,6 +27,13 @@ Speculation counters: when the server exposes Prometheus ``/metrics`` with vLLM'
 ``drafted_tokens``/``accepted_tokens``/``verify_steps`` (exact only when no other client uses the
 server meanwhile).
 
+Vocabulary: the server's token ids are checked against ``vocab_size`` and ``eos_token_id``.
+Give ``tokenizer=PATH`` (the served model's local tokenizer folder or ``tokenizer.json``) and
+both are read from it (vocabulary = base tokens + added tokens, EOS from
+``tokenizer_config.json`` / ``special_tokens_map.json``); explicit ``vocab_size`` /
+``eos_token_id`` options win over it. With neither, the bundled byte model's 259 / 257 apply
+and every vocabulary error says so.
+
 HTTP: the standard library (:mod:`speceq.engines._http`), threads from :mod:`concurrent.futures`
 for bounded concurrency. The API key is read from the environment variable ``api_key_env`` at
 each call and never appears in ``describe()``, ``SampleBatch.info``, exceptions or logs.
@@ -45,6 +52,7 @@ from speceq.engines._http import TransportFault, get_text, parse_prometheus, req
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
+from speceq.models.vocab import BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE, DEFAULT_SOURCE, TokenizerVocab, read_tokenizer
 from speceq.params import SamplingParams
 
 TOKEN_IDS_MODES = ("vllm", "token_ids")
@@ -56,6 +64,9 @@ _SPEC_COUNTERS = {
     "steps": "vllm:spec_decode_num_drafts_total",
 }
 
+
+#: Marks ``eos_token_id`` as not given (``None`` means "the model has no EOS").
+_UNSET: Any = object()
 
 #: Bits of a call seed: request seed (mod 2**39), call index (< 2**14), stride (<= 2**10); < 2**63.
 _SEED_BITS, _CALL_BITS, _MAX_STRIDE = 39, 14, 2**10
@@ -105,8 +116,9 @@ class OpenAICompletionsEngine:
         *,
         model: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
-        vocab_size: Any = 259,
-        eos_token_id: Any = 257,
+        tokenizer: str | None = None,
+        vocab_size: Any = None,
+        eos_token_id: Any = _UNSET,
         max_concurrency: Any = 4,
         timeout_s: Any = 60,
         max_retries: Any = 5,
@@ -124,8 +136,7 @@ class OpenAICompletionsEngine:
         self.server_root = self.api_root[: -len("/v1")]
         self.model = model
         self.api_key_env = str(api_key_env)
-        self.vocab_size = as_int(vocab_size, "vocab_size", minimum=1)
-        self.eos_token_id = None if eos_token_id in (None, "", "none", "None") else as_int(eos_token_id, "eos_token_id")
+        self._resolve_vocab(tokenizer, vocab_size, eos_token_id)
         self.max_concurrency = as_int(max_concurrency, "max_concurrency", minimum=1)
         self.max_retries = as_int(max_retries, "max_retries")
         self.seed_stride = as_int(seed_stride, "seed_stride", minimum=1)
@@ -150,6 +161,36 @@ class OpenAICompletionsEngine:
         self.spec_metrics = str(spec_metrics).lower() not in ("false", "0", "no", "off")
         self.name = str(name)
 
+    def _resolve_vocab(self, tokenizer: str | None, vocab_size: Any, eos_token_id: Any) -> None:
+        """Vocabulary size and EOS: explicit options, else ``tokenizer=PATH``, else the byte model's defaults."""
+        vocab: TokenizerVocab | None = read_tokenizer(tokenizer) if tokenizer not in (None, "") else None
+        self.tokenizer = None if vocab is None else vocab.path
+        if vocab_size is not None:
+            self.vocab_size, self.vocab_source = as_int(vocab_size, "vocab_size", minimum=1), "option"
+        elif vocab is not None:
+            self.vocab_size, self.vocab_source = vocab.vocab_size, "tokenizer"
+        else:
+            self.vocab_size, self.vocab_source = BYTE_VOCAB_SIZE, DEFAULT_SOURCE
+        if eos_token_id is not _UNSET:
+            none = eos_token_id in (None, "", "none", "None")
+            self.eos_token_id = None if none else as_int(eos_token_id, "eos_token_id")
+            self.eos_source = "option"
+        elif vocab is not None:
+            self.eos_token_id, self.eos_source = vocab.eos_token_id, "tokenizer"
+        else:
+            self.eos_token_id, self.eos_source = BYTE_EOS_TOKEN_ID, DEFAULT_SOURCE
+        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
+            raise ConfigError(
+                f"EOS id {self.eos_token_id} ({self.eos_source}) is outside the vocabulary ({self.vocab_size}, "
+                f"{self.vocab_source}); set tokenizer=PATH, or vocab_size and eos_token_id", where="eos_token_id"
+            )
+
+    def _vocab_fix(self) -> str:
+        if self.vocab_source == DEFAULT_SOURCE:
+            return (f"the engine's vocabulary ({self.vocab_size}, the bundled byte model's default); set the option "
+                    "tokenizer=PATH (the model's tokenizer folder or tokenizer.json) or vocab_size=N")
+        return f"the engine's vocabulary ({self.vocab_size}, from the {self.vocab_source}); set vocab_size=N"
+
     # -- provenance -------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         return {
@@ -159,8 +200,11 @@ class OpenAICompletionsEngine:
             "model": self.model,
             "api_key_env": self.api_key_env,
             "api_key_set": bool(os.environ.get(self.api_key_env)),
+            "tokenizer": self.tokenizer,
             "vocab_size": self.vocab_size,
+            "vocab_source": self.vocab_source,
             "eos_token_id": self.eos_token_id,
+            "eos_source": self.eos_source,
             "max_concurrency": self.max_concurrency,
             "timeout_s": self.timeout_s,
             "max_retries": self.max_retries,
@@ -281,7 +325,7 @@ class OpenAICompletionsEngine:
             ids = self._choice_tokens(c)
             bad = [t for t in ids if not 0 <= t < self.vocab_size]
             if bad:
-                raise _BadReply("out_of_vocab", f"choice {i} holds token {bad[0]}, outside [0, {self.vocab_size})")
+                raise _BadReply("out_of_vocab", f"choice {i} holds token {bad[0]}, outside {self._vocab_fix()}")
             finish = c.get("finish_reason")
             ends_with_eos = eos is not None and bool(ids) and ids[-1] == eos
             if len(ids) > L:
@@ -328,7 +372,9 @@ class OpenAICompletionsEngine:
         for j, prompt in enumerate(request.prompts):
             bad = [t for t in prompt if not 0 <= t < self.vocab_size]
             if not prompt or bad:
-                raise self._error(f"prompt {j} is empty or holds token ids outside [0, {self.vocab_size})")
+                if not prompt:
+                    raise self._error(f"prompt {j} is empty")
+                raise self._error(f"prompt {j} holds token {bad[0]}, outside {self._vocab_fix()}")
         model = self._model_name()
         calls = self.plan(request)
         before = self._spec_counters()

@@ -69,18 +69,21 @@ def random_windows(
     batch: int,
     seq_len: int,
     generator: torch.Generator,
+    bos_id: int = BOS_ID,
 ) -> torch.Tensor:  # [batch, seq_len] int64, column 0 is <bos>
-    """``batch`` windows of ``<bos>`` + ``seq_len - 1`` consecutive tokens at random offsets."""
+    """``batch`` windows of ``<bos>`` (``bos_id``) + ``seq_len - 1`` consecutive tokens at random offsets."""
     import torch
 
     starts = torch.randint(0, stream.numel() - seq_len, (batch,), generator=generator)
     offsets = torch.arange(seq_len - 1)
     body = stream[starts[:, None] + offsets[None, :]]
-    bos = torch.full((batch, 1), BOS_ID, dtype=torch.int64)
+    bos = torch.full((batch, 1), bos_id, dtype=torch.int64)
     return torch.cat([bos, body], dim=1)
 
 
-def fixed_windows(stream: torch.Tensor, n_windows: int, seq_len: int) -> torch.Tensor:  # [n_windows, seq_len]
+def fixed_windows(
+    stream: torch.Tensor, n_windows: int, seq_len: int, bos_id: int = BOS_ID
+) -> torch.Tensor:  # [n_windows, seq_len]
     """``n_windows`` evenly spaced ``<bos>``-prefixed windows: a deterministic evaluation slice."""
     import torch
 
@@ -89,5 +92,5 @@ def fixed_windows(stream: torch.Tensor, n_windows: int, seq_len: int) -> torch.T
         raise ConfigError(f"cannot cut {n_windows} windows of {seq_len} tokens from {stream.numel()} tokens")
     starts = torch.linspace(0, span, n_windows).long()
     body = stream[starts[:, None] + torch.arange(seq_len - 1)[None, :]]
-    bos = torch.full((n_windows, 1), BOS_ID, dtype=torch.int64)
+    bos = torch.full((n_windows, 1), bos_id, dtype=torch.int64)
     return torch.cat([bos, body], dim=1)

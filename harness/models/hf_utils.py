@@ -56,15 +56,46 @@ def model_vocab_size(model: Any) -> int:
     return int(model.config.vocab_size)
 
 
+def model_eos_source(model: Any, override: int | None) -> tuple[int | None, str]:
+    """(EOS id, where it came from): ``override``, else the model's ``generation_config``, else its
+    ``config``, else the tokenizer stored next to the weights; ``(None, "none")`` when nothing has one.
+    """
+    if override is not None:
+        return int(override), "option"
+    gen = getattr(model, "generation_config", None)
+    for source, cfg in (("generation_config", gen), ("model config", getattr(model, "config", None))):
+        eos = first_eos_id(cfg) if cfg is not None else None
+        if eos is not None:
+            return eos, source
+    from speceq.models.vocab import model_folder_tokenizer
+
+    tok = model_folder_tokenizer(model)
+    if tok is not None and tok.eos_token_id is not None:
+        return tok.eos_token_id, "tokenizer"
+    return None, "none"
+
+
 def model_eos_id(model: Any, override: int | None) -> int | None:
-    """EOS id: ``override`` when given, else the model config's."""
-    return int(override) if override is not None else first_eos_id(model.config)
+    """EOS id: ``override`` when given, else the model's (see :func:`model_eos_source`)."""
+    return model_eos_source(model, override)[0]
 
 
 def model_pad_id(model: Any) -> int:
-    """A token id to put in padded slots (masked out, so any valid id works)."""
-    pad = getattr(model.config, "pad_token_id", None)
-    return int(pad) if isinstance(pad, int) else 0
+    """A token id to put in padded slots (masked out, so any valid id works): the config's or
+    generation config's pad id, else the tokenizer's, else EOS, else 0."""
+    for cfg in (getattr(model, "config", None), getattr(model, "generation_config", None)):
+        pad = getattr(cfg, "pad_token_id", None)
+        if isinstance(pad, (list, tuple)):
+            pad = pad[0] if pad else None
+        if isinstance(pad, int) and not isinstance(pad, bool):
+            return int(pad)
+    from speceq.models.vocab import model_folder_tokenizer
+
+    tok = model_folder_tokenizer(model)
+    if tok is not None and tok.pad_token_id is not None:
+        return tok.pad_token_id
+    eos = model_eos_id(model, None)
+    return eos if eos is not None else 0
 
 
 def describe_model(model: Any) -> dict[str, Any]:

@@ -77,6 +77,7 @@ def acceptance_rate(
     target_logits: torch.Tensor,  # [..., vocab]
     draft_logits: torch.Tensor,  # [..., vocab]
     temperature: float,
+    eos_token_id: int = EOS_ID,
 ) -> float:
     """Mean of sum_x min(p, q) over prefixes, p and q processed at ``temperature``."""
     import torch
@@ -85,8 +86,8 @@ def acceptance_rate(
     from speceq.processing import process_logits
 
     params = SamplingParams(temperature=temperature)
-    target_probs = process_logits(target_logits, params, eos_token_id=EOS_ID)
-    draft_probs = process_logits(draft_logits, params, eos_token_id=EOS_ID)
+    target_probs = process_logits(target_logits, params, eos_token_id=eos_token_id)
+    draft_probs = process_logits(draft_logits, params, eos_token_id=eos_token_id)
     return float(torch.minimum(target_probs, draft_probs).sum(-1).double().mean())
 
 
@@ -98,18 +99,24 @@ def measure(
     random_init: transformers.PreTrainedModel | None = None,
     n_windows: int = EVAL_WINDOWS,
     seq_len: int = EVAL_SEQ_LEN,
+    bos_id: int | None = None,
+    eos_id: int = EOS_ID,
 ) -> dict[str, Any]:
-    """All metrics as a JSON-able dict: per model, and acceptance per temperature."""
-    from speceq.models.data import fixed_windows
+    """All metrics as a JSON-able dict: per model, and acceptance per temperature.
 
-    windows = fixed_windows(heldout, n_windows, seq_len)
+    ``bos_id``/``eos_id`` default to the byte vocabulary's; the BPE world passes its own.
+    """
+    from speceq.models.data import fixed_windows
+    from speceq.models.tokenizer import BOS_ID
+
+    windows = fixed_windows(heldout, n_windows, seq_len, BOS_ID if bos_id is None else bos_id)
     target_logits = next_token_logits(target, windows)
     draft_logits = next_token_logits(draft, windows)
     models = {"target": asdict(model_metrics(target_logits, windows)), "draft": asdict(model_metrics(draft_logits, windows))}
     if random_init is not None:
         models["random_init_target"] = asdict(model_metrics(next_token_logits(random_init, windows), windows))
     # the last position predicts past the window end: every position still is a valid prefix
-    acceptance = {f"T={t:g}": acceptance_rate(target_logits, draft_logits, t) for t in ACCEPTANCE_TEMPERATURES}
+    acceptance = {f"T={t:g}": acceptance_rate(target_logits, draft_logits, t, eos_id) for t in ACCEPTANCE_TEMPERATURES}
     greedy_agreement = float((target_logits.argmax(-1) == draft_logits.argmax(-1)).double().mean())
     return {
         "eval": {"windows": n_windows, "seq_len": seq_len, "prefixes": int(windows.numel())},

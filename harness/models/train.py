@@ -68,6 +68,7 @@ def _optimise(
     settings: TrainSettings,
     generator: torch.Generator,
     label: str,
+    bos_id: int = BOS_ID,
 ) -> list[float]:
     """AdamW with warm-up + cosine schedule and gradient clipping; returns the loss per step."""
     import torch
@@ -82,7 +83,7 @@ def _optimise(
     losses: list[float] = []
     started = time.perf_counter()
     for step in range(steps):
-        windows = random_windows(stream, settings.batch, settings.seq_len, generator)
+        windows = random_windows(stream, settings.batch, settings.seq_len, generator, bos_id=bos_id)
         loss = loss_fn(windows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -99,29 +100,44 @@ def _optimise(
     return losses
 
 
-def train_target(stream: torch.Tensor, settings: TrainSettings) -> tuple[transformers.PreTrainedModel, list[float]]:
-    """Train the target on next-byte cross-entropy."""
+def train_target(
+    stream: torch.Tensor,
+    settings: TrainSettings,
+    *,
+    config: transformers.LlamaConfig | None = None,
+    bos_id: int = BOS_ID,
+) -> tuple[transformers.PreTrainedModel, list[float]]:
+    """Train the target on next-token cross-entropy (``config`` defaults to the byte target's)."""
     import torch
     from transformers import LlamaForCausalLM
 
     from speceq.models.architecture import target_config
 
     torch.manual_seed(settings.seed)
-    model = LlamaForCausalLM(target_config())
+    model = LlamaForCausalLM(config if config is not None else target_config())
     generator = torch.Generator().manual_seed(settings.seed)
 
     def loss_fn(windows: torch.Tensor) -> torch.Tensor:
         return model(input_ids=windows, labels=windows).loss
 
-    return model, _optimise(model, loss_fn, stream, settings.target_steps, settings.target_lr, settings, generator, "target")
+    return model, _optimise(
+        model, loss_fn, stream, settings.target_steps, settings.target_lr, settings, generator, "target", bos_id
+    )
 
 
 def distil_draft(
-    target: transformers.PreTrainedModel, stream: torch.Tensor, settings: TrainSettings, *, hd32: bool = False
+    target: transformers.PreTrainedModel,
+    stream: torch.Tensor,
+    settings: TrainSettings,
+    *,
+    hd32: bool = False,
+    config: transformers.LlamaConfig | None = None,
+    bos_id: int = BOS_ID,
 ) -> tuple[transformers.PreTrainedModel, list[float]]:
     """Distil the draft from the target: minimise the mean per-token KL(p_target || q_draft).
 
     ``hd32``: the vLLM layout (:func:`~speceq.models.architecture.draft_hd32_config`), own seed.
+    ``config``: another draft shape (the BPE world's); ``bos_id`` starts each training window.
     """
     import torch
     from transformers import LlamaForCausalLM
@@ -130,7 +146,9 @@ def distil_draft(
 
     seed = settings.seed + (2 if hd32 else 1)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(draft_hd32_config() if hd32 else draft_config())
+    if config is None:
+        config = draft_hd32_config() if hd32 else draft_config()
+    model = LlamaForCausalLM(config)
     generator = torch.Generator().manual_seed(seed)
 
     def loss_fn(windows: torch.Tensor) -> torch.Tensor:
@@ -140,7 +158,9 @@ def distil_draft(
         return (target_logp.exp() * (target_logp - draft_logp)).sum(-1).mean()
 
     label = "draft-hd32" if hd32 else "draft"
-    return model, _optimise(model, loss_fn, stream, settings.draft_steps, settings.draft_lr, settings, generator, label)
+    return model, _optimise(
+        model, loss_fn, stream, settings.draft_steps, settings.draft_lr, settings, generator, label, bos_id
+    )
 
 
 def save_model(model: transformers.PreTrainedModel, folder: Path) -> None:

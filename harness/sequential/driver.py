@@ -80,7 +80,7 @@ def _sample(chunk: runmod.ChunkPlan, engine: Engine) -> tuple[SampleBatch, float
         raise EngineError(f"sample() failed on sequential slice {chunk.slice_index}: {type(e).__name__}: {e}",
                           engine=name, case_id=chunk.case.case_id) from e
     elapsed = time.perf_counter() - t0
-    validate_batch(batch, request, engine, case_id=chunk.case.case_id)
+    validate_batch(batch, request, engine, case_id=chunk.case.case_id, role=chunk.role)
     return batch, elapsed
 
 

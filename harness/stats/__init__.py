@@ -10,6 +10,7 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
   :func:`support_violations`, :func:`chisquare_gof`
 - effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
+- Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
 
 from speceq.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
@@ -21,19 +22,13 @@ from speceq.stats.martingale import (
     support_violations,
     temperature_drift_z,
 )
+from speceq.stats.montecarlo import mc_draws_for_level, sequential_mc_pvalue
 from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.pit import (
     anderson_darling_uniform_sf,
     anderson_darling_uniform_statistic,
     pit_uniformity,
     randomized_pit,
-)
-from speceq.stats.power import (
-    noncentrality_for_power,
-    required_n_equivalence_oracle,
-    required_n_equivalence_two_sample,
-    required_n_oracle,
-    required_n_two_sample,
 )
 from speceq.stats.results import (
     ConfidenceInterval,
@@ -45,23 +40,38 @@ from speceq.stats.results import (
     UniformityResult,
     ZTestResult,
 )
+from speceq.stats.sample_size import (
+    effective_support_upper,
+    noncentrality_for_power,
+    required_n_equivalence_oracle,
+    required_n_equivalence_two_sample,
+    required_n_oracle,
+    required_n_two_sample,
+)
 from speceq.stats.scores import TokenScores
 from speceq.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
-from speceq.stats.tv import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
+from speceq.stats.tv import (
+    tv_distance,
+    tv_to_oracle,
+    tv_upper_bound_oracle,
+    tv_upper_bound_row_mismatch,
+    tv_upper_bound_two_sample,
+)
 from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, pooled_bins
 
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
     "argmax_leak_z", "draft_drift_z", "martingale_z", "support_violations", "temperature_drift_z",
+    "mc_draws_for_level", "sequential_mc_pvalue",
     "benjamini_hochberg", "holm",
     "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",
-    "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
+    "effective_support_upper", "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
     "required_n_oracle", "required_n_two_sample",
     "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "SupportResult",
     "TwoSampleResult", "UniformityResult", "ZTestResult",
     "TokenScores",
     "cramervonmises_2samp_permutation", "ks_2samp_jittered",
-    "tv_distance", "tv_to_oracle", "tv_upper_bound_oracle", "tv_upper_bound_two_sample",
+    "tv_distance", "tv_to_oracle", "tv_upper_bound_oracle", "tv_upper_bound_row_mismatch", "tv_upper_bound_two_sample",
     "DEFAULT_MC_SAMPLES", "chisquare_homogeneity", "pooled_bins",
 ]

@@ -2,9 +2,13 @@
 
 Z = sum_t (f(x_t) - E_{p_t} f) / sqrt(sum_t Var_{p_t} f). The increments are martingale
 differences under H0 whatever the dependence across positions, so Z -> N(0, 1) by the
-martingale CLT. f may depend only on the prefix and the emitted token x_t, never on the
+martingale CLT. The normal p-value is asymptotic, not exact: when the summed variance is
+small the sum is close to a Poisson count (e.g. argmax leak on near-deterministic laws) and
+its tail is far heavier than the normal one. Below ``MIN_SUMMED_VARIANCE`` the test is
+therefore guarded: it reports Z but returns p = 1 (no evidence either way). Above it, the
+measured tail sizes at the levels of a run are in docs/CALIBRATION.md. f may depend only on the prefix and the emitted token x_t, never on the
 draft's proposal at position t: under correct speculative sampling x_t is coupled to the
-draft token, so such a statistic would reject a correct engine.
+draft token, so such a statistic would reject a correct engine (docs/STATISTICS.md).
 Every f used here (argmax indicator, log p, log q_draft - log p) is a function of the prefix
 distributions and x_t alone.
 """
@@ -16,6 +20,9 @@ from scipy import stats
 
 from speceq.stats.results import SupportResult, ZTestResult
 from speceq.stats.scores import TokenScores
+
+#: Smallest summed variance sum_t Var_p f at which the normal p-value is used (units of f^2).
+MIN_SUMMED_VARIANCE = 50.0
 
 
 def _martingale_z_iv(f: object, mean: object, var: object, name: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
@@ -40,13 +47,21 @@ def _martingale_z_iv(f: object, mean: object, var: object, name: object) -> tupl
     return fa, ma, va, name
 
 
-def martingale_z(f: np.ndarray, mean: np.ndarray, var: np.ndarray, *, name: str, excluded: int = 0) -> ZTestResult:
-    """Z = sum(f - mean) / sqrt(sum var) with a two-sided normal p-value.
+def martingale_z(
+    f: np.ndarray, mean: np.ndarray, var: np.ndarray, *, name: str, excluded: int = 0,
+    min_variance: float = MIN_SUMMED_VARIANCE,
+) -> ZTestResult:
+    """Z = sum(f - mean) / sqrt(sum var) with a two-sided normal (asymptotic) p-value.
 
     If sum(var) == 0, f is deterministic under H0: Z = 0, p = 1 when every f equals its
-    mean (to rounding), else Z = +-inf, p = 0. ``excluded`` is only recorded.
+    mean (to rounding), else Z = +-inf, p = 0 (impossible under H0). If 0 < sum(var) <
+    ``min_variance`` the normal law is not trusted: p = 1 and ``guarded`` is set.
+    ``excluded`` is only recorded.
     """
     fa, ma, va, name = _martingale_z_iv(f, mean, var, name)
+    if isinstance(min_variance, bool) or not isinstance(min_variance, (int, float)) or not 0 <= min_variance < np.inf:
+        raise ValueError(f"`min_variance` must be a finite number >= 0, got {min_variance!r}")
+    guarded = False
     excess = float(np.sum(fa - ma))
     total_var = float(np.sum(va))
     if total_var <= 1e-15 * fa.size:  # rounding-level variance: f is deterministic under H0
@@ -58,9 +73,12 @@ def martingale_z(f: np.ndarray, mean: np.ndarray, var: np.ndarray, *, name: str,
     else:
         z = excess / float(np.sqrt(total_var))
         p = float(2.0 * stats.norm.sf(abs(z)))
+        if total_var < min_variance:
+            p, guarded = 1.0, True
     return ZTestResult(
         name=name, statistic=float(z), pvalue=p, n=fa.size,
         observed_mean=float(fa.mean()), expected_mean=float(ma.mean()), excluded=int(excluded),
+        summed_variance=total_var, guarded=guarded,
     )
 
 

@@ -3,15 +3,18 @@
 Every result is a ``@dataclass(frozen=True, slots=True, kw_only=True)`` holding plain Python
 numbers (never numpy scalars), with ``statistic`` and ``pvalue`` where it is a single test,
 ``n`` (and ``dof`` where a chi-square law is used), effect sizes where they mean something,
-``summary() -> str`` (one line) and ``to_dict()`` (JSON-able).
+``summary() -> str`` (one line) and ``to_dict()`` (JSON-able). Single-test results unpack
+like scipy's: ``statistic, pvalue = result``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from speceq.stats.tv import tv_upper_bound_oracle, tv_upper_bound_two_sample
 
 
 def _fmt_p(p: float) -> str:
@@ -50,16 +53,17 @@ class ConfidenceInterval(_Result):
         return f"[{self.low:.4g}, {self.high:.4g}] ({self.level:.0%})"
 
 
-def _tv_bound_two_sample(tv: float, n_a: int, n_b: int, alpha: float) -> float:
-    return min(1.0, tv + math.sqrt((1.0 / n_a + 1.0 / n_b) * math.log(1.0 / alpha) / 2.0))
+class _Test(_Result):
+    """Mixin of single tests: ``statistic, pvalue = result`` (as scipy's result objects)."""
 
+    __slots__ = ()
 
-def _tv_bound_oracle(tv: float, n: int, alpha: float) -> float:
-    return min(1.0, tv + math.sqrt(math.log(1.0 / alpha) / (2.0 * n)))
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.statistic, self.pvalue))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HomogeneityResult(_Result):
+class HomogeneityResult(_Test):
     """Pearson chi-square homogeneity test of two count vectors (2 x K table).
 
     method: ``"asymptotic"`` (chi2 law, Cochran's rule holds), ``"monte-carlo"`` (margins
@@ -87,7 +91,7 @@ class HomogeneityResult(_Result):
 
     def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
         """One-sided upper confidence bound on TV at ``level`` (McDiarmid + Jensen bias)."""
-        return ConfidenceInterval(low=0.0, high=_tv_bound_two_sample(self.tv, self.n_a, self.n_b, 1.0 - level), level=level)
+        return ConfidenceInterval(low=0.0, high=tv_upper_bound_two_sample(self.tv, self.n_a, self.n_b, 1.0 - level), level=level)
 
     def summary(self) -> str:
         mc = f", {self.mc_samples} MC tables" if self.method == "monte-carlo" else ""
@@ -99,10 +103,12 @@ class HomogeneityResult(_Result):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GoodnessOfFitResult(_Result):
+class GoodnessOfFitResult(_Test):
     """Pearson chi-square goodness of fit of counts against known probabilities.
 
-    Bins are chosen from the probabilities alone. support_violations: observations on labels
+    Bins are chosen from the probabilities and n alone. method: ``"asymptotic"`` (every bin
+    expected >= the rule and p >= 0.01), ``"exact"`` (2 bins, binomial), ``"monte-carlo"`` (tables drawn under the known law; mc_samples
+    of them), ``"degenerate"`` (one bin) or ``"support"`` (a violation). support_violations: observations on labels
     with probability 0 (any makes X^2 infinite and p = 0). tv: plug-in TV(p_hat, p) on the
     unbinned labels; tv_upper_bound: its one-sample upper bound at level 1 - ``tv_alpha``.
     """
@@ -116,21 +122,24 @@ class GoodnessOfFitResult(_Result):
     tv: float
     tv_upper_bound: float
     tv_alpha: float
+    method: str = "asymptotic"
+    mc_samples: int | None = None
 
     def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
         """One-sided upper confidence bound on TV(p_hat law, p) at ``level``."""
-        return ConfidenceInterval(low=0.0, high=_tv_bound_oracle(self.tv, self.n, 1.0 - level), level=level)
+        return ConfidenceInterval(low=0.0, high=tv_upper_bound_oracle(self.tv, self.n, 1.0 - level), level=level)
 
     def summary(self) -> str:
         sv = f", {self.support_violations} outside the support" if self.support_violations else ""
+        mc = f", {self.mc_samples} MC tables" if self.method == "monte-carlo" else ""
         return (
             f"chi2 goodness of fit X2={self.statistic:.4g}, dof={self.dof}, p={_fmt_p(self.pvalue)} "
-            f"({self.n_bins} bins{sv}); TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); n={self.n}"
+            f"({self.method}{mc}; {self.n_bins} bins{sv}); TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); n={self.n}"
         )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TwoSampleResult(_Result):
+class TwoSampleResult(_Test):
     """A two-sample test of a scalar (KS with jitter, Cramér-von Mises by permutation).
 
     statistic: the KS distance sup|F_a - F_b| or the CvM T statistic (midranks).
@@ -154,7 +163,7 @@ class TwoSampleResult(_Result):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UniformityResult(_Result):
+class UniformityResult(_Test):
     """One test of u_1..u_n against the fully specified Uniform(0, 1)."""
 
     name: str
@@ -192,8 +201,11 @@ class PITResult(_Result):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ZTestResult(_Result):
+class ZTestResult(_Test):
     """Martingale z-test Z = sum(f - E_p f) / sqrt(sum Var_p f), two-sided normal p-value.
+
+    The normal law is asymptotic (martingale CLT). summed_variance: sum Var_p f; guarded:
+    it was below the guard, so the p-value was set to 1.
 
     observed_mean / expected_mean: mean of f and of E_p f over the n tokens used; effect is
     their difference (per-token bias of f, in f's units). excluded: tokens left out because
@@ -207,6 +219,8 @@ class ZTestResult(_Result):
     observed_mean: float
     expected_mean: float
     excluded: int = 0
+    summed_variance: float | None = None
+    guarded: bool = False
 
     @property
     def effect(self) -> float:
@@ -214,6 +228,8 @@ class ZTestResult(_Result):
 
     def summary(self) -> str:
         ex = f", {self.excluded} excluded" if self.excluded else ""
+        if self.guarded:
+            ex += f"; summed variance {self.summed_variance:.3g} below the guard, p set to 1"
         return (
             f"z {self.name} Z={self.statistic:.4g}, p={_fmt_p(self.pvalue)}; mean f {self.observed_mean:.5g} "
             f"vs expected {self.expected_mean:.5g} (n={self.n}{ex})"
@@ -221,7 +237,7 @@ class ZTestResult(_Result):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SupportResult(_Result):
+class SupportResult(_Test):
     """Tokens emitted with probability 0 under the processed target: a hard failure.
 
     statistic: how many; pvalue: 0 if any (impossible under H0), else 1; indices: their

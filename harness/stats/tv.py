@@ -1,8 +1,8 @@
 """Effect sizes: plug-in total variation distance and its distribution-free upper bounds.
 
 The plug-in TV is biased upward (Jensen), and McDiarmid's inequality bounds its deviation
-from its mean, so ``TV_hat + margin`` is a valid upper confidence bound for the true TV.
-Bounds are capped at 1, the largest possible TV, which keeps
+from its mean, so ``TV_hat + margin`` is a valid upper confidence bound for the true TV
+(docs/STATISTICS.md). Bounds are capped at 1, the largest possible TV, which keeps
 them valid.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import stats
 
 from speceq.stats._validate import as_counts, as_probs, check_int, check_level
 
@@ -68,3 +69,23 @@ def tv_upper_bound_oracle(tv: float, n: int, alpha: float) -> float:
     t, a = _tv_upper_bound_iv(tv, alpha)
     n = check_int(n, "n", minimum=1)
     return min(1.0, t + math.sqrt(math.log(1.0 / a) / (2.0 * n)))
+
+
+def _tv_upper_bound_row_mismatch_iv(diverging: object, rows: object, alpha: object) -> tuple[int, int, float]:
+    rows = check_int(rows, "rows", minimum=1)
+    d = check_int(diverging, "diverging", minimum=0)
+    if d > rows:
+        raise ValueError(f"`diverging` ({d}) exceeds `rows` ({rows})")
+    return d, rows, check_level(alpha, "alpha")
+
+
+def tv_upper_bound_row_mismatch(diverging: int, rows: int, alpha: float) -> float:
+    """Upper (1 - alpha) bound on TV from ``diverging`` of ``rows`` independent row pairs that differ.
+
+    For any coupling P(X != Y) >= TV(law X, law Y); this is the one-sided Clopper-Pearson
+    upper bound on P(X != Y), so never 0 (it is 1 - alpha^(1/rows) when no pair differs).
+    """
+    d, n, a = _tv_upper_bound_row_mismatch_iv(diverging, rows, alpha)
+    if d == n:
+        return 1.0
+    return float(min(1.0, stats.beta.ppf(1.0 - a, d + 1, n - d)))

@@ -1,9 +1,16 @@
 """Black-box two-sample test of categorical counts: Pearson chi-square homogeneity.
 
-Rare labels are merged into one ``other`` bin using the POOLED counts only: under H0,
-given the pooled multiset the group labels are exchangeable, so a binning that is a
-function of the pooled counts keeps the Monte Carlo p-value exact and the asymptotic one
-approximately valid. Choosing bins from per-group counts would not.
+Rare labels are merged into one ``other`` bin using the POOLED counts (and the fixed group
+sizes) only: under H0, given the pooled multiset the group labels are exchangeable, so a
+binning that is a function of the pooled counts keeps the Monte Carlo p-value exact and the
+asymptotic one approximately valid. Choosing bins from per-group counts would not.
+
+A label keeps its own bin when its expected count in the SMALLER group is at least
+``min_expected`` (5): pooled >= 5 n / min(n_a, n_b). The ``other`` bin is folded into the
+smallest kept bin when its own expected count is below that rule, so every bin of the
+table meets Cochran's rule and the chi-square law applies. Only when fewer than two bins
+survive is the unmerged table tested by Monte Carlo, with as many null tables as the level
+it is compared at needs (:mod:`speceq.stats.montecarlo`).
 """
 
 from __future__ import annotations
@@ -13,39 +20,68 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from speceq.stats._validate import as_counts, check_int, check_level
+from speceq.stats._validate import as_counts, check_int, check_level, check_positive
+from speceq.stats.montecarlo import DEFAULT_STOP_AFTER, mc_draws_for_level, sequential_mc_pvalue
 from speceq.stats.results import HomogeneityResult
 from speceq.stats.tv import tv_distance, tv_upper_bound_two_sample
 
-#: Default Monte Carlo null tables; p-values then have granularity 1 / 10_000.
+#: Default most Monte Carlo null tables when no comparison level is given.
 DEFAULT_MC_SAMPLES = 9999
+#: Smallest expected count per group that gives a label its own bin.
+DEFAULT_MIN_EXPECTED = 5.0
 
 _METHODS = ("auto", "asymptotic", "monte-carlo")
-_CHUNK_CELLS = 4_000_000  # null-table cells generated at once (~32 MB of int64)
 
 
-def _pooled_bins_iv(pooled: object, min_pooled: object) -> tuple[np.ndarray, int]:
-    return as_counts(pooled, "pooled"), check_int(min_pooled, "min_pooled", minimum=1)
+def _pooled_bins_iv(
+    pooled: object, min_pooled: object, n_a: object, n_b: object, min_expected: object
+) -> tuple[np.ndarray, float]:
+    m = as_counts(pooled, "pooled")
+    threshold = float(check_int(min_pooled, "min_pooled", minimum=1))
+    if (n_a is None) != (n_b is None):
+        raise ValueError("`n_a` and `n_b` must be given together")
+    if n_a is not None:
+        na = check_int(n_a, "n_a", minimum=1)
+        nb = check_int(n_b, "n_b", minimum=1)
+        if na + nb != int(m.sum()):
+            raise ValueError(f"`n_a` + `n_b` = {na + nb} must equal the pooled total {int(m.sum())}")
+        e = check_positive(min_expected, "min_expected", upper=1e12)
+        threshold = max(threshold, e * (na + nb) / min(na, nb))
+    return m, threshold
 
 
-def pooled_bins(pooled: np.ndarray, min_pooled: int = 10) -> np.ndarray:
-    """Bin index of every label, chosen from pooled counts only.
+def pooled_bins(
+    pooled: np.ndarray, min_pooled: int = 10, *, n_a: int | None = None, n_b: int | None = None,
+    min_expected: float = DEFAULT_MIN_EXPECTED,
+) -> np.ndarray:
+    """Bin index of every label, chosen from pooled counts (and the group sizes) only.
 
-    Labels with ``pooled >= min_pooled`` keep a bin each (0..K-1 in label order); the other
-    labels seen at least once share the last bin K; labels never seen get -1 (dropped).
-    Returns int64 ``[labels]``.
+    A label keeps a bin (0..K-1 in label order) when ``pooled >= threshold``, with threshold
+    ``min_pooled``, raised to ``min_expected * n / min(n_a, n_b)`` when the group sizes are
+    given (then its expected count in each group is >= min_expected). The other labels seen
+    at least once share bin K, which is folded into the kept bin of smallest pooled count when
+    its own pooled count is below the threshold. Labels never seen get -1. Returns int64 ``[labels]``.
     """
-    m, threshold = _pooled_bins_iv(pooled, min_pooled)
+    m, threshold = _pooled_bins_iv(pooled, min_pooled, n_a, n_b, min_expected)
     kept = m >= threshold
+    n_kept = int(kept.sum())
     bins = np.full(m.size, -1, dtype=np.int64)
-    bins[kept] = np.arange(int(kept.sum()))
-    bins[(~kept) & (m > 0)] = int(kept.sum())
+    bins[kept] = np.arange(n_kept)
+    rare = (~kept) & (m > 0)
+    if rare.any():
+        if n_kept and m[rare].sum() < threshold:
+            kept_idx = np.flatnonzero(kept)
+            smallest = kept_idx[int(np.argmin(m[kept_idx]))]  # first of the smallest, in label order
+            bins[rare] = bins[smallest]
+        else:
+            bins[rare] = n_kept
     return bins
 
 
 def _chisquare_homogeneity_iv(
-    counts_a: object, counts_b: object, min_pooled: object, mc_samples: object, rng: object, method: object, tv_alpha: object
-) -> tuple[np.ndarray, np.ndarray, int, int, np.random.Generator, str, float]:
+    counts_a: object, counts_b: object, min_pooled: object, mc_samples: object, rng: object, method: object,
+    tv_alpha: object, mc_level: object, mc_stop_after: object,
+) -> tuple[np.ndarray, np.ndarray, int, int, np.random.Generator, str, float, float | None, int | None]:
     a = as_counts(counts_a, "counts_a")
     b = as_counts(counts_b, "counts_b")
     if a.shape != b.shape:
@@ -60,7 +96,9 @@ def _chisquare_homogeneity_iv(
         raise TypeError(f"`rng` must be a numpy.random.Generator or None, got {type(rng).__name__}")
     if method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
-    return a, b, min_pooled, mc_samples, rng, str(method), check_level(tv_alpha, "tv_alpha")
+    level = None if mc_level is None else check_level(mc_level, "mc_level")
+    stop = None if mc_stop_after is None else check_int(mc_stop_after, "mc_stop_after", minimum=1)
+    return a, b, min_pooled, mc_samples, rng, str(method), check_level(tv_alpha, "tv_alpha"), level, stop
 
 
 def _pearson_homogeneity(table_a: np.ndarray, pooled: np.ndarray, n_a: int, n_b: int) -> np.ndarray:
@@ -79,6 +117,14 @@ def _cochran_rule_holds(expected: np.ndarray) -> bool:
     return bool(e.size and e.min() >= 1.0 and np.mean(e < 5.0) <= 0.2)
 
 
+def _tables(a: np.ndarray, pooled: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    used = bins >= 0
+    n_bins = int(bins.max()) + 1 if used.any() else 0
+    table_a = np.bincount(bins[used], weights=a[used], minlength=n_bins).astype(np.int64)
+    table_m = np.bincount(bins[used], weights=pooled[used], minlength=n_bins).astype(np.int64)
+    return table_a, table_m, n_bins
+
+
 def chisquare_homogeneity(
     counts_a: np.ndarray,
     counts_b: np.ndarray,
@@ -88,27 +134,35 @@ def chisquare_homogeneity(
     rng: np.random.Generator | None = None,
     method: Literal["auto", "asymptotic", "monte-carlo"] = "auto",
     tv_alpha: float = 0.05,
+    mc_level: float | None = None,
+    mc_stop_after: int | None = DEFAULT_STOP_AFTER,
 ) -> HomogeneityResult:
     """Pearson X^2 homogeneity test of two aligned count vectors, rare labels merged by pooled count.
 
-    method ``"auto"`` uses the chi2(K-1) law when Cochran's rule holds for the 2 x K expected
-    counts, else a Monte Carlo p = (1 + #{X*>=X}) / (B + 1) over ``mc_samples`` null tables
-    drawn with both margins fixed (multivariate hypergeometric). ``rng=None`` uses a fresh
-    Generator seeded 0, so the p-value is a function of the data; pass one for independence.
+    Bins: :func:`pooled_bins` with the group sizes, so every bin's expected count is >= 5 in
+    each group and method ``"auto"`` uses the chi2(K-1) law. When fewer than two such bins
+    exist, ``"auto"`` tests the unmerged table (labels seen at least once) by Monte Carlo:
+    null tables drawn with both margins fixed (multivariate hypergeometric), at most
+    ``max(mc_samples, 20 / mc_level)`` of them, stopping once ``mc_stop_after`` null X^2
+    reach the observed one (Besag-Clifford; None: never stop early). ``mc_level`` is the
+    smallest level the p-value will be compared at (e.g. alpha / m under Holm).
+    ``rng=None`` uses a fresh Generator seeded 0, so the p-value is a function of the data.
     The reported TV and its (1 - tv_alpha) upper bound use the unmerged labels.
     """
-    a, b, min_pooled, mc_samples, rng, method, tv_alpha = _chisquare_homogeneity_iv(
-        counts_a, counts_b, min_pooled, mc_samples, rng, method, tv_alpha
+    a, b, min_pooled, mc_samples, rng, method, tv_alpha, mc_level, mc_stop_after = _chisquare_homogeneity_iv(
+        counts_a, counts_b, min_pooled, mc_samples, rng, method, tv_alpha, mc_level, mc_stop_after
     )
     n_a, n_b = int(a.sum()), int(b.sum())
     pooled = a + b
-    bins = pooled_bins(pooled, min_pooled)
+    bins = pooled_bins(pooled, min_pooled, n_a=n_a, n_b=n_b)
+    table_a, table_m, n_bins = _tables(a, pooled, bins)
+    if n_bins < 2 and method != "asymptotic" and int((pooled > 0).sum()) >= 2:
+        bins = pooled_bins(pooled, 1)  # too few bins meet the rule: the exact conditional test, unmerged
+        table_a, table_m, n_bins = _tables(a, pooled, bins)
+        method = "monte-carlo"
     used = bins >= 0
-    n_bins = int(bins.max()) + 1 if used.any() else 0
-    table_a = np.bincount(bins[used], weights=a[used], minlength=n_bins).astype(np.int64)
-    table_m = np.bincount(bins[used], weights=pooled[used], minlength=n_bins).astype(np.int64)
-    kept = np.flatnonzero(pooled >= min_pooled)
-    merged_labels = int(used.sum()) - kept.size
+    own_bin = np.flatnonzero(used & (np.bincount(bins[used], minlength=max(n_bins, 1))[np.maximum(bins, 0)] == 1))
+    merged_labels = int(used.sum()) - own_bin.size
     tv = tv_distance(a, b)
     common = dict(
         n=n_a + n_b, n_a=n_a, n_b=n_b, n_bins=n_bins, merged_labels=merged_labels, tv=tv,
@@ -125,32 +179,22 @@ def chisquare_homogeneity(
         pvalue = float(stats.chi2.sf(statistic, n_bins - 1))
         used_mc = None
     else:
-        pvalue = _monte_carlo_pvalue(statistic, table_m, n_a, n_b, mc_samples, rng)
-        used_mc = mc_samples
+        most = mc_samples if mc_level is None else max(mc_samples, mc_draws_for_level(mc_level))
+
+        def draw(size: int) -> np.ndarray:
+            return _pearson_homogeneity(rng.multivariate_hypergeometric(table_m, n_a, size=size).astype(np.float64),
+                                        table_m, n_a, n_b)
+
+        pvalue, used_mc = sequential_mc_pvalue(statistic, draw, most, stop_after=mc_stop_after or most + 1,
+                                               cells_per_draw=n_bins)
 
     dev = table_a - table_m * (n_a / (n_a + n_b))
     contrib = dev * dev / table_m
     order = np.argsort(-contrib, kind="stable")[:5]
-    bin_to_label = np.append(kept, -1)  # the merged bin, when present, is the last one
-    largest = tuple(int(bin_to_label[i]) if i < kept.size else -1 for i in order if contrib[i] > 0)
+    bin_label = np.full(n_bins, -1, dtype=np.int64)  # -1: a bin holding several labels
+    bin_label[bins[own_bin]] = own_bin
+    largest = tuple(int(bin_label[i]) for i in order if contrib[i] > 0)
     return HomogeneityResult(
         statistic=statistic, pvalue=pvalue, dof=n_bins - 1, method=method, mc_samples=used_mc,
         largest_cells=largest, **common,
     )
-
-
-def _monte_carlo_pvalue(
-    statistic: float, pooled: np.ndarray, n_a: int, n_b: int, samples: int, rng: np.random.Generator
-) -> float:
-    """(1 + #{X*>=X}) / (B + 1) over null tables with the pooled counts and group sizes fixed."""
-    tolerance = 1e-9 * max(1.0, statistic)  # equal tables must count as "as extreme"
-    chunk = max(1, _CHUNK_CELLS // pooled.size)
-    exceed = 0
-    done = 0
-    while done < samples:
-        size = min(chunk, samples - done)
-        null_a = rng.multivariate_hypergeometric(pooled, n_a, size=size)
-        null_x2 = _pearson_homogeneity(null_a.astype(np.float64), pooled, n_a, n_b)
-        exceed += int(np.count_nonzero(null_x2 >= statistic - tolerance))
-        done += size
-    return (1 + exceed) / (samples + 1)

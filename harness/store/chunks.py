@@ -9,7 +9,11 @@ SHA-256 of that document.
 
 Layout under ``root``::
 
-    chunks/<role>/<case-dir>/slice-00000.npz
+    chunks/<role>/<case-dir>/slice-00000-n500.npz
+
+The file name carries the slice index and the chunk's sample count, so the same slice at
+two sample counts (the last, partial slice of a run before and after its budget changed)
+are two files: growing or shrinking ``--samples`` never collides with what is stored.
 
 A chunk file is an uncompressed ``.npz`` (``np.savez``) holding ``tokens``, ``lengths``,
 ``prompt_index`` and ``meta`` (a JSON string: identity, fingerprint, array checksum and
@@ -18,7 +22,7 @@ arrays, which numpy writes and reads with no conversion, and ``np.load(...,
 allow_pickle=False)`` can never execute code from a file. Files are written atomically
 (:mod:`speceq.store.atomic`).
 
-The same (role, case, slice) with a different fingerprint is a :class:`StoreError` naming
+The same (role, case, slice, sample count) with a different fingerprint is a :class:`StoreError` naming
 the fields that differ: samples of two configurations are never mixed. A chunk file that
 cannot be read back whole (truncated, corrupt, wrong checksum) is deleted and reported as
 missing, so the run redoes it.
@@ -44,7 +48,8 @@ from speceq.errors import StoreError
 from speceq.store.atomic import atomic_write, jsonable, remove_temp_files
 
 #: Bump when the chunk file layout changes; part of every chunk identity.
-STORE_FORMAT = 1
+#: 2: the sample count is part of the file name; identities carry the engine's code.
+STORE_FORMAT = 2
 ROLES: tuple[str, ...] = ("baseline", "candidate")
 CHUNKS_DIR = "chunks"
 _ARRAYS = ("tokens", "lengths", "prompt_index")
@@ -64,13 +69,15 @@ class ChunkKey:
     """Where a chunk lives and what determines its samples.
 
     role: ``"baseline"`` or ``"candidate"``; case_id: the case's id; slice_index: which seed
-    slice of the case (0-based); identity_json: canonical JSON of the chunk's identity.
+    slice of the case (0-based); identity_json: canonical JSON of the chunk's identity;
+    samples: the chunk's sample count, part of its file name (None: a name without it).
     """
 
     role: str
     case_id: str
     slice_index: int
     identity_json: str
+    samples: int | None = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -79,11 +86,22 @@ class ChunkKey:
             raise StoreError(f"chunk case id must be a non-empty string, got {self.case_id!r}")
         if isinstance(self.slice_index, bool) or not isinstance(self.slice_index, int) or self.slice_index < 0:
             raise StoreError(f"chunk slice index must be an integer >= 0, got {self.slice_index!r}")
+        if self.samples is not None and (
+            isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1
+        ):
+            raise StoreError(f"chunk sample count must be None or an integer >= 1, got {self.samples!r}")
 
     @classmethod
-    def build(cls, role: str, case_id: str, slice_index: int, identity: Mapping[str, Any]) -> ChunkKey:
+    def build(cls, role: str, case_id: str, slice_index: int, identity: Mapping[str, Any], *,
+              samples: int | None = None) -> ChunkKey:
         """Key from a JSON-able identity mapping (canonicalised here)."""
-        return cls(role, case_id, slice_index, canonical_json(dict(identity)))
+        return cls(role, case_id, slice_index, canonical_json(dict(identity)), samples)
+
+    @property
+    def file_name(self) -> str:
+        """``slice-<index>[-n<samples>].npz``."""
+        count = "" if self.samples is None else f"-n{self.samples}"
+        return f"slice-{self.slice_index:05d}{count}.npz"
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -146,7 +164,7 @@ class SampleStore:
 
     # ----- paths and locking -------------------------------------------------------------
     def path_for(self, key: ChunkKey) -> Path:
-        return self.root / CHUNKS_DIR / key.role / case_dir_name(key.case_id) / f"slice-{key.slice_index:05d}.npz"
+        return self.root / CHUNKS_DIR / key.role / case_dir_name(key.case_id) / key.file_name
 
     def acquire_writer_lock(self) -> None:
         """Take the store's exclusive writer lock, then remove temp files of killed writers.
@@ -264,7 +282,8 @@ class SampleStore:
             if got is None:
                 continue
             meta, batch = got
-            yield ChunkKey(meta["role"], meta["case_id"], meta["slice_index"], canonical_json(meta["identity"])), batch
+            yield ChunkKey(meta["role"], meta["case_id"], meta["slice_index"], canonical_json(meta["identity"]),
+                           meta.get("samples")), batch
 
     # ----- writing -----------------------------------------------------------------------
     def put(self, key: ChunkKey, batch: SampleBatch, meta: Mapping[str, Any] | None = None) -> Path:
@@ -288,6 +307,7 @@ class SampleStore:
             "role": key.role,
             "case_id": key.case_id,
             "slice_index": key.slice_index,
+            "samples": key.samples,
             "identity": key.identity,
             "fingerprint": key.fingerprint,
             "checksum": arrays_checksum(*(arrays[n] for n in _ARRAYS)),

@@ -1,17 +1,24 @@
 """The decision layer: from raw test outcomes to per-case and run verdicts (pure, no I/O).
 
+Every verdict, greedy ones included, is decided here and only here:
+
 - Holm across ALL primary tests of the run, so the family-wise error of "shifted" verdicts
   is at most alpha under any dependence between tests and cases.
 - Benjamini-Hochberg q-values across all tests of the run (diagnostic only).
-- Per case: ``shifted`` iff a hard failure occurred (impossible under H0) or a Holm-adjusted
-  primary p-value is <= alpha; ``equivalent`` iff none rejects and the TV upper bound is
-  below the tolerance; otherwise ``inconclusive`` with the sample size that would decide.
+- Per case: ``shifted`` iff a hard failure occurred (impossible under H0: a token with
+  probability 0 under a trusted oracle, a greedy mismatch) or a Holm-adjusted primary
+  p-value is <= alpha. A greedy case is otherwise ``inconclusive`` when a divergence could
+  not be classified (no oracle) and ``equivalent`` when its rows are equal or differ only at
+  numerical near-ties. A sampling case is ``equivalent`` iff no primary test rejects and the
+  TV upper bound is below the tolerance, else ``inconclusive`` with the sample size that
+  would decide.
 - Run: ``shifted`` if any case is, else ``inconclusive`` if any case is, else ``equivalent``.
 
-The required n of an inconclusive case is the larger of (a) the size at which the case's
-chi-square detects a TV shift of ``tolerance`` with power 0.9 at the Bonferroni level
-alpha / (number of primary tests), the first step of Holm, and (b) the size at which the TV
-upper bound falls below ``tolerance`` when the engines truly agree (speceq.stats.power).
+The required n of an inconclusive case (samples per engine) is the larger of (a) the size
+at which the case's chi-square detects a TV shift of ``tolerance`` with power 0.9 at the
+Bonferroni level alpha / (number of primary tests), the first step of Holm, and (b) the size
+at which the TV upper bound falls below ``tolerance`` with probability 0.9 when the engines
+truly agree (speceq.stats.sample_size); both use an upper estimate of the bin count.
 """
 
 from __future__ import annotations
@@ -20,48 +27,18 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from speceq.stats.multitest import benjamini_hochberg, holm
-from speceq.stats.power import (
-    required_n_equivalence_oracle,
-    required_n_equivalence_two_sample,
-    required_n_oracle,
-    required_n_two_sample,
-)
+from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
+from speceq.verdicts.evidence import CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import TestOutcome
 
-#: Power at which the required sample size of an inconclusive case is computed.
+#: Power of detection, and probability of certification, at the required sample size.
 DESIGN_POWER = 0.9
-_MODES = ("oracle", "two-sample")
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CaseEvidence:
-    """What the analysis produced for one case, before any multiplicity adjustment.
-
-    tests: raw outcomes (``adjusted_pvalue``/``qvalue`` left None). tv_estimate and
-    tv_upper_bound: the case's plug-in TV and its upper confidence bound (None when not
-    computed: the case can then not be ``equivalent``). effective_support: k used for the
-    sample-size formulas (bins of the case's chi-square; k_eff = (sum sqrt p)^2 for
-    certification). mode: ``"oracle"`` (n = candidate draws) or ``"two-sample"`` (n per group).
-    hard_failures: descriptions of events impossible under H0 (e.g. a token with p = 0).
-    """
-
-    case_id: str
-    tests: tuple[TestOutcome, ...]
-    tv_estimate: float | None
-    tv_upper_bound: float | None
-    effective_support: float
-    mode: Literal["oracle", "two-sample"]
-    n_baseline: int
-    n_candidate: int
-    hard_failures: tuple[str, ...] = ()
-    #: Level at which ``tv_upper_bound`` was computed when it is not ``alpha`` (e.g. alpha / L
-    #: for a bound that holds over L positions at once); the certification size uses it.
-    bound_alpha: float | None = None
+__all__ = ["DESIGN_POWER", "CaseDecision", "CaseEvidence", "GreedyEvidence", "decide_run", "run_verdict"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,8 +78,6 @@ def _decide_run_iv(evidence: object, alpha: object, tolerance: object) -> tuple[
 
 def _case_iv(case: CaseEvidence) -> None:
     where = f"case {case.case_id!r}"
-    if case.mode not in _MODES:
-        raise ValueError(f"{where}: `mode` must be one of {_MODES}, got {case.mode!r}")
     k = case.effective_support
     if not isinstance(k, (int, float)) or isinstance(k, bool) or not 1.0 <= float(k) < math.inf:
         raise ValueError(f"{where}: `effective_support` must be a finite number >= 1, got {k!r}")
@@ -123,18 +98,15 @@ def _case_iv(case: CaseEvidence) -> None:
 
 def _required_n(case: CaseEvidence, alpha: float, tolerance: float, primary_count: int) -> int:
     level = alpha / max(1, primary_count)
-    bins = max(2, round(case.effective_support))
-    if case.mode == "oracle":
-        detect = required_n_oracle(tolerance, bins, level, DESIGN_POWER)
-        certify = required_n_equivalence_oracle(tolerance, float(case.effective_support), case.bound_alpha or alpha)
-    else:
-        detect = required_n_two_sample(tolerance, bins, level, DESIGN_POWER)
-        certify = required_n_equivalence_two_sample(tolerance, float(case.effective_support), case.bound_alpha or alpha)
+    bins = max(2, math.ceil(case.effective_support))
+    detect = required_n_two_sample(tolerance, bins, level, DESIGN_POWER)
+    certify = required_n_equivalence_two_sample(tolerance, float(case.effective_support), case.bound_alpha or alpha,
+                                                DESIGN_POWER)
     return max(detect, certify)
 
 
 def _current_n(case: CaseEvidence) -> int:
-    return case.n_candidate if case.mode == "oracle" else min(case.n_baseline, case.n_candidate)
+    return min(case.n_baseline, case.n_candidate)
 
 
 def decide_run(evidence: Sequence[CaseEvidence], *, alpha: float, tolerance: float) -> list[CaseDecision]:
@@ -160,40 +132,61 @@ def _decide_case(
     case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float, primary_count: int
 ) -> CaseDecision:
     common = dict(case_id=case.case_id, tests=tests, tv_estimate=case.tv_estimate, tv_upper_bound=case.tv_upper_bound)
+    demoted = f"; oracle tests are diagnostics only: {case.oracle_demoted}" if case.oracle_demoted else ""
     if case.hard_failures:
         more = f" (+{len(case.hard_failures) - 1} more)" if len(case.hard_failures) > 1 else ""
-        return CaseDecision(verdict="shifted", reason=f"hard failure: {case.hard_failures[0]}{more}", **common)
+        return CaseDecision(verdict="shifted", reason=f"hard failure: {case.hard_failures[0]}{more}{demoted}", **common)
     primary = [t for t in tests if t.primary]
     best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
         detail = f": {best.summary}" if best.summary else f" (statistic {best.statistic:.4g})"
         return CaseDecision(
             verdict="shifted",
-            reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}",
+            reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}{demoted}",
             **common,
         )
+    if case.greedy is not None:
+        return _decide_greedy(case.greedy, alpha, common)
     smallest = f"smallest Holm-adjusted p={best.adjusted_pvalue:.3g}" if best is not None else "no primary test"
     bound = case.tv_upper_bound
     if bound is not None and bound < tolerance:
         return CaseDecision(
             verdict="equivalent",
-            reason=f"no primary test rejects ({smallest}) and TV upper bound {bound:.4f} < tolerance {tolerance:g}",
+            reason=(f"no primary test rejects ({smallest}) and TV upper bound {bound:.4f} < tolerance {tolerance:g}; "
+                    f"this {CERTIFIES}{demoted}"),
             **common,
         )
     required = _required_n(case, alpha, tolerance, primary_count)
-    unit = "oracle-scored samples" if case.mode == "oracle" else "samples per engine"
     now = _current_n(case)
-    if bound is None:
-        why = "no TV upper bound was computed"
-    else:
-        why = f"TV upper bound {bound:.4f} >= tolerance {tolerance:g}"
+    why = "no TV upper bound was computed" if bound is None else f"TV upper bound {bound:.4f} >= tolerance {tolerance:g}"
     if required > now:
-        need = f"about {required} {unit} would decide (now {now})"
+        need = f"about {required} samples per engine would decide with probability {DESIGN_POWER:g} (now {now})"
     else:
-        need = f"the design size {required} {unit} is reached (now {now}); the TV may be close to the tolerance"
+        need = (f"the design size {required} samples per engine is reached (now {now}); "
+                "the TV may be close to the tolerance")
     return CaseDecision(
-        verdict="inconclusive", reason=f"no primary test rejects ({smallest}) but {why}; {need}", required_n=required, **common
+        verdict="inconclusive", reason=f"no primary test rejects ({smallest}) but {why}; {need}{demoted}",
+        required_n=required, **common,
     )
+
+
+def _decide_greedy(g: GreedyEvidence, alpha: float, common: dict) -> CaseDecision:
+    """A greedy case without hard failure: unexplained divergences or equal rows / near-ties."""
+    rows = f"{g.rows_diverging} of {g.rows_compared} greedy row pairs (all prompts of the batch)"
+    bound = (f"row-mismatch TV of the case's prompt {g.tv_estimate:.4f} <= {g.tv_upper_bound:.4f} "
+             f"(confidence 1-{alpha:g})")
+    if g.unexplained:
+        return CaseDecision(
+            verdict="inconclusive",
+            reason=f"{rows} diverge and {g.unexplained} could not be classified without an oracle; rerun with the oracle",
+            **common,
+        )
+    if g.rows_diverging == 0:
+        reason = f"all {g.rows_compared} greedy row pairs (all prompts of the batch) are equal token for token; {bound}"
+    else:
+        reason = (f"{rows} diverge, every one at a numerical near-tie (target top-2 margin <= {g.near_tie_nats:g} nats); "
+                  f"no real mismatch; {bound}, from near-ties only")
+    return CaseDecision(verdict="equivalent", reason=reason, **common)
 
 
 def _run_verdict_iv(decisions: object) -> list[CaseDecision]:

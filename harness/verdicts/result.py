@@ -76,10 +76,21 @@ class GreedyDivergence:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GreedySummary:
+    """Greedy row comparison of a case over every prompt of its batch.
+
+    divergences: the distinct first divergences SHOWN (mismatches first, capped); every
+    diverging row is classified and counted in mismatches / near_ties / unexplained;
+    distinct_divergences: how many distinct first divergences there were in all.
+    """
+
     rows_compared: int
     rows_equal: int
     near_tie_threshold: float
     divergences: tuple[GreedyDivergence, ...] = ()
+    mismatches: int = 0
+    near_ties: int = 0
+    unexplained: int = 0
+    distinct_divergences: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,8 +149,9 @@ class CaseResult:
     tests: tuple[TestOutcome, ...] = ()
     tv_estimate: float | None = None
     tv_upper_bound: float | None = None
-    tv_reference: str = "two-sample"  # or "oracle"
+    tv_reference: str = "two-sample"  # or "oracle (position 0) and two-sample", "greedy rows"
     required_n: int | None = None
+    rerun_command: str | None = None
     candidate_tokens: int = 0
     acceptance_rate: float | None = None
     baseline_tokens_per_s: float | None = None

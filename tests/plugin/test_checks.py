@@ -30,7 +30,7 @@ def test_correct_engine_passes_with_a_report_section(project: pytest.Pytester) -
         "*VERDICT equivalent 1000*",
         "*- speceq -*",
         "speceq: candidate 'toy-correct' vs baseline 'toy-baseline': run verdict EQUIVALENT (1 equivalent; *",
-        "case 'c' [[]T=1 len=3]: EQUIVALENT — no primary test rejects*TV upper bound 0.1* < tolerance 0.2",
+        "case 'c' [[]T=1 len=3]: EQUIVALENT — no primary test rejects*TV upper bound 0.1* < tolerance 0.2; this certifies the per-position marginal TV of the case's prompt*",
     ])
 
 

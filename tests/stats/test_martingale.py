@@ -22,11 +22,28 @@ def test_martingale_z_formula() -> None:
     f = np.array([1.0, 0.0, 1.0, 1.0])
     mean = np.array([0.5, 0.5, 0.2, 0.9])
     var = mean * (1 - mean)
-    res = martingale_z(f, mean, var, name="demo")
+    res = martingale_z(f, mean, var, name="demo", min_variance=0.0)
     z = (f - mean).sum() / math.sqrt(var.sum())
     assert res.statistic == pytest.approx(z)
     assert res.pvalue == pytest.approx(2 * stats.norm.sf(abs(z)))
     assert res.effect == pytest.approx((f - mean).mean()) and res.n == 4
+    assert tuple(res) == (res.statistic, res.pvalue)
+
+
+def test_small_summed_variance_is_guarded() -> None:
+    """Near-deterministic laws: sum of variances ~1 makes the normal tail ~100x too light.
+
+    Before the guard 6 non-argmax tokens where max p = 0.999 (1000 tokens, summed variance
+    ~1) gave Z = -5, p = 6e-7, while the exact chance of 6 or more is P(Poisson(1) >= 6) ~ 6e-4;
+    now p = 1 and the result says why.
+    """
+    n = 1000
+    mean = np.full(n, 0.999)
+    f = np.ones(n)
+    f[:6] = 0.0
+    res = martingale_z(f, mean, mean * (1 - mean), name="demo")
+    assert res.guarded and res.pvalue == 1.0 and "below the guard" in res.summary()
+    assert not martingale_z(f, mean, mean * (1 - mean), name="demo", min_variance=0.5).guarded
 
 
 def test_zero_variance_is_deterministic() -> None:

@@ -33,20 +33,38 @@ def test_dof_one_is_not_yates_corrected() -> None:
 def test_rare_labels_merge_by_pooled_count() -> None:
     a = np.array([50, 40, 3, 0, 2, 0])
     b = np.array([45, 50, 4, 1, 0, 0])
-    # pooled: 95, 90, 7, 1, 2, 0 -> kept {0, 1}; merged {2, 3, 4}; label 5 unseen
+    # pooled: 95, 90, 7, 1, 2, 0 -> kept {0, 1}; merged {2, 3, 4} (10 >= 10); label 5 unseen
     assert pooled_bins(a + b, 10).tolist() == [0, 1, 2, 2, 2, -1]
+    # with the group sizes the rule is pooled >= 5 * 195 / 95 = 10.3: the merged bin (10) is
+    # below it and folds into the smallest kept bin (label 1)
+    assert pooled_bins(a + b, 10, n_a=95, n_b=100).tolist() == [0, 1, 1, 1, 1, -1]
     res = chisquare_homogeneity(a, b, min_pooled=10)
-    merged_a, merged_b = np.array([50, 40, 5]), np.array([45, 50, 5])
-    ref = stats.chi2_contingency(np.vstack([merged_a, merged_b]), correction=False)
-    assert (res.n_bins, res.merged_labels, res.dof) == (3, 3, 2)
+    ref = stats.chi2_contingency(np.vstack([[50, 45], [45, 55]]), correction=False)
+    assert (res.n_bins, res.merged_labels, res.dof, res.method) == (2, 4, 1, "asymptotic")
     assert res.statistic == pytest.approx(ref.statistic)
     assert res.tv == pytest.approx(tv_distance(a, b))  # TV on the unmerged labels
+
+
+def test_issue_reproduction_a_tiny_merged_bin_no_longer_forces_monte_carlo() -> None:
+    """Before: p = 1e-4 (Monte Carlo with 9999 tables) for a TV 0.17 shift; Holm needs ~2e-5."""
+    a, b = np.array([2910, 80, 9, 1]), np.array([2400, 590, 10, 0])
+    res = chisquare_homogeneity(a, b)
+    assert res.method == "asymptotic" and res.pvalue < 1e-80
+    assert res.tv == pytest.approx(0.17, abs=0.001)
+
+
+def test_unequal_groups_meet_cochran_after_binning() -> None:
+    rng = np.random.default_rng(7)
+    p = rng.dirichlet(np.full(40, 0.3))
+    for _ in range(20):
+        res = chisquare_homogeneity(rng.multinomial(3000, p), rng.multinomial(600, p))
+        assert res.method in ("asymptotic", "degenerate")
 
 
 def test_sparse_table_uses_monte_carlo_with_fixed_margins() -> None:
     a = np.array([6, 1, 1, 0])
     b = np.array([2, 3, 4, 5])
-    res = chisquare_homogeneity(a, b, min_pooled=1, rng=np.random.default_rng(3), mc_samples=4999)
+    res = chisquare_homogeneity(a, b, min_pooled=1, rng=np.random.default_rng(3), mc_samples=4999, mc_stop_after=None)
     assert res.method == "monte-carlo" and res.mc_samples == 4999
     # the MC p estimates the exact conditional p; compare with scipy's permutation p
     ref = stats.chi2_contingency(
@@ -55,6 +73,21 @@ def test_sparse_table_uses_monte_carlo_with_fixed_margins() -> None:
     )
     assert res.pvalue == pytest.approx(ref.pvalue, abs=0.015)
     assert res.pvalue * 5000 == pytest.approx(round(res.pvalue * 5000))  # (1 + #) / (B + 1)
+
+
+def test_monte_carlo_is_sized_to_the_level_it_is_compared_at() -> None:
+    """A small table far from H0: 9999 tables floor p at 1e-4; 20 / level tables resolve 2e-5."""
+    a, b = np.array([10, 0, 0, 0]), np.array([0, 5, 3, 3])  # no label meets the rule: unmerged, Monte Carlo
+    fixed = chisquare_homogeneity(a, b)
+    assert fixed.method == "monte-carlo" and fixed.pvalue >= 1e-4
+    sized = chisquare_homogeneity(a, b, mc_level=2e-5)
+    assert sized.mc_samples >= 1_000_000 and sized.pvalue < 2e-5
+
+
+def test_sequential_monte_carlo_stops_early_when_p_is_large() -> None:
+    a, b = np.array([3, 3, 2, 1]), np.array([3, 2, 3, 2])
+    res = chisquare_homogeneity(a, b, mc_level=1e-6)
+    assert res.method == "monte-carlo" and res.pvalue > 0.3 and res.mc_samples < 200
 
 
 def test_monte_carlo_agrees_with_asymptotic_on_a_large_table() -> None:
@@ -71,6 +104,7 @@ def test_rng_none_is_reproducible() -> None:
     a, b = np.array([3, 0, 1]), np.array([0, 4, 1])
     r1 = chisquare_homogeneity(a, b, min_pooled=1, mc_samples=499)
     r2 = chisquare_homogeneity(a, b, min_pooled=1, mc_samples=499)
+    assert (r1.statistic, r1.pvalue) == tuple(r1)
     assert r1.method == "monte-carlo" and r1.pvalue == r2.pvalue
 
 

@@ -231,3 +231,19 @@ def test_load_samples_frame_one_row_per_sample(tmp_path):
 def test_load_samples_frame_of_empty_store(tmp_path):
     df = load_samples_frame(tmp_path / "nothing")
     assert len(df) == 0 and "tokens" in df.columns
+
+
+def test_one_slice_at_two_sample_counts_is_two_files_and_never_collides(tmp_path):
+    store = SampleStore(tmp_path)
+    small = ChunkKey.build("baseline", "c1", 3, {"seed": 5, "n": 2}, samples=2)
+    full = ChunkKey.build("baseline", "c1", 3, {"seed": 5, "n": 4}, samples=4)
+    b_small, b_full = make_batch(1, rows=2), make_batch(2, rows=4)
+    store.put(small, b_small)
+    assert not store.has(full)  # a budget change is not a configuration change
+    store.put(full, b_full)
+    assert store.path_for(small).name == "slice-00003-n2.npz" and store.path_for(full).name == "slice-00003-n4.npz"
+    assert_same_batch(store.get(small), b_small)
+    assert_same_batch(store.get(full), b_full)
+    assert sorted(k.samples for k in store.keys()) == [2, 4]
+    with pytest.raises(StoreError, match="sample count must be None or an integer >= 1"):
+        ChunkKey.build("baseline", "c1", 0, {}, samples=0)

@@ -5,19 +5,24 @@ noncentrality lambda = n w^2, and w^2 >= 4 delta^2 for a TV shift delta (equalit
 hardest, proportional shift). Solving ncx2.sf(chi2.ppf(1 - alpha, k - 1), k - 1, lambda) = power
 gives n = lambda / (4 delta^2) oracle draws, and twice that per group for two samples.
 
-Certification: "equivalent" needs the upper bound TV_hat + margin below eps.
-Under p = q with effective support k_eff = (sum_i sqrt(p_i))^2, E[TV_hat] ~
-sqrt(k_eff / (2 pi n)), so n = (sqrt(k_eff / (2 pi)) + sqrt(ln(1/alpha) / 2))^2 / eps^2 draws
-(oracle), twice that per group (two-sample).
+Certification: "equivalent" needs the upper bound TV_hat + margin below eps. Under p = q
+with effective support k_eff = (sum_i sqrt(p_i))^2, E[TV_hat] ~ sqrt(k_eff / (2 pi n)), and
+McDiarmid's inequality puts TV_hat below its mean + sqrt(ln(1/(1-q)) / (2n)) with probability
+q. So the bound falls below eps with probability >= q once
+n = (sqrt(k_eff / (2 pi)) + sqrt(ln(1/alpha) / 2) + sqrt(ln(1/(1-q)) / 2))^2 / eps^2 draws
+(oracle), twice that per group (two-sample). k_eff is estimated from counts with
+:func:`effective_support_upper`, an upper estimate (the plug-in is biased low: it misses
+unseen labels).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy import optimize, stats
 
-from speceq.stats._validate import check_int, check_level, check_positive
+from speceq.stats._validate import as_counts, check_int, check_level, check_positive
 
 
 def _noncentrality_for_power_iv(dof: object, alpha: object, power: object) -> tuple[int, float, float]:
@@ -74,17 +79,40 @@ def _required_n_equivalence_iv(tolerance: object, k: object, alpha: object) -> t
     return tolerance, float(k), check_level(alpha, "alpha")
 
 
-def _certification_n(tolerance: float, k: float, alpha: float) -> float:
-    return (math.sqrt(k / (2.0 * math.pi)) + math.sqrt(math.log(1.0 / alpha) / 2.0)) ** 2 / tolerance**2
+def _certification_n(tolerance: float, k: float, alpha: float, probability: float) -> float:
+    spread = math.sqrt(math.log(1.0 / (1.0 - probability)) / 2.0) if probability > 0.5 else 0.0
+    return (math.sqrt(k / (2.0 * math.pi)) + math.sqrt(math.log(1.0 / alpha) / 2.0) + spread) ** 2 / tolerance**2
 
 
-def required_n_equivalence_oracle(tolerance: float, k: float, alpha: float) -> int:
-    """Oracle draws for the TV upper bound to fall below ``tolerance`` when truly p = q."""
+def required_n_equivalence_oracle(tolerance: float, k: float, alpha: float, probability: float = 0.9) -> int:
+    """Oracle draws for the TV upper bound to fall below ``tolerance`` with ``probability`` when p = q.
+
+    ``probability`` 0.5 gives the size at which the MEAN bound reaches the tolerance.
+    """
     tolerance, k, alpha = _required_n_equivalence_iv(tolerance, k, alpha)
-    return math.ceil(_certification_n(tolerance, k, alpha))
+    return math.ceil(_certification_n(tolerance, k, alpha, check_level(probability, "probability")))
 
 
-def required_n_equivalence_two_sample(tolerance: float, k: float, alpha: float) -> int:
-    """Samples PER GROUP for the two-sample TV upper bound to fall below ``tolerance`` under H0."""
+def required_n_equivalence_two_sample(tolerance: float, k: float, alpha: float, probability: float = 0.9) -> int:
+    """Samples PER GROUP for the two-sample TV bound to fall below ``tolerance`` with ``probability`` under H0."""
     tolerance, k, alpha = _required_n_equivalence_iv(tolerance, k, alpha)
-    return math.ceil(2.0 * _certification_n(tolerance, k, alpha))
+    return math.ceil(2.0 * _certification_n(tolerance, k, alpha, check_level(probability, "probability")))
+
+
+def effective_support_upper(counts: np.ndarray) -> float:
+    """Upper estimate of k_eff = (sum_i sqrt(p_i))^2 from counts of one sample (>= 1).
+
+    Seen labels contribute sqrt((c_i + 1) / n) (add-one); unseen labels are estimated from
+    the singletons f1 and doubletons f2: mass M = f1 / n (Good-Turing) spread evenly over
+    U = f1^2 / (2 f2) labels (Chao1; f1 (f1 - 1) / 2 when f2 = 0), contributing sqrt(M U).
+    """
+    c = as_counts(counts, "counts")
+    n = int(c.sum())
+    if n == 0:
+        raise ValueError("`counts` must hold at least one observation")
+    seen = c[c > 0].astype(np.float64)
+    f1 = float(np.count_nonzero(seen == 1))
+    f2 = float(np.count_nonzero(seen == 2))
+    unseen_labels = f1 * f1 / (2.0 * f2) if f2 > 0 else f1 * (f1 - 1.0) / 2.0
+    root = float(np.sqrt((seen + 1.0) / n).sum()) + math.sqrt((f1 / n) * unseen_labels)
+    return max(1.0, root * root)

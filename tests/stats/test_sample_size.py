@@ -1,4 +1,4 @@
-"""Sample-size formulas against reference tables (detection and certification) and a power simulation."""
+"""Sample-size formulas: published tables of the noncentral chi-square and a power simulation."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from speceq.stats import (
     required_n_two_sample,
 )
 
-# Detection reference values: alpha = 0.01, power 0.9; (k, lambda, {delta: (one-sample, per group)}).
+# Detection: alpha = 0.01, power 0.9; (k, lambda, {delta: (one-sample, per group)}).
 POWER_TABLE = [
     (10, 26.1, {0.01: (65e3, 131e3), 0.02: (16e3, 33e3), 0.05: (2.6e3, 5.2e3)}),
     (100, 62.1, {0.01: (155e3, 311e3), 0.02: (39e3, 78e3), 0.05: (6.2e3, 12e3)}),
@@ -31,7 +31,7 @@ def test_reproduces_power_table(k: int, lam: float, sizes: dict[float, tuple[flo
         assert required_n_two_sample(delta, k, 0.01) == pytest.approx(two, rel=0.04)
 
 
-# Certification reference values: 95% bound, samples to certify TV <= eps when p = q (oracle / per group).
+# Certification: 95% bound, samples at which the MEAN bound reaches eps when p = q (oracle / per group).
 CERT_TABLE = [
     (10, {0.05: (2.5e3, 4.9e3), 0.02: (15e3, 31e3), 0.01: (62e3, 124e3)}),
     (100, {0.05: (11e3, 22e3), 0.02: (68e3, 136e3), 0.01: (272e3, 544e3)}),
@@ -42,8 +42,11 @@ CERT_TABLE = [
 @pytest.mark.parametrize(("k", "sizes"), CERT_TABLE)
 def test_reproduces_certification_table(k: int, sizes: dict[float, tuple[float, float]]) -> None:
     for eps, (one, two) in sizes.items():
-        assert required_n_equivalence_oracle(eps, k, 0.05) == pytest.approx(one, rel=0.03)
-        assert required_n_equivalence_two_sample(eps, k, 0.05) == pytest.approx(two, rel=0.03)
+        assert required_n_equivalence_oracle(eps, k, 0.05, probability=0.5) == pytest.approx(one, rel=0.03)
+        assert required_n_equivalence_two_sample(eps, k, 0.05, probability=0.5) == pytest.approx(two, rel=0.03)
+        # the default sizes to the 0.9 quantile of the bound: strictly more samples
+        assert required_n_equivalence_two_sample(eps, k, 0.05) > required_n_equivalence_two_sample(
+            eps, k, 0.05, probability=0.5)
 
 
 def test_noncentrality_gives_the_power() -> None:

@@ -1,0 +1,48 @@
+"""The bundled model worlds of ``speceq run --models``: which models and cases a world uses.
+
+- ``byte``: the 259-token byte models (``target/``, ``draft/``) and ``speceq.cases.default_cases()``;
+- ``bpe``: the 32 000-token BPE models (``bpe-target/``, ``bpe-draft/``) and ``speceq.cases.bpe_cases()``.
+
+:func:`world_engine_options` fills the model-folder options (``target``, ``draft``, or the
+``openai`` engine's ``tokenizer``) of the built-in engines for a world, leaving every option
+the user gave untouched; engines it does not know (plug-ins, plain functions) declare their
+own vocabulary. Python users pass the same folders as engine options themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from speceq.errors import ConfigError
+
+WORLDS: tuple[str, ...] = ("byte", "bpe")
+
+_TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "mutant:draft-is-target"}
+_TARGET_AND_DRAFT = {"reference", "hf-assisted"}
+
+
+def check_world(world: str) -> str:
+    """Return ``world`` or raise :class:`ConfigError` listing the known worlds."""
+    if world not in WORLDS:
+        raise ConfigError(f"unknown model world {world!r}; expected one of {', '.join(WORLDS)}", where="--models")
+    return world
+
+
+def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the world's model folders added where the built-in engine ``spec`` takes them."""
+    check_world(world)
+    out = dict(options)
+    if world == "byte":
+        return out
+    from speceq.models.bpe import BPE_DRAFT_DIR, BPE_TARGET_DIR
+
+    if spec in _TARGET_ONLY:
+        out.setdefault("target", str(BPE_TARGET_DIR))
+    elif spec in _TARGET_AND_DRAFT or spec.startswith("mutant:"):
+        out.setdefault("target", str(BPE_TARGET_DIR))
+        out.setdefault("draft", str(BPE_DRAFT_DIR))
+    elif spec == "openai":
+        if "vocab_size" not in out and "eos_token_id" not in out:
+            out.setdefault("tokenizer", str(BPE_TARGET_DIR))
+    return out

@@ -1,0 +1,77 @@
+"""The typed hand-off from the analysis to the decision layer (pure data, no I/O).
+
+:class:`CaseEvidence` is everything :func:`speceq.verdicts.decide.decide_run` needs to
+decide one case: raw test outcomes, the TV estimate and bound, the effective bin count for
+sample sizes, hard failures, the greedy comparison (temperature 0 cases) and whether the
+oracle was trusted. The verdict of every case, greedy ones included, is decided there and
+only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from speceq.verdicts.result import TestOutcome
+
+#: What an ``equivalent`` sampling verdict certifies, said in every such verdict's reason.
+CERTIFIES = (
+    "certifies the per-position marginal TV of the case's prompt; companion prompts and "
+    "dependence beyond the joint test of the first 2 tokens are tested, not certified"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GreedyEvidence:
+    """Row-by-row comparison of a temperature-0 case over every prompt of the batch.
+
+    rows_compared / rows_equal: row pairs (baseline row i vs candidate row i of the same
+    prompt) compared and found equal token for token. mismatches / near_ties / unexplained:
+    diverging row pairs whose first divergence is a real mismatch (target top-2 margin above
+    ``near_tie_nats``), a numerical near-tie, or could not be classified (no oracle).
+    tv_estimate / tv_upper_bound: the fraction of diverging row pairs of the case's prompt and
+    its upper (1 - alpha) Clopper-Pearson bound; P(rows differ) >= TV for any coupling, so the
+    bound is an upper bound on the TV between the engines' row laws for that prompt.
+    """
+
+    rows_compared: int
+    rows_equal: int
+    mismatches: int
+    near_ties: int
+    unexplained: int
+    near_tie_nats: float
+    tv_estimate: float
+    tv_upper_bound: float
+
+    @property
+    def rows_diverging(self) -> int:
+        return self.rows_compared - self.rows_equal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseEvidence:
+    """What the analysis produced for one case, before any multiplicity adjustment.
+
+    tests: raw outcomes (``adjusted_pvalue``/``qvalue`` left None). tv_estimate and
+    tv_upper_bound: the case's plug-in TV and its upper confidence bound (None when not
+    computed: the case can then not be ``equivalent``). effective_support: an UPPER estimate
+    of the effective number of bins k_eff = (sum sqrt p)^2 of the case's widest position, used
+    by the sample-size formulas. n_baseline / n_candidate: samples of the case's prompt.
+    hard_failures: descriptions of events impossible under H0 (a token with p = 0 under a
+    trusted oracle, a greedy mismatch). greedy: the row comparison of a temperature-0 case
+    (None for sampling cases). oracle_demoted: why the oracle tests were demoted to
+    diagnostics (None when the oracle is trusted or absent). bound_alpha: level at which
+    ``tv_upper_bound`` was computed when it is not ``alpha`` (e.g. alpha / L for a bound that
+    holds over L positions at once); the certification size uses it.
+    """
+
+    case_id: str
+    tests: tuple[TestOutcome, ...]
+    tv_estimate: float | None
+    tv_upper_bound: float | None
+    effective_support: float
+    n_baseline: int
+    n_candidate: int
+    hard_failures: tuple[str, ...] = ()
+    greedy: GreedyEvidence | None = None
+    oracle_demoted: str | None = None
+    bound_alpha: float | None = None
