@@ -33,8 +33,29 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+
+
+def _import_speceq_from_checkout() -> None:
+    """Make ``import speceq`` work on a machine where the package is not installed.
+
+    The library lives in the checkout's ``harness/`` folder (installed as ``speceq``); a bare
+    checkout (no ``pip install``, e.g. an accelerator machine without registry access) gets
+    ``speceq`` mapped onto that folder. An installed ``speceq`` is used as it is.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("speceq") is not None:
+        return
+    init = REPO / "harness" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("speceq", init, submodule_search_locations=[str(init.parent)])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load speceq from {init}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["speceq"] = module
+    spec.loader.exec_module(module)
+
+
+_import_speceq_from_checkout()
 
 from speceq.cases import Case  # noqa: E402
 from speceq.engines.base import SampleBatch, SampleRequest, validate_batch  # noqa: E402

@@ -40,3 +40,22 @@ def test_gpu_check_smoke_on_cpu(tmp_path: Path) -> None:
     assert all(c["verdict"] in ("equivalent", "shifted", "inconclusive") for c in sampling["comparisons"])
     md = (out / "gpu-check.md").read_text()
     assert "Greedy divergence" in md and "bf16 speculative vs bf16 plain" in md
+
+
+def test_gpu_check_imports_speceq_from_a_bare_checkout() -> None:
+    """On an accelerator machine without ``pip install``, check.py maps ``speceq`` onto ``harness/``."""
+    import site
+
+    paths = [p for p in (*site.getsitepackages(), site.getusersitepackages()) if Path(p).is_dir()]
+    env = {"PYTHONPATH": ":".join(paths), "PATH": "/usr/bin:/bin"}
+    # -S: no site processing, so an editable install's .pth hook is not applied
+    probe = subprocess.run([sys.executable, "-S", "-c", "import speceq"], capture_output=True, text=True, env=env,
+                           timeout=120, cwd="/")
+    if probe.returncode == 0:
+        pytest.skip("speceq is importable without site processing here (a regular install); the shim is not needed")
+    code = (
+        f"import runpy; runpy.run_path({str(REPO / 'benchmarks/gpu/check.py')!r}); "
+        "import speceq, speceq.analysis, speceq.oracle; print(speceq.__file__)")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Path(proc.stdout.strip()) == REPO / "harness" / "__init__.py"
