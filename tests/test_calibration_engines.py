@@ -23,7 +23,11 @@ R = 200
 ROWS_PER_REP = 150
 ALPHA = 0.05
 BAND = 2 * math.sqrt(ALPHA * (1 - ALPHA) / R)
-CONSERVATIVE_AT_THIS_SIZE = {"chi2 length"}
+#: Tests whose p-values are conservative by construction at this size (only the false-alarm side
+#: binds): the length test (2-token rows rarely stop early), and the argmax-leak z-test, whose
+#: summed variance (~300 tokens x p(1 - p) of a peaked law) is below the martingale guard
+#: (speceq.stats.martingale.MIN_SUMMED_VARIANCE), where it returns p = 1 by design.
+CONSERVATIVE_AT_THIS_SIZE = {"chi2 length", "z argmax leak"}
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +68,7 @@ def test_baseline_a_a_rejection_rates_are_calibrated(engines) -> None:
     for name, ps in pvalues.items():
         assert len(ps) == R
         rate = float(np.mean(np.asarray(ps) <= ALPHA))
-        # the length test sees a nearly degenerate table (2-token rows rarely stop early), so its
-        # p-values are conservative by construction: for it only the false-alarm side binds.
+        # conservative-by-construction tests: only the false-alarm side binds (see above).
         # Every other primary test must sit inside the two-sided band.
         lower = 0.0 if name in CONSERVATIVE_AT_THIS_SIZE else ALPHA - BAND
         assert lower <= rate <= ALPHA + BAND, f"{name}: rejection rate {rate:.3f} outside the band ({lines})"
