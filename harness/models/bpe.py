@@ -173,24 +173,12 @@ def encode_corpus(tok: tokenizers.Tokenizer, root: str | Path | None = None) -> 
 
 
 def _config(*, hidden: int, intermediate: int, layers: int, heads: int) -> transformers.LlamaConfig:
-    from transformers import LlamaConfig
+    from speceq.models.architecture import llama_config
 
-    return LlamaConfig(
-        vocab_size=BPE_VOCAB_SIZE,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=BPE_MAX_POSITIONS,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,  # with V = 32k the embedding is most of the weights
-        bos_token_id=BPE_BOS_ID,
-        eos_token_id=BPE_EOS_ID,
-        pad_token_id=BPE_PAD_ID,
-        initializer_range=0.02,
-        dtype="float32",
-    )
+    # with V = 32k the embedding is most of the weights: tie input and output embeddings
+    return llama_config(hidden=hidden, intermediate=intermediate, layers=layers, heads=heads,
+                        vocab_size=BPE_VOCAB_SIZE, max_positions=BPE_MAX_POSITIONS, tie_embeddings=True,
+                        bos_id=BPE_BOS_ID, eos_id=BPE_EOS_ID, pad_id=BPE_PAD_ID)
 
 
 def bpe_target_config() -> transformers.LlamaConfig:
