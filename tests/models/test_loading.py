@@ -21,7 +21,9 @@ from speceq.models import (
     load_model,
 )
 
-MAX_BUNDLE_BYTES = 20 * 1024 * 1024
+MAX_BUNDLE_BYTES = 20 * 1024 * 1024  # the byte world: target, draft, draft-hd32 and their files
+MAX_BPE_WEIGHTS_BYTES = 20_000_000  # the BPE world's weights (issue budget: <= 20 MB in the repository)
+BPE_FOLDERS = ("bpe-target", "bpe-draft")
 
 
 def n_params(model: torch.nn.Module) -> int:
@@ -83,10 +85,15 @@ def test_load_model_dtype_argument() -> None:
 
 def test_bundle_size() -> None:
     files = [p for p in MODELS_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    total = sum(p.stat().st_size for p in files)
-    assert total <= MAX_BUNDLE_BYTES, f"{total / 2**20:.1f} MiB"
+    byte_world = [p for p in files if p.relative_to(MODELS_DIR).parts[0] not in BPE_FOLDERS]
+    total = sum(p.stat().st_size for p in byte_world)
+    assert total <= MAX_BUNDLE_BYTES, f"byte world {total / 2**20:.1f} MiB"
+    bpe_weights = sum(p.stat().st_size for p in files
+                      if p.suffix == ".safetensors" and p.relative_to(MODELS_DIR).parts[0] in BPE_FOLDERS)
+    assert bpe_weights <= MAX_BPE_WEIGHTS_BYTES, f"BPE weights {bpe_weights / 1e6:.1f} MB"
     weights = sorted(p.relative_to(MODELS_DIR).as_posix() for p in files if p.suffix == ".safetensors")
-    assert weights == ["draft-hd32/model.safetensors", "draft/model.safetensors", "target/model.safetensors"]
+    assert weights == ["bpe-draft/model.safetensors", "bpe-target/model.safetensors", "draft-hd32/model.safetensors",
+                       "draft/model.safetensors", "target/model.safetensors"]
 
 
 def test_missing_folder_raises_config_error(tmp_path: Path) -> None:
