@@ -366,6 +366,16 @@ def _loaded_model(engine: Engine, attribute: str) -> Any | None:
 MIN_SAMPLES = 10
 
 
+def check_cases(cases: Sequence[Case]) -> None:
+    """Refuse an empty case list or duplicate case ids (ConfigError naming them)."""
+    if not cases:
+        raise ConfigError("no cases to run", where="cases")
+    ids = [c.case_id for c in cases]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(f"duplicate case ids {dup}", where="cases")
+
+
 def check_sample_sizes(config: RunConfig, cases: Sequence[Case]) -> None:
     """Refuse sampling cases with too few samples for any test to say anything."""
     from speceq.stats import required_n_two_sample
@@ -453,12 +463,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     ``engines`` ({"baseline": ..., "candidate": ...}) replaces resolving the specs of
     ``config`` (for library use and tests); the specs are still recorded.
     """
-    if not cases:
-        raise ConfigError("no cases to run", where="cases")
-    ids = [c.case_id for c in cases]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise ConfigError(f"duplicate case ids {dup}", where="cases")
+    check_cases(cases)
     _apply_threads(config.threads)
     check_sample_sizes(config, cases)
     specs = None if engines is not None else {r: (getattr(config, r), dict(getattr(config, f"{r}_options")))

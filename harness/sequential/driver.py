@@ -34,7 +34,7 @@ from speceq import run as runmod
 from speceq.analysis import analyse_run, case_rng
 from speceq.cases import Case
 from speceq.engines.base import Engine, SampleBatch, validate_batch
-from speceq.errors import ConfigError, EngineError, SpeceqError
+from speceq.errors import EngineError, SpeceqError
 from speceq.provenance import collect_provenance, utc_now
 from speceq.sequential.evidence import CaseSequentialEvidence, evaluate_case, planned_tests
 from speceq.stats import sequential as seq
@@ -150,12 +150,7 @@ def _scores(oracle: Any, case: Case, new_cand: SampleBatch, row_offset: int) -> 
 def run_sequential(config: runmod.RunConfig, cases: Sequence[Case], *,
                    engines: Mapping[str, Engine] | None = None) -> RunResult:
     """A sequential run of ``cases`` (see the module docstring); writes result.json like :func:`speceq.run.run`."""
-    if not cases:
-        raise ConfigError("no cases to run", where="cases")
-    ids = [c.case_id for c in cases]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise ConfigError(f"duplicate case ids {dup}", where="cases")
+    runmod.check_cases(cases)
     runmod._apply_threads(config.threads)
     runmod.check_sample_sizes(config, cases)
     engines = dict(engines) if engines is not None else runmod.resolve_engines(config)
