@@ -35,6 +35,7 @@ from speceq.cases import Case
 from speceq.collect import EXECUTORS, choose_executor
 from speceq.collect.code_identity import code_summary, engine_code_identity
 from speceq.collect.progress import make_progress
+from speceq.collect.session import ExecutorSession, ModelSource
 from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import ConfigError
@@ -279,12 +280,15 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
 
 
 def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine], *,
-            specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None) -> Collected:
+            specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
+            session: ExecutorSession | None = None) -> Collected:
     """Sample every chunk not yet in ``config.out_dir``'s store; return every case's rows.
 
     ``specs`` (role -> (spec, options)): the engines were resolved from these, and worker
     processes resolve them the same way; None: worker processes get pickled copies of
-    ``engines`` (or the run samples serially when one cannot be pickled).
+    ``engines`` (or the run samples serially when one cannot be pickled). ``session``: the
+    run's executor session, whose workers stay up after collection (for oracle scoring);
+    None: an executor for this collection only.
     """
     for role in ROLES:
         for case in cases:
@@ -308,8 +312,12 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
         stored = [c for c in chunks if store.has(c.key)]  # a changed configuration fails here, before any sampling
         stored_keys = {c.key for c in stored}
         missing = [c for c in chunks if c.key not in stored_keys]
-        executor = choose_executor(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
-                                   threads=config.threads, engines=engines, specs=specs, pending=len(missing))
+        if session is not None:
+            executor = session.executor(pending=len(missing))
+        else:
+            executor = choose_executor(executor=config.executor, workers=config.workers,
+                                       ray_address=config.ray_address, threads=config.threads, engines=engines,
+                                       specs=specs, pending=len(missing))
         sampled = 0
 
         def store_chunk(chunk: ChunkPlan, batch: SampleBatch, elapsed: float) -> None:
@@ -424,6 +432,42 @@ def check_oracle_matches(oracle: Any, engines: Mapping[str, Engine]) -> None:
         )
 
 
+def oracle_sources(config: RunConfig, engines: Mapping[str, Engine]) -> tuple[ModelSource, ModelSource | None]:
+    """Where :func:`make_oracle`'s target and draft come from, for worker processes to build the same oracle."""
+    if config.oracle_model is not None:
+        target = ModelSource(path=config.oracle_model)
+    elif _loaded_model(engines["baseline"], "model") is not None:
+        target = ModelSource(engine_role="baseline", engine_attribute="model")
+    else:
+        target = ModelSource()
+    if config.oracle_draft == "auto":
+        has = _loaded_model(engines["candidate"], "draft") is not None
+        draft = ModelSource(engine_role="candidate", engine_attribute="draft") if has else None
+    elif config.oracle_draft == "bundled":
+        from speceq.models import DRAFT_DIR
+
+        draft = ModelSource(path=str(DRAFT_DIR))
+    else:
+        draft = None if config.oracle_draft is None else ModelSource(path=config.oracle_draft)
+    return target, draft
+
+
+def oracle_requests(cases: Sequence[Case], collected: Collected) -> list[tuple[str, Any, SampleBatch, Any]]:
+    """The ``oracle.score`` requests :func:`speceq.analysis.analyse_run` makes, in its order (case by case:
+    the baseline's first rows for its A/A check, then the candidate's rows)."""
+    from speceq.analysis import BASELINE_AA_ROWS
+
+    out = []
+    for case in cases:
+        if case.params.greedy:
+            continue
+        base, cand = collected.baseline[case.case_id], collected.candidate[case.case_id]
+        head = SampleBatch(tokens=base.tokens[:BASELINE_AA_ROWS], lengths=base.lengths[:BASELINE_AA_ROWS],
+                           prompt_index=base.prompt_index[:BASELINE_AA_ROWS])
+        out += [(case.case_id, case.prompts, head, case.params), (case.case_id, case.prompts, cand, case.params)]
+    return out
+
+
 def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
     """The target oracle of ``config`` (None when off); see :class:`RunConfig` for the defaults."""
     if not config.oracle:
@@ -476,16 +520,21 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
                                     extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
     config.out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)
-    collected = collect(config, cases, engines, specs=specs)
-    print(f"speceq: {collection_summary(collected, described)}", file=sys.stderr, flush=True)
-    provenance = {**provenance, "status": "complete", "finished": utc_now(),
-                  "chunks": {"total": collected.chunks_total, "reused": collected.chunks_reused,
-                             "sampled": collected.chunks_sampled}, "executor": collected.executor}
-    oracle = make_oracle(config, engines)
-    if oracle is not None:
-        check_oracle_matches(oracle, engines)
-        provenance["oracle"] = oracle.describe()
-    result = _analyse(config, cases, collected, {r: described[r]["config"] for r in ROLES}, oracle, provenance)
+    with ExecutorSession(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
+                         threads=config.threads, engines=engines, specs=specs) as session:
+        collected = collect(config, cases, engines, specs=specs, session=session)
+        print(f"speceq: {collection_summary(collected, described)}", file=sys.stderr, flush=True)
+        provenance = {**provenance, "status": "complete", "finished": utc_now(),
+                      "chunks": {"total": collected.chunks_total, "reused": collected.chunks_reused,
+                                 "sampled": collected.chunks_sampled}, "executor": collected.executor}
+        oracle = make_oracle(config, engines)
+        if oracle is not None:
+            check_oracle_matches(oracle, engines)
+            provenance["oracle"] = oracle.describe()
+            # the analysis's score requests go to the workers, if any; same TokenScores bit for bit
+            target, draft = oracle_sources(config, engines)
+            oracle = session.prefetch_scores(oracle, oracle_requests(cases, collected), target=target, draft=draft)
+        result = _analyse(config, cases, collected, {r: described[r]["config"] for r in ROLES}, oracle, provenance)
     result_json = (result.to_json() + "\n").encode("utf-8")
     atomic_write(config.out_dir / RESULT_FILE, lambda f: f.write(result_json))
     write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)

@@ -16,6 +16,7 @@ serially, and it says so.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -29,7 +30,7 @@ from speceq.engines.base import Engine
 EXECUTORS: tuple[str, ...] = ("local", "ray")
 
 __all__ = ["EXECUTORS", "Executor", "ProcessExecutor", "SerialExecutor", "auto_workers", "choose_executor",
-           "engine_recipes", "usable_cpus", "worker_threads"]
+           "engine_recipes", "own_load_share", "usable_cpus", "worker_threads"]
 
 
 def usable_cpus() -> int:
@@ -40,15 +41,43 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def auto_workers(pending: int, *, load: float | None = None) -> int:
-    """Default worker count: the CPUs that are idle now, at least 1, at most one per chunk to sample.
+def own_load_share() -> float:
+    """This process's share of the 1-minute load average (0..1): what it has itself put there.
 
-    Idle CPUs = usable CPUs minus the 1-minute load average (``load``; read from the system
-    when None, 0 where the platform has none). On an idle 2-core machine this is 2 worker
-    processes (each with 1 torch thread: more threads per process were measured slower).
-    On the shared, busy 2-core development machine (load 14-17) 2 workers sampled the default
-    run's chunks no faster than 1 (each chunk took 1.77x longer, docs/SCALE.md), so a busy
-    machine gets 1 worker, which also spares the worker start-up.
+    The driver imports torch and loads its engines before it picks a worker count, so the load
+    average it reads already counts itself (about 0.2-0.5 after 15-40 s of loading). A
+    process that was busy a fraction ``u`` of its ``e`` seconds of life adds about
+    ``u (1 - exp(-e / 60))`` to the exponentially damped 1-minute figure. 0 where the platform
+    does not say how long the process has lived (not Linux).
+    """
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: start time, clock ticks
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        elapsed = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    if elapsed <= 0:
+        return 0.0
+    t = os.times()
+    busy = min(1.0, (t.user + t.system) / elapsed)
+    return busy * (1.0 - math.exp(-elapsed / 60.0))
+
+
+def auto_workers(pending: int, *, load: float | None = None, own: float | None = None) -> int:
+    """Default worker count: the CPUs other processes leave idle, at least 1, at most one per chunk to sample.
+
+    Idle CPUs = usable CPUs minus the load of *other* processes: the 1-minute load average
+    (``load``; read from the system when None, 0 where the platform has none) minus this
+    process's own share of it (``own``; :func:`own_load_share` when None), rounded half up.
+    Without that correction the driver's own model loading counted against it: on an idle
+    2-core machine (load 0.4 before the run) ``speceq run`` chose serial. On an idle 2-core
+    machine this is 2 worker processes (each with 1 torch thread: more threads per process
+    were measured slower). On the shared, busy 2-core development machine (load 14-17) 2
+    workers sampled the default run's chunks no faster than 1 (each chunk took 1.77x longer,
+    docs/SCALE.md), so a machine whose cores other jobs already use gets 1 worker, which also
+    spares the worker start-up.
     """
     cpus = usable_cpus()
     if load is None:
@@ -56,8 +85,23 @@ def auto_workers(pending: int, *, load: float | None = None) -> int:
             load = os.getloadavg()[0]
         except (AttributeError, OSError):  # Windows; no load figure
             load = 0.0
-    idle = int(cpus - load + 0.5)
+    if own is None:
+        own = own_load_share()
+    others = max(0.0, load - own)
+    idle = math.floor(cpus - others + 0.5)
     return max(1, min(cpus, idle, pending))
+
+
+def auto_workers_reason(pending: int) -> str:
+    """Why ``--workers auto`` picks what it picks, for the run's log line."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    own = own_load_share()
+    n = auto_workers(pending, load=load, own=own)
+    return (f"--workers auto: {n} ({usable_cpus()} usable CPUs, 1-minute load {load:.2f} of which {own:.2f} "
+            f"this process, {pending} chunks to sample)")
 
 
 def worker_threads(threads: int | None) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from speceq.collect.sampling import EngineRecipe, decode_error, sample_chunk
+from speceq.collect.sampling import EngineRecipe, decode_error, item_case_id, sample_chunk
 from speceq.engines.base import Engine, SampleBatch
 from speceq.errors import EngineError
 
@@ -54,6 +54,12 @@ class SerialExecutor:
         self.engines = engines
         self.description = "serial, in this process"
 
+    def __enter__(self) -> SerialExecutor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag) -> None:
         for chunk in chunks:
             if stop.requested:
@@ -72,7 +78,12 @@ class _Worker:
 
 
 class ProcessExecutor:
-    """``workers`` local processes (``python -m speceq.collect.worker``), each building its engines once."""
+    """``workers`` local processes (``python -m speceq.collect.worker``), each building its engines once.
+
+    Used as a context manager (``with executor:``) the worker processes stay up between calls
+    of :meth:`run` (a run's collection, then its oracle scoring: engines and models are loaded
+    once per worker); otherwise every :meth:`run` starts and stops its own.
+    """
 
     def __init__(self, recipes: Mapping[str, EngineRecipe], workers: int, threads: int,
                  notify: Callable[[str], None] = lambda s: print(f"speceq: {s}", file=sys.stderr)) -> None:
@@ -81,6 +92,17 @@ class ProcessExecutor:
         self.threads = threads
         self.notify = notify
         self.description = f"{workers} worker processes, {threads} torch thread(s) each"
+        self._keep = False
+        self._pool: list[_Worker] = []
+
+    def __enter__(self) -> ProcessExecutor:
+        self._keep = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._keep = False
+        self._shutdown(self._pool)
+        self._pool = []
 
     def _spawn(self) -> _Worker:
         to_child_r, to_child_w = os.pipe()
@@ -99,11 +121,17 @@ class ProcessExecutor:
         return worker
 
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag) -> None:
+        """Hand out ``chunks`` (chunks to sample, or oracle tasks) and pass each result to ``on_result``."""
         queue = deque(chunks)
+        if not queue:
+            return
         attempts: dict[int, int] = {}
-        pool: list[_Worker] = []
+        pool = self._pool
+        want = self.workers if self._keep else min(self.workers, len(queue))
+        ok = False
         try:
-            pool = [self._spawn() for _ in range(min(self.workers, len(queue)))]
+            while len(pool) < want:
+                pool.append(self._spawn())
             while True:
                 for w in pool:
                     if w.chunk is None and queue and not stop.requested:
@@ -115,6 +143,7 @@ class ProcessExecutor:
                             pass
                 busy = [w for w in pool if w.chunk is not None]
                 if not busy:
+                    ok = True
                     return
                 ready = set(wait([w.recv for w in busy]))  # a dead worker's pipe is readable (EOF)
                 for i, w in enumerate(pool):
@@ -134,7 +163,9 @@ class ProcessExecutor:
                     batch, elapsed = payload
                     on_result(chunk, batch, elapsed)
         finally:
-            self._shutdown(pool)
+            if not (ok and self._keep):  # an error or Ctrl-C ends the pool; a kept pool lives on between runs
+                self._shutdown(pool)
+                pool.clear()
 
     def _replace_dead(self, w: _Worker, queue: deque, attempts: dict[int, int]) -> _Worker:
         chunk = w.chunk
@@ -147,10 +178,12 @@ class ProcessExecutor:
         w.recv.close()
         n = attempts[id(chunk)] = attempts.get(id(chunk), 0) + 1
         if n >= MAX_ATTEMPTS:
-            raise EngineError(f"the worker process sampling slice {chunk.slice_index} died {n} times "
-                              f"(last exit code {code}); giving up", case_id=chunk.case.case_id)
-        self.notify(f"worker process died (exit code {code}) while sampling {chunk.label()}; "
-                    f"sampling it again from the same seed (attempt {n + 1} of {MAX_ATTEMPTS})")
+            raise EngineError(f"the worker process running {chunk.label()} died {n} times "
+                              f"(last exit code {code}); giving up", case_id=item_case_id(chunk))
+        doing, again = (("sampling", "sampling it again from the same seed") if hasattr(chunk, "slice_index")
+                        else ("scoring", "scoring it again"))
+        self.notify(f"worker process died (exit code {code}) while {doing} {chunk.label()}; "
+                    f"{again} (attempt {n + 1} of {MAX_ATTEMPTS})")
         queue.appendleft(chunk)
         return self._spawn()
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from speceq.collect.executors import MAX_ATTEMPTS, OnResult, OnStart, StopFlag
-from speceq.collect.sampling import EngineRecipe, apply_worker_threads, decode_error, run_task
+from speceq.collect.sampling import EngineRecipe, apply_worker_threads, decode_error, item_case_id, run_task
 from speceq.errors import ConfigError, EngineError
 
 
@@ -33,10 +33,10 @@ def import_ray() -> Any:
     return ray
 
 
-def _ray_sample(chunk: Any, recipes: Mapping[str, EngineRecipe], threads: int) -> tuple[str, Any]:
-    """The Ray task: sample one chunk in a Ray worker process (engines built once per worker)."""
+def _ray_sample(chunk: Any, recipes: dict[str, EngineRecipe], threads: int) -> tuple[str, Any]:
+    """The Ray task: sample one chunk (or score one oracle task) in a Ray worker process (engines built once per worker)."""
     apply_worker_threads(threads)
-    return run_task(chunk, recipes[chunk.role])
+    return run_task(chunk, recipes)
 
 
 class RayExecutor:
@@ -50,6 +50,19 @@ class RayExecutor:
         self.threads = threads
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         self.description = f"Ray tasks on {where}, {threads} torch thread(s) each"
+        self._keep = False
+        self._started = False  # this executor started Ray (and shuts it down)
+
+    def __enter__(self) -> RayExecutor:
+        """Keep Ray up between calls of :meth:`run` (collection, then oracle scoring)."""
+        self._keep = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._keep = False
+        if self._started:
+            import_ray().shutdown()
+            self._started = False
 
     def _init(self, ray: Any) -> bool:
         """Connect or start Ray; True when this call started it (and must shut it down)."""
@@ -69,7 +82,7 @@ class RayExecutor:
         if not chunks:
             return
         ray = import_ray()
-        started = self._init(ray)
+        self._started = self._init(ray) or self._started
         in_flight: dict[Any, Any] = {}
         try:
             task = ray.remote(num_cpus=1, max_retries=MAX_ATTEMPTS - 1)(_ray_sample)
@@ -89,9 +102,9 @@ class RayExecutor:
                     try:
                         status, payload = ray.get(ref)
                     except ray.exceptions.RayError as e:  # worker died MAX_ATTEMPTS times, node lost, ...
-                        raise EngineError(f"Ray task sampling slice {chunk.slice_index} failed after "
-                                          f"{MAX_ATTEMPTS} attempts: {type(e).__name__}: {e}",
-                                          case_id=chunk.case.case_id) from None
+                        what = f"sampling slice {chunk.slice_index}" if hasattr(chunk, "slice_index") else chunk.label()
+                        raise EngineError(f"Ray task {what} failed after {MAX_ATTEMPTS} attempts: "
+                                          f"{type(e).__name__}: {e}", case_id=item_case_id(chunk)) from None
                     if status != "ok":
                         raise decode_error(payload, chunk)
                     batch, elapsed = payload
@@ -99,5 +112,6 @@ class RayExecutor:
         finally:
             for ref in in_flight:
                 ray.cancel(ref, force=True)
-            if started:
+            if self._started and not self._keep:
                 ray.shutdown()
+                self._started = False

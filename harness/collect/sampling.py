@@ -109,12 +109,25 @@ def sample_chunk(chunk: Any, engine: Engine) -> tuple[SampleBatch, float]:
     return batch, time.perf_counter() - t0
 
 
-def run_task(chunk: Any, recipe: EngineRecipe) -> tuple[str, Any]:
-    """Worker side: ("ok", (batch, seconds)) or ("error", (error class name, message))."""
+def run_task(item: Any, recipes: dict[str, EngineRecipe]) -> tuple[str, Any]:
+    """Worker side: a chunk to sample or an oracle task to score (:mod:`speceq.collect.oracle_tasks`).
+
+    Returns ("ok", (batch or scores, seconds)) or ("error", (error class name, message)).
+    """
     try:
-        return "ok", sample_chunk(chunk, engine_for(recipe))
+        from speceq.collect.oracle_tasks import OracleScoreTask, score_task
+
+        if isinstance(item, OracleScoreTask):
+            return "ok", score_task(item, recipes)
+        return "ok", sample_chunk(item, engine_for(recipes[item.role]))
     except Exception as e:  # sent back to the driver, which raises it
         return "error", encode_error(e)
+
+
+def item_case_id(item: Any) -> str | None:
+    """The case a chunk or an oracle task belongs to (for error messages)."""
+    case = getattr(item, "case", None)
+    return getattr(case, "case_id", None) if case is not None else getattr(item, "case_id", None)
 
 
 #: Error classes a worker's error is raised again as in the driver (others become EngineError).
@@ -125,10 +138,11 @@ def encode_error(e: BaseException) -> tuple[str, str]:
     return type(e).__name__, str(e)
 
 
-def decode_error(payload: tuple[str, str], chunk: Any) -> BaseException:
+def decode_error(payload: tuple[str, str], item: Any) -> BaseException:
     """The driver-side exception of a worker's error: same speceq class and message."""
     name, message = payload
     cls = _ERROR_CLASSES.get(name)
     if cls is not None:
         return cls(message)
-    return EngineError(f"worker failed on slice {chunk.slice_index}: {name}: {message}", case_id=chunk.case.case_id)
+    where = f"slice {item.slice_index}" if hasattr(item, "slice_index") else item.label()
+    return EngineError(f"worker failed on {where}: {name}: {message}", case_id=item_case_id(item))

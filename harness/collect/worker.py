@@ -3,8 +3,9 @@
 Started by :class:`~speceq.collect.executors.ProcessExecutor` as a plain subprocess (not
 ``multiprocessing``), so a worker never re-imports the caller's ``__main__``: library users
 need no ``if __name__ == "__main__"`` guard. Protocol over the two pipes (pickled
-messages): first ``(recipes, threads)``, then chunks; each chunk is answered with
-``("ok", (batch, seconds))`` or ``("error", ...)``; ``None`` ends the worker.
+messages): first ``(recipes, threads)``, then chunks or oracle scoring tasks; each is
+answered with ``("ok", (batch or scores, seconds))`` or ``("error", ...)``; ``None`` ends the
+worker.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def main(argv: list[str]) -> int:
             return 0
         if chunk is None:
             return 0
-        writer.send(run_task(chunk, recipes[chunk.role]))
+        writer.send(run_task(chunk, recipes))
 
 
 if __name__ == "__main__":
