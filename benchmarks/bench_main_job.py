@@ -1,103 +1,163 @@
-"""The main job (`speceq run` with the built-in cases) on the transformers path vs the fast path.
+"""The main job (`speceq run` with the built-in cases): today's serial path vs the CLI with executors.
 
-Runs the same job in ONE process once per path, each into its own fresh output folder with
-freshly loaded engines: ``transformers`` (every model forward through transformers, today's
-serial path), ``fast`` (the lean bit-identical forward of :mod:`speceq.models.fast_forward`
-with its memo of the first forwards) and, when asked for, ``fast-shared-oracle`` (the fast
-path with ``TargetOracle(share_prefix=True)``, whose oracle numbers match to float32
-rounding only). Prints per path the CPU seconds (``time.process_time``) and wall seconds of
-sampling per engine, of oracle scoring and of the rest (analysis and store I/O), the ratios
-to the first path, and checks that every path stored identical samples and gave identical
-verdicts and TV figures (exit status 1 if not), and whether every other result field
-(except timings and provenance) is identical. The machine may be shared: ratios and CPU
-seconds are the stable numbers.
+Runs the same job once per path, each through the real command line (``speceq.cli.main``,
+``speceq run --fresh --no-progress --workers ...``) into its own fresh output folder, in
+this process (worker processes are its children). Paths:
+
+- ``transformers``: every model forward through transformers, serial (``SPECEQ_FAST_FORWARD=0``);
+- ``fast``: the lean bit-identical forward of :mod:`speceq.models.fast_forward`, serial
+  (``--workers 1``): the serial path before the executors were the default;
+- ``fast-shared-oracle``: ``fast`` with ``TargetOracle(share_prefix=True)`` (oracle numbers
+  equal to float32 rounding only);
+- ``executors``: ``--workers auto`` (the default): sampling and oracle scoring on worker
+  processes, the same numbers bit for bit;
+- ``executors-shared-oracle``: ``executors`` with ``share_prefix=True``.
+
+Prints per path the wall seconds of loading, collection and the rest (oracle + analysis +
+writing), the engines' own sampling seconds per engine (summed over chunks, whichever process
+sampled them), the oracle's scoring seconds (driver, or workers plus the driver's wait), the
+CPU seconds of this process and of its worker processes, the ratios to the first path, and
+whether every path stored identical samples and gave identical verdicts and TV figures (exit
+status 1 if not), and whether every other result field (except timings and provenance) is
+identical. The machine may be shared: say its load (printed before and after) with the numbers.
 
 Usage: python benchmarks/bench_main_job.py [--samples 3000] [--chunk-size 500] [--seed 0]
-       [--paths transformers fast fast-shared-oracle] [--no-oracle] [--out DIR] [--keep] [--no-warmup]
+       [--paths fast executors ...] [--workers auto] [--no-oracle] [--out DIR] [--keep] [--no-warmup]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import re
+import resource
 import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import speceq.run as runmod
 from speceq.cases import default_cases
+from speceq.cli import main as cli_main
+from speceq.collect.oracle_tasks import PrefetchedOracle
 from speceq.defaults import DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES
-from speceq.models.fast_forward import fast_forward_enabled
+from speceq.models.fast_forward import FAST_FORWARD_ENV
 from speceq.oracle import TargetOracle
-from speceq.run import RunConfig, resolve_engines, run
 from speceq.store import SampleStore
 
-#: path name -> (fast forward on, oracle shares prompt prefixes)
-PATHS = {"transformers": (False, False), "fast": (True, False), "fast-shared-oracle": (True, True)}
+#: path name -> (fast forward on, oracle shares prompt prefixes, executors on)
+PATHS = {"transformers": (False, False, False), "fast": (True, False, False),
+         "fast-shared-oracle": (True, True, False), "executors": (True, False, True),
+         "executors-shared-oracle": (True, True, True)}
 # result fields that measure time or record where/when, not what was decided
 VOLATILE = ("per_s", "speedup", "time", "elapsed", "provenance", "created", "finished", "wall")
 
 
 class Clock:
-    """Accumulated wall and CPU seconds per phase."""
+    """Accumulated wall seconds per phase (driver), plus CPU of this process and its children."""
 
     def __init__(self) -> None:
         self.wall: dict[str, float] = defaultdict(float)
-        self.cpu: dict[str, float] = defaultdict(float)
 
     def wrap(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            w, c = time.perf_counter(), time.process_time()
+            w = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.wall[phase] += time.perf_counter() - w
-                self.cpu[phase] += time.process_time() - c
 
         return timed
 
 
+@contextlib.contextmanager
+def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_path(path: str, out: Path, args: argparse.Namespace) -> tuple[Clock, dict[str, Any]]:
-    """One main job; returns its phase clock and result dict."""
-    fast, share_prefix = PATHS[path]
+    """One main job through the CLI; returns its clock and result dict."""
+    fast, share_prefix, executors = PATHS[path]
     clock = Clock()
-    config = RunConfig(samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, oracle=not args.no_oracle,
-                       out_dir=out, resume=False, progress=False)
-    originals = {name: getattr(TargetOracle, name)
-                 for name in ("__init__", "score", "next_token_probs", "raw_top2_margin")}
+    init = TargetOracle.__init__
+    prefetched: list[PrefetchedOracle] = []
 
-    def init(self: TargetOracle, *a: Any, **k: Any) -> None:
+    def oracle_init(self: TargetOracle, *a: Any, **k: Any) -> None:
         k.setdefault("share_prefix", share_prefix)  # speceq.run builds the oracle with the defaults
-        originals["__init__"](self, *a, **k)
+        init(self, *a, **k)
 
-    with fast_forward_enabled(fast):
-        w, c = time.perf_counter(), time.process_time()
-        engines = resolve_engines(config)
-        for role, engine in engines.items():
-            engine.sample = clock.wrap(f"sampling {role}", engine.sample)
-        for name, fn in originals.items():
-            setattr(TargetOracle, name, init if name == "__init__" else clock.wrap("oracle", fn))
-        try:
-            result = run(config, default_cases(), engines=engines)
-        finally:
-            for name, fn in originals.items():
-                setattr(TargetOracle, name, fn)
-        clock.wall["total"] = time.perf_counter() - w
-        clock.cpu["total"] = time.process_time() - c
-    for table in (clock.wall, clock.cpu):
-        table["analysis and I/O (rest)"] = table["total"] - sum(v for k, v in table.items() if k != "total")
-    return clock, json.loads(result.to_json())
+    def prefetch(session: Any, *a: Any, **k: Any) -> Any:
+        got = prefetch_scores(session, *a, **k)
+        if isinstance(got, PrefetchedOracle):
+            prefetched.append(got)
+        return got
+
+    from speceq.collect.session import ExecutorSession
+
+    prefetch_scores = ExecutorSession.prefetch_scores
+    argv = ["run", "--out", str(out), "--fresh", "--no-progress", "--json", "--samples", str(args.samples),
+            "--chunk-size", str(args.chunk_size), "--seed", str(args.seed),
+            "--workers", args.workers if executors else "1"] + (["--no-oracle"] if args.no_oracle else [])
+    env_before = os.environ.get(FAST_FORWARD_ENV)
+    os.environ[FAST_FORWARD_ENV] = "1" if fast else "0"  # workers inherit it
+    w, c, cc = time.perf_counter(), time.process_time(), children_cpu()
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(patched(TargetOracle, "__init__", oracle_init))
+            stack.enter_context(patched(ExecutorSession, "prefetch_scores", prefetch))
+            for name in ("score", "next_token_probs", "raw_top2_margin"):  # the driver's own oracle calls
+                stack.enter_context(patched(TargetOracle, name, clock.wrap("oracle in the driver",
+                                                                           getattr(TargetOracle, name))))
+            stack.enter_context(patched(runmod, "resolve_engines", clock.wrap("loading engines",
+                                                                               runmod.resolve_engines)))
+            stack.enter_context(patched(runmod, "collect", clock.wrap("collection", runmod.collect)))
+            stack.enter_context(patched(runmod, "make_oracle", clock.wrap("loading the oracle", runmod.make_oracle)))
+            stack.enter_context(patched(runmod, "_analyse", clock.wrap("oracle + analysis", runmod._analyse)))
+            with contextlib.redirect_stdout(open(os.devnull, "w")):  # noqa: SIM115 (closed with the process)
+                code = cli_main(argv)
+    finally:
+        if env_before is None:
+            os.environ.pop(FAST_FORWARD_ENV, None)
+        else:
+            os.environ[FAST_FORWARD_ENV] = env_before
+    clock.wall["total"] = time.perf_counter() - w
+    clock.wall["CPU, this process"] = time.process_time() - c
+    clock.wall["CPU, worker processes"] = children_cpu() - cc
+    if code not in (0, 1, 3):
+        raise SystemExit(f"{path}: speceq run exited with {code}")
+    store = SampleStore(out)
+    for key in store.keys():
+        clock.wall[f"sampling {key.role} (engine s)"] += float(store.get_meta(key).get("elapsed_s", 0.0))
+    if prefetched:
+        clock.wall["oracle in workers (worker s)"] = sum(p.worker_seconds for p in prefetched)
+        clock.wall["oracle: driver waiting"] = sum(p.wait_seconds for p in prefetched)
+    provenance = json.loads((out / runmod.PROVENANCE_FILE).read_text())
+    clock.executor = provenance.get("executor", "?")  # type: ignore[attr-defined]
+    return clock, json.loads((out / runmod.RESULT_FILE).read_text())
 
 
 def decisions(result: Any) -> Any:
-    """The result without timing and provenance fields."""
+    """The result without timing and provenance fields (and without the output folder in rerun commands)."""
     if isinstance(result, dict):
-        return {k: decisions(v) for k, v in result.items() if not any(s in k for s in VOLATILE)}
+        return {k: re.sub(r" --out \S+", "", v) if k == "rerun_command" and isinstance(v, str) else decisions(v)
+                for k, v in result.items() if not any(s in k for s in VOLATILE)}
     if isinstance(result, list):
         return [decisions(v) for v in result]
     return result
@@ -124,13 +184,18 @@ def same_samples(a: Path, b: Path) -> bool:
         all(np.array_equal(x, y) for x, y in zip(sa[k], sb[k], strict=True)) for k in sa)
 
 
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES)
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=["transformers", "fast"],
+    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=["fast", "executors"],
                         help="paths to run; the first is the reference of the ratios and comparisons")
+    parser.add_argument("--workers", default="auto", help="--workers of the executor paths (default: auto)")
     parser.add_argument("--no-oracle", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="folder for the runs' outputs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the output folders")
@@ -140,32 +205,33 @@ def main() -> None:
     root = args.out or Path(tempfile.mkdtemp(prefix="speceq-bench-main-"))
     if not args.no_warmup:  # imports and first-call costs would otherwise land on whichever path runs first
         warm = argparse.Namespace(**{**vars(args), "samples": 10, "chunk_size": 10})
-        for path in args.paths:
-            run_path(path, root / f"warmup-{path}", warm)
+        for path in dict.fromkeys(PATHS[p][:2] for p in args.paths):
+            name = next(p for p in args.paths if PATHS[p][:2] == path)
+            run_path(name, root / f"warmup-{name}", warm)
     print(f"main job: {len(default_cases())} built-in cases, {args.samples} samples per engine, "
-          f"chunk {args.chunk_size}, seed {args.seed}, oracle {'off' if args.no_oracle else 'on'}")
+          f"chunk {args.chunk_size}, seed {args.seed}, oracle {'off' if args.no_oracle else 'on'}; "
+          f"{os.cpu_count()} CPUs, {load()} at the start")
     clocks: dict[str, Clock] = {}
     results: dict[str, Any] = {}
     try:
         for path in args.paths:
             clocks[path], results[path] = run_path(path, root / path, args)
-            print(f"  {path}: {clocks[path].wall['total']:.1f} s wall, {clocks[path].cpu['total']:.1f} s CPU",
+            print(f"  {path}: {clocks[path].wall['total']:.1f} s wall ({clocks[path].executor}); {load()}",
                   flush=True)
         ref = args.paths[0]
-        phases = list(clocks[ref].cpu)
-        print(f"\n{'phase':<26}" + "".join(f"{p:>22}" for p in args.paths) + "   (CPU s / wall s; ratio to "
-              f"{ref} in CPU)")
+        phases = list(dict.fromkeys(k for p in args.paths for k in clocks[p].wall))
+        print(f"\n{'seconds':<34}" + "".join(f"{p:>26}" for p in args.paths) + f"   (ratio: {ref} / path)")
         for phase in phases:
             cells = []
             for p in args.paths:
-                cpu, wall = clocks[p].cpu[phase], clocks[p].wall[phase]
-                ratio = f" {clocks[ref].cpu[phase] / cpu:5.2f}x" if p != ref and cpu > 0 else ""
-                cells.append(f"{cpu:8.1f}/{wall:7.1f}{ratio}")
-            print(f"{phase:<26}" + "".join(f"{c:>22}" for c in cells))
+                v = clocks[p].wall.get(phase)
+                r = clocks[ref].wall.get(phase)
+                ratio = f" {r / v:5.2f}x" if p != ref and v and r else ""
+                cells.append("" if v is None else f"{v:8.1f}{ratio}")
+            print(f"{phase:<34}" + "".join(f"{c:>26}" for c in cells))
         disagree = False
         for p in args.paths[1:]:
-            print(f"\nspeed-up {ref} -> {p}: {clocks[ref].cpu['total'] / clocks[p].cpu['total']:.2f}x CPU, "
-                  f"{clocks[ref].wall['total'] / clocks[p].wall['total']:.2f}x wall")
+            print(f"\nspeed-up {ref} -> {p}: {clocks[ref].wall['total'] / clocks[p].wall['total']:.2f}x wall")
             same_store = same_samples(root / ref, root / p)
             a, b = decisions(results[ref]), decisions(results[p])
             same_result = json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
@@ -175,7 +241,7 @@ def main() -> None:
             print(f"identical stored samples: {same_store}; verdicts: {same_verdicts}; TV figures: {same_tv}; "
                   f"every other field: {same_result} (largest relative difference {largest_gap(a, b):.1e})")
             disagree |= not (same_store and same_verdicts and same_tv)
-        print(f"verdicts: { {c['case_id']: c['verdict'] for c in results[ref]['cases']} }")
+        print(f"verdicts: { {c['case_id']: c['verdict'] for c in results[ref]['cases']} }; {load()} at the end")
         if disagree:
             raise SystemExit("the paths disagree")
     finally:

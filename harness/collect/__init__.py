@@ -92,16 +92,16 @@ def auto_workers(pending: int, *, load: float | None = None, own: float | None =
     return max(1, min(cpus, idle, pending))
 
 
-def auto_workers_reason(pending: int) -> str:
-    """Why ``--workers auto`` picks what it picks, for the run's log line."""
+def auto_workers_reason(pending: int) -> tuple[int, str]:
+    """``--workers auto``'s count and why, for the run's log line."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         load = 0.0
     own = own_load_share()
     n = auto_workers(pending, load=load, own=own)
-    return (f"--workers auto: {n} ({usable_cpus()} usable CPUs, 1-minute load {load:.2f} of which {own:.2f} "
-            f"this process, {pending} chunks to sample)")
+    return n, (f"--workers auto: {n} ({usable_cpus()} usable CPUs, 1-minute load {load:.2f} of which {own:.2f} "
+               f"this process, {pending} items to run)")
 
 
 def worker_threads(threads: int | None) -> int:
@@ -145,7 +145,17 @@ def choose_executor(*, executor: str, workers: int | None, ray_address: str | No
                     pending: int, notify: Callable[[str], None] | None = None) -> Executor:
     """The executor for ``pending`` chunks (see the module docstring)."""
     say = notify or (lambda s: print(f"speceq: {s}", file=sys.stderr))
-    n = auto_workers(pending) if workers is None else workers
+    n, why = auto_workers_reason(pending) if workers is None else (workers, "")
+    chosen = _choose(executor=executor, n=n, workers=workers, ray_address=ray_address, threads=threads,
+                     engines=engines, specs=specs, pending=pending, say=say)
+    if workers is None and executor == "local" and pending > 0:
+        chosen.description += f"; {why}"
+    return chosen
+
+
+def _choose(*, executor: str, n: int, workers: int | None, ray_address: str | None, threads: int | None,
+            engines: Mapping[str, Engine], specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None,
+            pending: int, say: Callable[[str], None]) -> Executor:
     if pending == 0 or (executor == "local" and min(n, pending) <= 1):
         return SerialExecutor(engines)
     recipes = engine_recipes(engines, specs)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -188,8 +189,6 @@ def oracle_for(recipe: OracleRecipe, engine_recipes: Mapping[str, Any]) -> Any:
 
 def score_task(task: OracleScoreTask, engine_recipes: Mapping[str, Any]) -> tuple[TokenScores, float]:
     """Worker side: score the task's rows with the public ``score``; returns (scores, seconds)."""
-    import time
-
     t0 = time.perf_counter()
     scores = oracle_for(task.recipe, engine_recipes).score(task.prompts, task.batch, task.params)
     return scores, time.perf_counter() - t0
@@ -210,6 +209,9 @@ class PrefetchedOracle:
         self._waiting: dict[str, tuple[SampleBatch, int]] = {}  # request -> (batch, parts)
         self._parts: dict[str, list[tuple[np.ndarray, TokenScores]]] = {}
         self._failed: BaseException | None = None
+        #: seconds the workers spent scoring, and the driver spent waiting for them (benchmarks, logs)
+        self.worker_seconds = 0.0
+        self.wait_seconds = 0.0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._oracle, name)
@@ -219,8 +221,9 @@ class PrefetchedOracle:
             self._waiting[request] = (batch, parts)
             self._parts.setdefault(request, [])
 
-    def deliver(self, task: OracleScoreTask, scores: TokenScores) -> None:
+    def deliver(self, task: OracleScoreTask, scores: TokenScores, seconds: float = 0.0) -> None:
         with self._lock:
+            self.worker_seconds += seconds
             self._parts[task.request].append((task.rows, scores))
             self._lock.notify_all()
 
@@ -237,7 +240,9 @@ class PrefetchedOracle:
             with self._lock:
                 if request in self._waiting:
                     expected = self._waiting[request][1]
+                    t0 = time.perf_counter()
                     self._lock.wait_for(lambda: len(self._parts[request]) >= expected or self._failed is not None)
+                    self.wait_seconds += time.perf_counter() - t0
                     if len(self._parts[request]) >= expected:
                         parts = self._parts.pop(request)
                         del self._waiting[request]

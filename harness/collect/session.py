@@ -100,7 +100,7 @@ class ExecutorSession:
 
         def work() -> None:
             try:
-                executor.run(tasks, lambda task: None, lambda task, scores, _s: proxy.deliver(task, scores), self._stop)
+                executor.run(tasks, lambda task: None, proxy.deliver, self._stop)
                 if self._stop.requested:
                     proxy.fail(RuntimeError("oracle scoring was stopped"))
             except BaseException as e:  # handed to the analysis thread, which raises it

@@ -114,11 +114,41 @@ def test_executor_choice():
     assert isinstance(proc, ProcessExecutor) and (proc.workers, proc.threads) == (2, 2)
     assert 1 <= auto_workers(100) and auto_workers(1) == 1
     cpus = usable_cpus()
-    assert auto_workers(100, load=0.0) == cpus and auto_workers(100, load=float(cpus)) == 1
-    assert auto_workers(100, load=cpus + 10.0) == 1 and auto_workers(1, load=0.0) == 1
+    assert auto_workers(100, load=0.0, own=0.0) == cpus and auto_workers(100, load=float(cpus), own=0.0) == 1
+    assert auto_workers(100, load=cpus + 10.0, own=0.0) == 1 and auto_workers(1, load=0.0, own=0.0) == 1
     recipes = engine_recipes(engines, {"baseline": ("rel/my_engine.py:fn", {}), "candidate": (SPEC, {"shift": 0.1})})
     assert Path(recipes["baseline"].spec.rpartition(":")[0]).is_absolute()
     assert recipes["candidate"].spec == SPEC and dict(recipes["candidate"].options) == {"shift": 0.1}
+
+
+def test_auto_workers_does_not_count_the_drivers_own_load(monkeypatch):
+    import speceq.collect as collect_pkg
+
+    monkeypatch.setattr(collect_pkg, "usable_cpus", lambda: 2)
+    # an idle 2-core machine (0.4 from other processes) while the driver loads its models (0.5 of the load)
+    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (0.9, 0.5, 0.3))
+    monkeypatch.setattr(collect_pkg, "own_load_share", lambda: 0.5)
+    assert auto_workers(72) == 2  # counting itself as busy, the driver chose serial here before
+    assert auto_workers(72, own=0.0) == 1
+    assert auto_workers(1) == 1  # never more workers than chunks to sample
+    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (1.9, 1.5, 1.3))  # one core busy elsewhere
+    assert auto_workers(72) == 1
+    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (1.4, 1.5, 1.3))  # 0.9 elsewhere: 1.1 idle
+    assert auto_workers(72) == 1
+    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (1.0, 1.5, 1.3))  # 0.5 elsewhere: 1.5 idle, rounded up
+    assert auto_workers(72) == 2
+    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (16.0, 15.0, 14.0))  # the busy shared machine
+    assert auto_workers(72) == 1
+    assert "2 usable CPUs, 1-minute load 16.00 of which 0.50 this process" in collect_pkg.auto_workers_reason(72)[1]
+
+
+def test_own_load_share_is_a_fraction_of_one_core():
+    from speceq.collect import own_load_share
+
+    share = own_load_share()
+    assert 0.0 <= share <= 1.0
+    if sys.platform.startswith("linux"):  # this test process has been busy for a while: it counts
+        assert share > 0.0
 
 
 def test_resume_with_workers_reuses_what_serial_stored(tmp_path):
