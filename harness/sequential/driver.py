@@ -23,7 +23,6 @@ always-valid p-values, and the reason of a decided case begins with ``sequential
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +32,8 @@ import numpy as np
 from speceq import run as runmod
 from speceq.analysis import analyse_run, case_rng
 from speceq.cases import Case
+from speceq.collect.session import ExecutorSession
 from speceq.engines.base import Engine, SampleBatch, validate_batch
-from speceq.errors import EngineError, SpeceqError
 from speceq.provenance import collect_provenance, utc_now
 from speceq.sequential.evidence import CaseSequentialEvidence, evaluate_case, planned_tests
 from speceq.stats import sequential as seq
@@ -68,22 +67,6 @@ class CaseProgress:
     evidence: CaseSequentialEvidence | None = None
 
 
-def _sample(chunk: runmod.ChunkPlan, engine: Engine) -> tuple[SampleBatch, float]:
-    request = chunk.request()
-    name = getattr(engine, "name", chunk.role)
-    t0 = time.perf_counter()
-    try:
-        batch = engine.sample(request)
-    except SpeceqError:
-        raise
-    except Exception as e:  # third-party engine code: report it with the chunk it failed on
-        raise EngineError(f"sample() failed on sequential slice {chunk.slice_index}: {type(e).__name__}: {e}",
-                          engine=name, case_id=chunk.case.case_id) from e
-    elapsed = time.perf_counter() - t0
-    validate_batch(batch, request, engine, case_id=chunk.case.case_id, role=chunk.role)
-    return batch, elapsed
-
-
 def _slice_plan(config: runmod.RunConfig, case: Case, role: str, index: int, n: int,
                 ident: Mapping[str, Any]) -> runmod.ChunkPlan:
     seed = runmod.chunk_seed(config.seed, role, case.case_id, index)
@@ -93,32 +76,46 @@ def _slice_plan(config: runmod.RunConfig, case: Case, role: str, index: int, n: 
     return runmod.ChunkPlan(role, case, index, n, seed, ChunkKey.build(role, case.case_id, index, identity))
 
 
+class _NoStop:
+    requested = False
+
+
 class _Collector:
     """Per case and role: the slices collected so far (stored, reused on a rerun) and their rows."""
 
-    def __init__(self, config: runmod.RunConfig, engines: Mapping[str, Engine]) -> None:
+    def __init__(self, config: runmod.RunConfig, engines: Mapping[str, Engine], session: ExecutorSession) -> None:
         self.config = config
         self.engines = engines
+        self.session = session
         self.ident = runmod.engine_identities(config, engines)
         self.store = SampleStore(config.out_dir / STORE_SUBDIR)
         self.batches: dict[tuple[str, str], list[SampleBatch]] = {}
         self.sampled = self.reused = 0
 
-    def extend(self, case: Case, index: int, n: int) -> dict[str, SampleBatch]:
-        """Add slice ``index`` (n samples) for both roles; return the new rows per role."""
-        new = {}
-        for role in ROLES:
-            chunk = _slice_plan(self.config, case, role, index, n, self.ident)
-            if self.store.has(chunk.key):
-                batch = self.store.get(chunk.key)
-                self.reused += 1
-            else:
-                batch, elapsed = _sample(chunk, self.engines[role])
-                self.store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
-                batch = self.store.get(chunk.key)  # analyse exactly what is stored
-                self.sampled += 1
-            self.batches.setdefault((role, case.case_id), []).append(batch)
-            new[role] = batch
+    def extend(self, wanted: Sequence[tuple[Case, int, int]]) -> dict[str, dict[str, SampleBatch]]:
+        """Add slice ``index`` (``n`` samples) of each (case, index, n) for both roles; new rows per case and role.
+
+        Slices not yet stored are sampled by the run's executor (in this process, or on
+        worker processes / Ray, all at once); only this process validates and stores them.
+        """
+        chunks = [_slice_plan(self.config, case, role, index, n, self.ident)
+                  for case, index, n in wanted for role in ROLES]
+        missing = [c for c in chunks if not self.store.has(c.key)]
+        self.reused += len(chunks) - len(missing)
+
+        def store_chunk(chunk: runmod.ChunkPlan, batch: SampleBatch, elapsed: float) -> None:
+            validate_batch(batch, chunk.request(), self.engines[chunk.role], case_id=chunk.case.case_id,
+                           role=chunk.role)
+            self.store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
+            self.sampled += 1
+
+        if missing:
+            self.session.executor(pending=len(missing)).run(missing, lambda chunk: None, store_chunk, _NoStop())
+        new: dict[str, dict[str, SampleBatch]] = {}
+        for chunk in chunks:
+            batch = self.store.get(chunk.key)  # analyse exactly what is stored
+            self.batches.setdefault((chunk.role, chunk.case.case_id), []).append(batch)
+            new.setdefault(chunk.case.case_id, {})[chunk.role] = batch
         return new
 
     def rows(self, role: str, case_id: str) -> SampleBatch:
@@ -153,6 +150,8 @@ def run_sequential(config: runmod.RunConfig, cases: Sequence[Case], *,
     runmod.check_cases(cases)
     runmod._apply_threads(config.threads)
     runmod.check_sample_sizes(config, cases)
+    specs = None if engines is not None else {r: (getattr(config, r), dict(getattr(config, f"{r}_options")))
+                                               for r in ROLES}
     engines = dict(engines) if engines is not None else runmod.resolve_engines(config)
     runmod.check_engines_comparable(engines)
     for role in ROLES:
@@ -175,73 +174,136 @@ def run_sequential(config: runmod.RunConfig, cases: Sequence[Case], *,
     names = {c.case_id: planned_tests(c, oracle=oracle is not None, has_draft=has_draft) for c in sampling}
     k_tests = sum(len(v) for v in names.values())
     level = config.alpha / max(1, k_tests)
-    collector = _Collector(config, engines)
-    progress: dict[str, CaseProgress] = {}
-    collector.store.acquire_writer_lock()
-    try:
-        if not config.resume:
-            collector.store.discard_all()
-        for case in cases:
-            progress[case.case_id] = _run_case(config, case, collector, oracle, names.get(case.case_id), level)
-    finally:
-        collector.store.release_writer_lock()
-    provenance = {**provenance, "status": "complete", "finished": utc_now(),
-                  "chunks": {"reused": collector.reused, "sampled": collector.sampled},
-                  "sequential": {"tests": k_tests, "level_per_test": level, "schedule": SCHEDULE,
-                                 "cases": {cid: {"verdict": p.verdict, "looks": p.looks, "n": p.n}
-                                           for cid, p in progress.items()}}}
-    base = {c.case_id: collector.rows("baseline", c.case_id) for c in cases}
-    cand = {c.case_id: collector.rows("candidate", c.case_id) for c in cases}
-    fixed = analyse_run(cases, base, cand, oracle=oracle, alpha=config.alpha, tolerance=config.tolerance,
-                        seed=config.seed, engines={r: described[r]["config"] for r in ROLES}, provenance=provenance,
-                        progress=config.progress)
+    with ExecutorSession(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
+                         threads=config.threads, engines=engines, specs=specs) as session:
+        sources = runmod.oracle_sources(config, engines) if oracle is not None else None
+        collector = _Collector(config, engines, session)
+        collector.store.acquire_writer_lock()
+        try:
+            if not config.resume:
+                collector.store.discard_all()
+            progress = _run_cases(config, cases, collector, oracle, sources, names, level)
+        finally:
+            collector.store.release_writer_lock()
+        provenance = {**provenance, "status": "complete", "finished": utc_now(),
+                      "chunks": {"reused": collector.reused, "sampled": collector.sampled},
+                      "executor": _executor_description(session),
+                      "sequential": {"tests": k_tests, "level_per_test": level, "schedule": SCHEDULE,
+                                     "cases": {cid: {"verdict": p.verdict, "looks": p.looks, "n": p.n}
+                                               for cid, p in progress.items()}}}
+        base = {c.case_id: collector.rows("baseline", c.case_id) for c in cases}
+        cand = {c.case_id: collector.rows("candidate", c.case_id) for c in cases}
+        scorer = oracle
+        if oracle is not None and sources is not None:  # the fixed-size diagnostics' scoring, on the workers too
+            rows = runmod.Collected(base, cand, 0, 0, 0)
+            scorer = session.prefetch_scores(oracle, runmod.oracle_requests(cases, rows), target=sources[0],
+                                             draft=sources[1])
+        fixed = analyse_run(cases, base, cand, oracle=scorer, alpha=config.alpha, tolerance=config.tolerance,
+                            seed=config.seed, engines={r: described[r]["config"] for r in ROLES},
+                            provenance=provenance, progress=config.progress)
     result = _merge(fixed, progress, k_tests, config.alpha)
     atomic_write(config.out_dir / runmod.RESULT_FILE, lambda f: f.write((result.to_json() + "\n").encode("utf-8")))
     write_json_atomic(config.out_dir / runmod.PROVENANCE_FILE, provenance)
     return result
 
 
-def _run_case(config: runmod.RunConfig, case: Case, collector: _Collector, oracle: Any | None,
-              names: list[str] | None, level: float) -> CaseProgress:
-    budget = case.samples or config.samples
-    if names is None:  # greedy: the whole budget in one slice, decided by the fixed analysis
-        collector.extend(case, 0, budget)
-        return CaseProgress(case_id=case.case_id, verdict=None, looks=1, n=budget)
-    totals = look_totals(budget)
-    first_probs = None
-    if oracle is not None:
-        first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
-    score_parts: list[TokenScores] = []
-    rows_so_far = 0
-    prev = 0
-    ev = None
-    for look, total in enumerate(totals, start=1):
-        new = collector.extend(case, look - 1, total - prev)
-        prev = total
-        failures: list[str] = []
-        scores = None
+def _executor_description(session: ExecutorSession) -> str:
+    executor = session.executor(pending=0)  # the open parallel executor, else serial
+    return executor.description
+
+
+@dataclass(slots=True)
+class _CaseState:
+    """An open sampling case: its looks, scores so far and latest evidence."""
+
+    case: Case
+    names: list[str]
+    totals: tuple[int, ...]
+    first_probs: np.ndarray | None
+    score_parts: list[TokenScores] = dataclasses.field(default_factory=list)
+    rows_so_far: int = 0
+    prev: int = 0
+    look: int = 0
+    ev: CaseSequentialEvidence | None = None
+
+
+def _run_cases(config: runmod.RunConfig, cases: Sequence[Case], collector: _Collector, oracle: Any | None,
+               sources: tuple[Any, Any] | None, names: Mapping[str, list[str]],
+               level: float) -> dict[str, CaseProgress]:
+    """Every case, look by look in lock step: each round samples the next slice of every open case at once.
+
+    A case's data, scores and decisions depend only on its own seeded slices, so this gives the
+    same verdicts, looks and samples as taking the cases one after another (tested), while an
+    executor with worker processes samples (and scores) the open cases' slices side by side.
+    """
+    progress: dict[str, CaseProgress] = {}
+    wanted: list[tuple[Case, int, int]] = []
+    states: list[_CaseState] = []
+    for case in cases:
+        budget = case.samples or config.samples
+        if case.case_id not in names:  # greedy: the whole budget in one slice, decided by the fixed analysis
+            wanted.append((case, 0, budget))
+            progress[case.case_id] = CaseProgress(case_id=case.case_id, verdict=None, looks=1, n=budget)
+            continue
+        first_probs = None
         if oracle is not None:
-            score_parts.append(_scores(oracle, case, new["candidate"], rows_so_far))
-            scores = TokenScores.concatenate(score_parts)
-            bad = np.flatnonzero(np.asarray(scores.prob) <= 0)
-            if bad.size:
-                r, t = int(scores.row[bad[0]]), int(scores.position[bad[0]])
-                failures.append(f"row {r} position {t}: token {int(scores.token[bad[0]])} has probability 0 under the "
-                                f"processed target ({bad.size} such tokens)")
-        rows_so_far += new["candidate"].rows
-        ev = evaluate_case(case, collector.rows("baseline", case.case_id), collector.rows("candidate", case.case_id),
-                           names=names, level=level, alpha=config.alpha, scores=scores, first_probs=first_probs,
-                           rng=case_rng(config.seed, case.case_id, 7))
-        verdict, reason = _decide(ev, failures, config.tolerance, look, 1.0 / level)
-        if verdict is not None:
-            return CaseProgress(case_id=case.case_id, verdict=verdict, looks=look, n=total, reason=reason, evidence=ev)
-    assert ev is not None
+            first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
+        state = _CaseState(case=case, names=names[case.case_id], totals=look_totals(budget), first_probs=first_probs)
+        states.append(state)
+        wanted.append((case, 0, state.totals[0]))
+    while wanted:
+        new = collector.extend(wanted)
+        scorer = oracle
+        if oracle is not None and sources is not None and states:
+            requests = [(st.case.case_id, st.case.prompts, new[st.case.case_id]["candidate"], st.case.params)
+                        for st in states]
+            scorer = collector.session.prefetch_scores(oracle, requests, target=sources[0], draft=sources[1])
+        still_open = []
+        for st in states:
+            decided = _look(config, st, new[st.case.case_id], collector, scorer, level)
+            if decided is not None:
+                progress[st.case.case_id] = decided
+            else:
+                still_open.append(st)
+        states = still_open
+        wanted = [(st.case, st.look, st.totals[st.look] - st.prev) for st in states]
+    return {c.case_id: progress[c.case_id] for c in cases}
+
+
+def _look(config: runmod.RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], collector: _Collector,
+          oracle: Any | None, level: float) -> CaseProgress | None:
+    """One look at a case after its newest slice: its progress when decided (or out of budget), else None."""
+    case = st.case
+    st.look += 1
+    total = st.totals[st.look - 1]
+    st.prev = total
+    failures: list[str] = []
+    scores = None
+    if oracle is not None:
+        st.score_parts.append(_scores(oracle, case, new["candidate"], st.rows_so_far))
+        scores = TokenScores.concatenate(st.score_parts)
+        bad = np.flatnonzero(np.asarray(scores.prob) <= 0)
+        if bad.size:
+            r, t = int(scores.row[bad[0]]), int(scores.position[bad[0]])
+            failures.append(f"row {r} position {t}: token {int(scores.token[bad[0]])} has probability 0 under the "
+                            f"processed target ({bad.size} such tokens)")
+    st.rows_so_far += new["candidate"].rows
+    st.ev = ev = evaluate_case(case, collector.rows("baseline", case.case_id),
+                               collector.rows("candidate", case.case_id), names=st.names, level=level,
+                               alpha=config.alpha, scores=scores, first_probs=st.first_probs,
+                               rng=case_rng(config.seed, case.case_id, 7))
+    verdict, reason = _decide(ev, failures, config.tolerance, st.look, 1.0 / level)
+    if verdict is not None:
+        return CaseProgress(case_id=case.case_id, verdict=verdict, looks=st.look, n=total, reason=reason, evidence=ev)
+    if st.look < len(st.totals):
+        return None
+    budget = case.samples or config.samples
     bound = "no time-uniform TV bound yet" if ev.bound is None else (
         f"the time-uniform TV upper bound {ev.bound.upper:.4f} >= tolerance {config.tolerance:g}")
-    reason = (f"sequential: undecided at the budget n = {budget} after {len(totals)} looks: no e-process reached "
+    reason = (f"sequential: undecided at the budget n = {budget} after {len(st.totals)} looks: no e-process reached "
               f"{1.0 / level:.3g} and {bound}; rerun with a larger --samples (same --out and seed) to continue the "
               "same sequence, which stays valid")
-    return CaseProgress(case_id=case.case_id, verdict="inconclusive", looks=len(totals), n=budget, reason=reason,
+    return CaseProgress(case_id=case.case_id, verdict="inconclusive", looks=len(st.totals), n=budget, reason=reason,
                         evidence=ev)
 
 
