@@ -86,16 +86,34 @@ def request_fingerprint(prompts: Sequence[Sequence[int]], batch: SampleBatch, pa
     return h.hexdigest()
 
 
-def serial_batches(prompts: Sequence[Sequence[int]], batch: SampleBatch, vocab_size: int,
-                   max_batch_rows: int = MAX_BATCH_ROWS) -> list[list[int]]:
-    """The rows of each forward batch of ``TargetOracle.score`` on ``batch`` (whole rows, not shared prefixes)."""
+def serial_batches(prompts: Sequence[Sequence[int]], batch: SampleBatch, vocab_size: int, *,
+                   share_prefix: bool = False, max_batch_rows: int = MAX_BATCH_ROWS) -> list[list[int]]:
+    """The rows of each forward batch of ``TargetOracle.score`` on ``batch``.
+
+    Whole rows: all rows sorted by length, cut by the oracle's row and logits budgets. With
+    ``share_prefix``: per distinct prompt (in increasing prompt index), the rows that
+    generated something, sorted by generated length and cut the same way (rows without a
+    generated token are scored by no forward pass and go with the first batch).
+    """
     from speceq.oracle import LOGITS_BUDGET, _chunks  # the oracle's own batching: one rule, never a copy
 
     lengths = np.asarray(batch.lengths, dtype=np.int64)
     index = np.asarray(batch.prompt_index, dtype=np.int64)
-    sizes = [len(prompts[int(index[r])]) + max(int(lengths[r]) - 1, 0) for r in range(batch.rows)]
-    order = sorted(range(batch.rows), key=lambda r: sizes[r])
-    return _chunks(order, sizes, max_batch_rows, max(1, LOGITS_BUDGET // vocab_size))
+    budget = max(1, LOGITS_BUDGET // vocab_size)
+    if not share_prefix:
+        sizes = [len(prompts[int(index[r])]) + max(int(lengths[r]) - 1, 0) for r in range(batch.rows)]
+        order = sorted(range(batch.rows), key=lambda r: sizes[r])
+        return _chunks(order, sizes, max_batch_rows, budget)
+    out: list[list[int]] = []
+    for p in np.unique(index):
+        rows = [int(r) for r in np.flatnonzero(index == p) if lengths[r] > 0]
+        sizes = [int(lengths[r]) for r in rows]  # [last prompt token, generated tokens but the last]
+        order = sorted(range(len(rows)), key=lambda j: sizes[j])
+        out += [[rows[j] for j in chunk] for chunk in _chunks(order, sizes, max_batch_rows, budget)]
+    empty = [int(r) for r in np.flatnonzero(lengths == 0)]
+    if empty:
+        out = [empty + out[0], *out[1:]] if out else [empty]
+    return out
 
 
 def _take(batch: SampleBatch, rows: np.ndarray) -> SampleBatch:
@@ -105,17 +123,13 @@ def _take(batch: SampleBatch, rows: np.ndarray) -> SampleBatch:
 
 def plan_score_tasks(case_id: str, prompts: Sequence[Sequence[int]], batch: SampleBatch, params: SamplingParams,
                      recipe: OracleRecipe, vocab_size: int, parts: int) -> list[OracleScoreTask]:
-    """Cut one ``score`` request into at most ``parts`` tasks of whole serial forward batches.
+    """Cut one ``score`` request into at most ``parts`` tasks of whole serial forward batches (consecutive ones).
 
-    With ``share_prefix`` the oracle batches per prompt: each task is then every row of some
-    prompts (the prompts' rows are scored together, as serially).
+    With ``share_prefix`` each task also runs the prefill of its prompts once, as the serial
+    call does per prompt: the same inputs, so the same cache, bit for bit.
     """
     request = request_fingerprint(prompts, batch, params)
-    if recipe.share_prefix:
-        index = np.asarray(batch.prompt_index, dtype=np.int64)
-        groups = [list(np.flatnonzero(index == p)) for p in np.unique(index)]
-    else:
-        groups = serial_batches(prompts, batch, vocab_size)
+    groups = serial_batches(prompts, batch, vocab_size, share_prefix=recipe.share_prefix)
     if not groups:
         return []
     weights = [sum(int(batch.lengths[r]) + 1 for r in g) for g in groups]

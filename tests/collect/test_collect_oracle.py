@@ -18,7 +18,7 @@ from speceq.engines.base import SampleBatch, SampleRequest
 from speceq.run import RunConfig, resolve_engines
 from speceq.stats.scores import TokenScores
 
-ROWS = 520  # more than 2 forward batches of 256 rows, so the cut has something to balance
+ROWS = 300  # more than one forward batch of 256 rows, so there is something to cut
 
 
 def same_scores(a: TokenScores, b: TokenScores) -> list[str]:
@@ -48,7 +48,10 @@ def test_tasks_are_whole_serial_forward_batches(scored):
     _, engines, case, batch = scored
     oracle = TargetOracle(engines["baseline"].model, draft=engines["candidate"].draft)
     batches = serial_batches(case.prompts, batch, oracle.vocab_size)
-    assert len(batches) >= 3 and sorted(r for b in batches for r in b) == list(range(batch.rows))
+    assert len(batches) >= 2 and sorted(r for b in batches for r in b) == list(range(batch.rows))
+    shared = serial_batches(case.prompts, batch, oracle.vocab_size, share_prefix=True)
+    assert sorted(r for b in shared for r in b) == list(range(batch.rows))
+    assert all(len({int(batch.prompt_index[r]) for r in b}) == 1 for b in shared)  # one prompt per forward batch
     from speceq.collect.oracle_tasks import oracle_recipe
 
     recipe = oracle_recipe(oracle, target=ModelSource(), draft=None)
@@ -64,23 +67,26 @@ def test_two_worker_processes_score_the_serial_token_scores_bit_for_bit(scored):
     from speceq.oracle import TargetOracle
 
     config, engines, case, batch = scored
-    oracle = TargetOracle(engines["baseline"].model, draft=engines["candidate"].draft,
-                          eos_token_id=engines["baseline"].eos_token_id)
-    serial = oracle.score(case.prompts, batch, case.params)
-    head = SampleBatch(tokens=batch.tokens[:300], lengths=batch.lengths[:300], prompt_index=batch.prompt_index[:300])
-    serial_head = oracle.score(case.prompts, head, case.params)
+    head = SampleBatch(tokens=batch.tokens[:100], lengths=batch.lengths[:100], prompt_index=batch.prompt_index[:100])
     specs = {r: (getattr(config, r), {}) for r in ("baseline", "candidate")}
     with ExecutorSession(executor="local", workers=2, ray_address=None, threads=None, engines=engines,
                          specs=specs) as session:
-        proxy = session.prefetch_scores(
-            oracle, [(case.case_id, case.prompts, head, case.params), (case.case_id, case.prompts, batch, case.params)],
-            target=ModelSource(engine_role="baseline", engine_attribute="model"),
-            draft=ModelSource(engine_role="candidate", engine_attribute="draft"))
-        assert proxy is not oracle and session._open is not None
-        parallel_head = proxy.score(case.prompts, head, case.params)
-        parallel = proxy.score(case.prompts, batch, case.params)
-    assert parallel.has_draft and len(parallel) == len(serial) > ROWS
-    assert same_scores(parallel, serial) == []
-    assert same_scores(parallel_head, serial_head) == []
-    # a request nobody prefetched is scored by the driver's oracle itself
-    assert same_scores(proxy.score(case.prompts, head, case.params), serial_head) == []
+        for share_prefix in (False, True):  # the default whole-row scoring, and one prefill per prompt
+            oracle = TargetOracle(engines["baseline"].model, draft=engines["candidate"].draft,
+                                  eos_token_id=engines["baseline"].eos_token_id, share_prefix=share_prefix)
+            serial = oracle.score(case.prompts, batch, case.params)
+            serial_head = oracle.score(case.prompts, head, case.params)
+            proxy = session.prefetch_scores(
+                oracle, [(case.case_id, case.prompts, head, case.params),
+                         (case.case_id, case.prompts, batch, case.params)],
+                target=ModelSource(engine_role="baseline", engine_attribute="model"),
+                draft=ModelSource(engine_role="candidate", engine_attribute="draft"))
+            assert proxy is not oracle and session._open is not None
+            parallel_head = proxy.score(case.prompts, head, case.params)
+            parallel = proxy.score(case.prompts, batch, case.params)
+            assert parallel.has_draft and len(parallel) == len(serial) > ROWS
+            assert same_scores(parallel, serial) == [], share_prefix
+            assert same_scores(parallel_head, serial_head) == [], share_prefix
+            assert proxy.worker_seconds > 0
+            # a request nobody prefetched is scored by the driver's oracle itself
+            assert same_scores(proxy.score(case.prompts, head, case.params), serial_head) == []
