@@ -512,16 +512,20 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     check_sample_sizes(config, cases)
     specs = None if engines is not None else {r: (getattr(config, r), dict(getattr(config, f"{r}_options")))
                                                for r in ROLES}
-    engines = dict(engines) if engines is not None else resolve_engines(config)
-    check_engines_comparable(engines)
-    described = engine_identities(config, engines)
-    seeds = {"run_seed": config.seed, "derivation": "speceq.run.chunk_seed(run_seed, role, case_id, slice)"}
-    provenance = collect_provenance(seeds=seeds, engines=described, settings=config.settings(),
-                                    extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
-    config.out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)
     with ExecutorSession(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
                          threads=config.threads, engines=engines, specs=specs) as session:
+        # worker processes load their engines while this process loads its own
+        session.prestart(pending=len(ROLES) * sum(len(slice_sizes(c.samples or config.samples, config.chunk_size))
+                                                  for c in cases))
+        engines = dict(engines) if engines is not None else resolve_engines(config)
+        session.set_engines(engines)
+        check_engines_comparable(engines)
+        described = engine_identities(config, engines)
+        seeds = {"run_seed": config.seed, "derivation": "speceq.run.chunk_seed(run_seed, role, case_id, slice)"}
+        provenance = collect_provenance(seeds=seeds, engines=described, settings=config.settings(),
+                                        extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
+        config.out_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(config.out_dir / PROVENANCE_FILE, provenance)
         collected = collect(config, cases, engines, specs=specs, session=session)
         print(f"speceq: {collection_summary(collected, described)}", file=sys.stderr, flush=True)
         provenance = {**provenance, "status": "complete", "finished": utc_now(),

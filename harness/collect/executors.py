@@ -104,6 +104,12 @@ class ProcessExecutor:
         self._shutdown(self._pool)
         self._pool = []
 
+    def start(self) -> None:
+        """Start every worker now (kept up until the ``with`` block ends), so they load their engines early."""
+        self._keep = True
+        while len(self._pool) < self.workers:
+            self._pool.append(self._spawn())
+
     def _spawn(self) -> _Worker:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from speceq.collect import choose_executor
-from speceq.collect.executors import Executor, SerialExecutor
+from speceq.collect.executors import Executor, ProcessExecutor, SerialExecutor
 from speceq.collect.oracle_tasks import (
     ModelSource,
     OracleScoreTask,
@@ -36,7 +36,7 @@ class ExecutorSession:
     """The executor of one run (see the module docstring); use as a context manager."""
 
     def __init__(self, *, executor: str, workers: int | None, ray_address: str | None, threads: int | None,
-                 engines: Mapping[str, Engine], specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None,
+                 engines: Mapping[str, Engine] | None, specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None,
                  notify: Callable[[str], None] | None = None) -> None:
         self._choice = {"executor": executor, "workers": workers, "ray_address": ray_address, "threads": threads,
                         "engines": engines, "specs": specs, "notify": notify}
@@ -49,6 +49,26 @@ class ExecutorSession:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def set_engines(self, engines: Mapping[str, Engine]) -> None:
+        """The driver's engines, once loaded (a serial executor samples with them)."""
+        self._choice["engines"] = engines
+
+    def prestart(self, pending: int) -> None:
+        """Start local worker processes before the driver loads its engines, when the run will use them.
+
+        Only for engines given as spec strings (workers build them from the specs) and the
+        local executor: workers then import torch and load their models while the driver
+        loads its own, instead of after. ``pending``: the chunks the run plans (an upper
+        bound of those still to sample).
+        """
+        if self._open is not None or self._choice["specs"] is None or self._choice["executor"] != "local":
+            return
+        chosen = choose_executor(pending=pending, **{**self._choice, "engines": self._choice["engines"] or {}})
+        if isinstance(chosen, ProcessExecutor):
+            chosen.__enter__()
+            chosen.start()
+            self._open = chosen
 
     def executor(self, pending: int) -> Executor:
         """The run's executor for ``pending`` items: the open parallel one, else a fresh choice."""

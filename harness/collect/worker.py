@@ -25,6 +25,13 @@ def main(argv: list[str]) -> int:
     except EOFError:
         return 0
     apply_worker_threads(threads)
+    from speceq.collect.sampling import engine_for
+
+    for recipe in recipes.values():  # load now, while the driver loads its own: the first chunk finds them ready
+        try:
+            engine_for(recipe)
+        except Exception:  # reported with its chunk, by the same call, when a chunk needs this engine
+            pass
     while True:
         try:
             chunk = reader.recv()

@@ -152,30 +152,32 @@ def run_sequential(config: runmod.RunConfig, cases: Sequence[Case], *,
     runmod.check_sample_sizes(config, cases)
     specs = None if engines is not None else {r: (getattr(config, r), dict(getattr(config, f"{r}_options")))
                                                for r in ROLES}
-    engines = dict(engines) if engines is not None else runmod.resolve_engines(config)
-    runmod.check_engines_comparable(engines)
-    for role in ROLES:
-        for case in cases:
-            case.check_vocab(engines[role].vocab_size)
-    described = runmod.engine_identities(config, engines)
-    settings = {**config.settings(), "sequential": True, "schedule": SCHEDULE}
-    seeds = {"run_seed": config.seed, "derivation": "speceq.run.chunk_seed(run_seed, role, case_id, look slice)"}
-    provenance = collect_provenance(seeds=seeds, engines=described, settings=settings,
-                                    extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
-    config.out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(config.out_dir / runmod.PROVENANCE_FILE, provenance)
-    (config.out_dir / runmod.RESULT_FILE).unlink(missing_ok=True)
-    oracle = runmod.make_oracle(config, engines)
-    if oracle is not None:
-        runmod.check_oracle_matches(oracle, engines)
-        provenance["oracle"] = oracle.describe()
-    has_draft = oracle is not None and getattr(oracle, "has_draft", getattr(oracle, "draft", None) is not None)
-    sampling = [c for c in cases if not c.params.greedy]
-    names = {c.case_id: planned_tests(c, oracle=oracle is not None, has_draft=has_draft) for c in sampling}
-    k_tests = sum(len(v) for v in names.values())
-    level = config.alpha / max(1, k_tests)
     with ExecutorSession(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
                          threads=config.threads, engines=engines, specs=specs) as session:
+        session.prestart(pending=len(ROLES) * len(cases))  # the first round: one slice per case and engine
+        engines = dict(engines) if engines is not None else runmod.resolve_engines(config)
+        runmod.check_engines_comparable(engines)
+        for role in ROLES:
+            for case in cases:
+                case.check_vocab(engines[role].vocab_size)
+        described = runmod.engine_identities(config, engines)
+        settings = {**config.settings(), "sequential": True, "schedule": SCHEDULE}
+        seeds = {"run_seed": config.seed, "derivation": "speceq.run.chunk_seed(run_seed, role, case_id, look slice)"}
+        provenance = collect_provenance(seeds=seeds, engines=described, settings=settings,
+                                        extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
+        config.out_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(config.out_dir / runmod.PROVENANCE_FILE, provenance)
+        (config.out_dir / runmod.RESULT_FILE).unlink(missing_ok=True)
+        oracle = runmod.make_oracle(config, engines)
+        if oracle is not None:
+            runmod.check_oracle_matches(oracle, engines)
+            provenance["oracle"] = oracle.describe()
+        has_draft = oracle is not None and getattr(oracle, "has_draft", getattr(oracle, "draft", None) is not None)
+        sampling = [c for c in cases if not c.params.greedy]
+        names = {c.case_id: planned_tests(c, oracle=oracle is not None, has_draft=has_draft) for c in sampling}
+        k_tests = sum(len(v) for v in names.values())
+        level = config.alpha / max(1, k_tests)
+        session.set_engines(engines)
         sources = runmod.oracle_sources(config, engines) if oracle is not None else None
         collector = _Collector(config, engines, session)
         collector.store.acquire_writer_lock()
