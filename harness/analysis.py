@@ -439,6 +439,8 @@ def rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
         draft = settings.get("oracle_draft", "auto")
         if draft != "auto":
             args += ["--oracle-draft", "none" if draft is None else str(draft)]
+        if settings.get("oracle_share_prefix"):
+            args.append("--oracle-share-prefix")
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):

@@ -75,6 +75,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--oracle-draft", metavar="auto|bundled|none|DIR", default="auto",
                    help="draft the oracle scores for the draft-drift test. Default: %(default)s (the candidate "
                         "engine's own draft model, if it has one)")
+    g.add_argument("--oracle-share-prefix", action="store_true",
+                   help="the oracle runs each prompt once and scores only the generated tokens against its cache: "
+                        "about 6x less oracle work; scores equal to float32 rounding, not bit for bit "
+                        "(docs/SPEED.md). Default: off")
     g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
     g.add_argument("--near-tie-nats", type=float, default=NEAR_TIE_NATS, metavar="NATS",
@@ -108,7 +112,7 @@ def handle_run(args: argparse.Namespace) -> int:
         baseline=args.baseline, candidate=args.candidate,
         baseline_options=world_engine_options(args.models, args.baseline, parse_engine_options(args.baseline_option)),
         candidate_options=world_engine_options(args.models, args.candidate, parse_engine_options(args.candidate_option)),
-        oracle=args.oracle, oracle_model=args.oracle_model,
+        oracle=args.oracle, oracle_model=args.oracle_model, oracle_share_prefix=args.oracle_share_prefix,
         oracle_draft=None if args.oracle_draft == "none" else args.oracle_draft,
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,

@@ -74,7 +74,10 @@ class RunConfig:
     (``oracle_model``: a model folder; None = the baseline engine's loaded target model when
     it exposes one as ``.model``, else the bundled target). oracle_draft: the draft the
     oracle scores for the draft-drift test: ``"auto"`` (the candidate engine's loaded
-    ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). samples: samples of each
+    ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). oracle_share_prefix:
+    the oracle runs each prompt once and scores only the generated tokens against its cache
+    (~6x less oracle work; scores equal to float32 rounding, not bit for bit, see
+    docs/SPEED.md; default off). samples: samples of each
     case's prompt per engine; chunk_size: samples per stored chunk. alpha: family-wise
     false-alarm level; tolerance: TV below which a case may be called equivalent.
     out_dir: store, result and provenance folder. resume: reuse stored chunks (False
@@ -96,6 +99,7 @@ class RunConfig:
     oracle: bool = True
     oracle_model: str | None = None
     oracle_draft: str | None = "auto"
+    oracle_share_prefix: bool = False
     samples: int = DEFAULT_SAMPLES
     chunk_size: int = DEFAULT_CHUNK_SIZE
     seed: int = 0
@@ -145,6 +149,8 @@ class RunConfig:
             raise bad("ray_address", "a Ray cluster address ('auto', 'HOST:PORT', 'ray://HOST:PORT') or None")
         if self.ray_address is not None and self.executor != "ray":
             raise bad("ray_address", "no address unless executor='ray'")
+        if not isinstance(self.oracle_share_prefix, bool):
+            raise bad("oracle_share_prefix", "True or False")
         if self.oracle_model is not None and not isinstance(self.oracle_model, str):
             raise bad("oracle_model", "a model folder path or None")
         if self.oracle_draft is not None and (not isinstance(self.oracle_draft, str) or not self.oracle_draft):
@@ -157,6 +163,7 @@ class RunConfig:
             "baseline": self.baseline, "candidate": self.candidate,
             "baseline_options": dict(self.baseline_options), "candidate_options": dict(self.candidate_options),
             "oracle": self.oracle, "oracle_model": self.oracle_model, "oracle_draft": self.oracle_draft,
+            "oracle_share_prefix": self.oracle_share_prefix,
             "samples": self.samples,
             "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
             "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
@@ -484,7 +491,8 @@ def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
     else:
         draft = config.oracle_draft
     # the oracle masks the EOS the baseline masks (ignore_eos): the baseline's, learnt from its model
-    return TargetOracle(target, draft=draft, eos_token_id=engines["baseline"].eos_token_id)
+    return TargetOracle(target, draft=draft, eos_token_id=engines["baseline"].eos_token_id,
+                        share_prefix=config.oracle_share_prefix)
 
 
 def _apply_threads(threads: int | None) -> None:
@@ -537,7 +545,9 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
             provenance["oracle"] = oracle.describe()
             # the analysis's score requests go to the workers, if any; same TokenScores bit for bit
             target, draft = oracle_sources(config, engines)
-            oracle = session.prefetch_scores(oracle, oracle_requests(cases, collected), target=target, draft=draft)
+            scorer = session.prefetch_scores(oracle, oracle_requests(cases, collected), target=target, draft=draft)
+            provenance["oracle_scoring"] = session.description if scorer is not oracle else "serial, in this process"
+            oracle = scorer
         result = _analyse(config, cases, collected, {r: described[r]["config"] for r in ROLES}, oracle, provenance)
     result_json = (result.to_json() + "\n").encode("utf-8")
     atomic_write(config.out_dir / RESULT_FILE, lambda f: f.write(result_json))

@@ -80,6 +80,11 @@ class ExecutorSession:
             self._open = chosen
         return chosen
 
+    @property
+    def description(self) -> str:
+        """Who runs the work now: the open parallel executor, else this process."""
+        return self._open.description if self._open is not None else "serial, in this process"
+
     def close(self) -> None:
         """Stop handing out oracle tasks, wait for those running, and stop the workers."""
         self._stop.requested = True

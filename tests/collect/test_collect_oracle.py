@@ -90,3 +90,15 @@ def test_two_worker_processes_score_the_serial_token_scores_bit_for_bit(scored):
             assert proxy.worker_seconds > 0
             # a request nobody prefetched is scored by the driver's oracle itself
             assert same_scores(proxy.score(case.prompts, head, case.params), serial_head) == []
+
+
+def test_the_share_prefix_option_reaches_the_oracle_and_the_rerun_command(scored):
+    from speceq.analysis import rerun_command
+    from speceq.run import make_oracle
+
+    _, engines, case, _ = scored
+    on = RunConfig(oracle_share_prefix=True)
+    assert make_oracle(on, engines).share_prefix is True
+    assert make_oracle(RunConfig(), engines).share_prefix is False
+    assert "--oracle-share-prefix" in rerun_command(on.settings(), 100, case)
+    assert "--oracle-share-prefix" not in rerun_command(RunConfig().settings(), 100, case)
