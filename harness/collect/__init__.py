@@ -41,6 +41,10 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: A CPU counts as idle for ``--workers auto`` when other processes leave at least this fraction of it.
+IDLE_FRACTION = 0.25
+
+
 def own_load_share() -> float:
     """This process's share of the 1-minute load average (0..1): what it has itself put there.
 
@@ -68,11 +72,14 @@ def own_load_share() -> float:
 def auto_workers(pending: int, *, load: float | None = None, own: float | None = None) -> int:
     """Default worker count: the CPUs other processes leave idle, at least 1, at most one per chunk to sample.
 
-    Idle CPUs = usable CPUs minus the load of *other* processes: the 1-minute load average
-    (``load``; read from the system when None, 0 where the platform has none) minus this
-    process's own share of it (``own``; :func:`own_load_share` when None), rounded half up.
-    Without that correction the driver's own model loading counted against it: on an idle
-    2-core machine (load 0.4 before the run) ``speceq run`` chose serial. On an idle 2-core
+    One worker per CPU that other processes leave at least :data:`IDLE_FRACTION` idle: the
+    load of other processes is the 1-minute load average (``load``; read from the system when
+    None, 0 where the platform has none) minus this process's own share of it (``own``;
+    :func:`own_load_share` when None). The old rule (CPUs minus the whole load average,
+    rounded half up) chose serial on a nearly idle 2-core machine: a load of 0.5 from anything,
+    the driver's own loading included, left "1.5 idle CPUs", rounded to 1, although a second
+    worker process gets most of a CPU there (each CPU's time is shared among the runnable
+    processes). On an idle 2-core
     machine this is 2 worker processes (each with 1 torch thread: more threads per process
     were measured slower). On the shared, busy 2-core development machine (load 14-17) 2
     workers sampled the default run's chunks no faster than 1 (each chunk took 1.77x longer,
@@ -88,7 +95,7 @@ def auto_workers(pending: int, *, load: float | None = None, own: float | None =
     if own is None:
         own = own_load_share()
     others = max(0.0, load - own)
-    idle = math.floor(cpus - others + 0.5)
+    idle = math.ceil(cpus - others - IDLE_FRACTION)  # CPUs at least IDLE_FRACTION idle
     return max(1, min(cpus, idle, pending))
 
 

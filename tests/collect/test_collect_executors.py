@@ -121,25 +121,29 @@ def test_executor_choice():
     assert recipes["candidate"].spec == SPEC and dict(recipes["candidate"].options) == {"shift": 0.1}
 
 
-def test_auto_workers_does_not_count_the_drivers_own_load(monkeypatch):
+def test_auto_workers_on_a_nearly_idle_machine_uses_every_core(monkeypatch):
     import speceq.collect as collect_pkg
 
     monkeypatch.setattr(collect_pkg, "usable_cpus", lambda: 2)
-    # an idle 2-core machine (0.4 from other processes) while the driver loads its models (0.5 of the load)
-    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (0.9, 0.5, 0.3))
-    monkeypatch.setattr(collect_pkg, "own_load_share", lambda: 0.5)
-    assert auto_workers(72) == 2  # counting itself as busy, the driver chose serial here before
-    assert auto_workers(72, own=0.0) == 1
-    assert auto_workers(1) == 1  # never more workers than chunks to sample
-    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (1.9, 1.5, 1.3))  # one core busy elsewhere
-    assert auto_workers(72) == 1
-    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (1.4, 1.5, 1.3))  # 0.9 elsewhere: 1.1 idle
-    assert auto_workers(72) == 1
-    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (1.0, 1.5, 1.3))  # 0.5 elsewhere: 1.5 idle, rounded up
+    monkeypatch.setattr(collect_pkg, "own_load_share", lambda: 0.3)  # the driver loading its models
+
+    def load(one_minute):
+        monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (one_minute, 0.5, 0.3))
+
+    load(0.9)  # 0.6 from other processes: the old rule (round(2 - 0.9) = 1) chose serial here
     assert auto_workers(72) == 2
-    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (16.0, 15.0, 14.0))  # the busy shared machine
+    assert auto_workers(72, own=0.0) == 1  # 0.9 from others leaves the second CPU only 10 % idle
+    load(1.0)
+    assert auto_workers(72) == 2  # 0.7 from others: the second CPU is still 30 % idle
+    load(1.3)
+    assert auto_workers(72) == 1  # 1.0 from others: one CPU is taken
+    assert auto_workers(1) == 1  # never more workers than chunks to sample
+    load(2.1)  # 1.8 from others: less than a quarter of a CPU idle
     assert auto_workers(72) == 1
-    assert "2 usable CPUs, 1-minute load 16.00 of which 0.50 this process" in collect_pkg.auto_workers_reason(72)[1]
+    load(16.0)  # the busy shared machine
+    assert auto_workers(72) == 1
+    n, why = collect_pkg.auto_workers_reason(72)
+    assert n == 1 and "2 usable CPUs, 1-minute load 16.00 of which 0.30 this process" in why
 
 
 def test_own_load_share_is_a_fraction_of_one_core():
