@@ -57,8 +57,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("parallel collection")
     g.add_argument("--workers", type=_workers_arg, default=None, metavar="N|auto",
                    help="local worker processes sampling chunks and scoring them with the oracle (1: in this "
-                        "process). Default: auto, the CPUs other processes leave idle (CPUs minus the load average "
-                        "not caused by this run), at most one per chunk to sample; with --executor ray: tasks in "
+                        "process). Default: auto, one per CPU that other processes leave at least a quarter idle "
+                        "(load average minus this run's own share), at most one per chunk to sample; with --executor ray: tasks in "
                         "flight (default: one per cluster CPU)")
     g.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install 'speceq[ray]'). "
