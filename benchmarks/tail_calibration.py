@@ -7,9 +7,10 @@ script measures the size of each test there, with R >= 10^5 null draws of the st
 numpy and checked against :func:`speceq.stats.chisquare_homogeneity` on the first draws).
 A size passes when it is below the one-sided 3-sigma band a + 3 sqrt(a (1 - a) / R).
 
-Laws (:func:`bundled_laws`, :func:`synthetic_laws`): first-token and conditional laws of the
-bundled target at T = 0.3, 0.7, 1.0, a sparse law over 32 000 labels, a peaked law (top-1
-0.99), and the length law of an EOS-prone case (EOS probability 0.3 per step, 6 tokens).
+Laws (:func:`bundled_laws`, :func:`synthetic_laws`, :func:`bpe_laws`): first-token and
+conditional laws of the bundled target at T = 0.3, 0.7, 1.0, a sparse law over 32 000 labels,
+a peaked law (top-1 0.99), the length law of an EOS-prone case (EOS probability 0.3 per step,
+6 tokens), and first-token laws of the 32 000-token BPE target.
 Other laws plug in through the ``laws`` argument of :func:`calibration_table` (a function
 returning :class:`Law` objects, e.g. the next-token laws of a 32k-vocabulary BPE model).
 
@@ -19,8 +20,13 @@ built from the bundled target, and reports the run-level false-``shifted`` rate 
 
 Usage::
 
-    python benchmarks/tail_calibration.py                 # R = 100 000 per cell, ~10-20 min on 1 core
+    python benchmarks/tail_calibration.py                 # R = 100 000 per cell: over an hour on 1 core
     python benchmarks/tail_calibration.py --reps 20000    # quicker, coarser
+    python benchmarks/tail_calibration.py --laws bpe --tests homogeneity --only "prompt 0"   # one part
+
+The costly cells are those whose p-values come from Monte Carlo (the unequal-group chi-square
+tail, ~200 s per bundled law at R = 10^5; the sparse law's tiny tables); the 32k laws are
+drawn over their keepable labels plus one lump (:func:`lump_unkeepable`).
 """
 
 from __future__ import annotations
