@@ -1,0 +1,107 @@
+"""Where does the bundled BPE target put mass on ``<eos>``? A search for EOS-prone prompts.
+
+The corpus places ``<eos>`` after every file (``speceq.models.bpe.encode_corpus``), so the
+natural EOS-prone prompts are file endings. This script measures, with the target's exact
+next-token laws (T = 1, no truncation):
+
+- ``corpus``: P(<eos>) and the rank of ``<eos>`` (1 = most likely token) at every position of
+  the 95-token contexts that end each training file (the prefixes up to and including the
+  ``<eos>`` position, as the training windows saw them: ``<bos>`` + the tokens before), and of
+  ``--random`` random training windows of the same length;
+- ``tokens``: a greedy search over prompts: the best single token after ``<bos>`` for
+  P(<eos>), then the best next token, ``--greedy-steps`` times (V forward rows per step);
+- ``world``: the world's own prompts (``BPE_PROMPTS``, ``BPE_EOS_PROMPTS``).
+
+Prints the largest P(<eos>) and the best rank found, with the contexts. Measured numbers are
+in docs/BPE.md (the bundled target never puts more than ~7e-4 on ``<eos>``).
+
+    python benchmarks/bpe_eos.py --random 200 --greedy-steps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from speceq.models.bpe import (
+        BPE_BOS_ID,
+        BPE_EOS_ID,
+        BPE_EOS_PROMPTS,
+        BPE_PROMPTS,
+        BPE_VOCAB_SIZE,
+        encode_corpus,
+        load_bpe_target,
+        load_bpe_tokenizer,
+    )
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--context", type=int, default=95, help="tokens before each <eos> (training windows: 95)")
+    ap.add_argument("--random", type=int, default=200, help="random training windows scanned as a control")
+    ap.add_argument("--greedy-steps", type=int, default=2, help="steps of the greedy token search (0: none)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--top", type=int, default=5, help="contexts printed")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    tok = load_bpe_tokenizer()
+    model = load_bpe_target().eval()
+    stream = encode_corpus(tok).train
+    E, L = BPE_EOS_ID, args.context
+    ends = [e for e in (stream == E).nonzero()[:, 0].tolist() if e >= L]
+    g = torch.Generator().manual_seed(args.seed)
+    starts = torch.randint(0, stream.numel() - L - 1, (args.random,), generator=g).tolist()
+    windows = [(True, stream[e - L:e + 1]) for e in ends] + [(False, stream[a:a + L + 1]) for a in starts]
+    found: list[tuple[float, int, bool, str]] = []  # (P(eos), rank, file end?, context)
+    at_end: list[float] = []
+    with torch.inference_mode():
+        for i in range(0, len(windows), 16):
+            part = windows[i:i + 16]
+            ids = torch.stack([torch.cat([torch.tensor([BPE_BOS_ID]), w[:-1]]) for _, w in part])
+            logits = model(input_ids=ids).logits.float()  # [b, L + 1, V]: after <bos> + w[:j]
+            rank = 1 + (logits > logits[..., E:E + 1]).sum(-1)
+            prob = torch.softmax(logits.double(), -1)[..., E]
+            for b, (is_end, w) in enumerate(part):
+                if is_end:
+                    at_end.append(float(prob[b, -1]))
+                j = int(prob[b].argmax())
+                found.append((float(prob[b, j]), int(rank[b, j]), is_end, tok.decode(w[:j].tolist())[-60:]))
+    found.sort(key=lambda f: -f[0])
+    report = {
+        "files_ending_in_eos": len(ends), "random_windows": args.random,
+        "p_eos_where_the_file_ends": {"max": max(at_end), "median": sorted(at_end)[len(at_end) // 2]},
+        "p_eos_max_anywhere": found[0][0], "best_rank_anywhere": min(f[1] for f in found),
+        "top": [{"p_eos": round(f[0], 6), "rank": f[1], "file_end_window": f[2], "context": f[3]} for f in found[:args.top]],
+    }
+    W = model.get_output_embeddings().weight
+    prefix = [BPE_BOS_ID]
+    greedy = []
+    with torch.inference_mode():
+        for _ in range(args.greedy_steps):
+            best = (-1.0, -1)
+            for lo in range(0, BPE_VOCAB_SIZE, 4096):
+                xs = torch.arange(lo, min(BPE_VOCAB_SIZE, lo + 4096))
+                ids = torch.cat([torch.tensor(prefix).expand(len(xs), -1), xs[:, None]], 1)
+                hidden = model.model(input_ids=ids).last_hidden_state[:, -1]
+                p = torch.softmax((hidden @ W.T).double(), -1)[:, E]
+                j = int(p.argmax())
+                if float(p[j]) > best[0]:
+                    best = (float(p[j]), int(xs[j]))
+            prefix.append(best[1])
+            greedy.append({"p_eos": round(best[0], 6), "prompt": tok.decode(prefix[1:])})
+    report["greedy_token_search"] = greedy
+    with torch.inference_mode():
+        report["world_prompts"] = {
+            p: round(float(torch.softmax(model(input_ids=torch.tensor([tok.encode(p).ids])).logits[0, -1].double(),
+                                         -1)[E]), 6) for p in (*BPE_PROMPTS, *BPE_EOS_PROMPTS)}
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
