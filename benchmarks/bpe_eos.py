@@ -70,18 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     W = model.get_output_embeddings().weight
     probe: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]] = []  # (hidden, logsumexp without <eos>, is <eos>, end?)
     with torch.inference_mode():
-        for i in range(0, len(windows), 16):
-            part = windows[i:i + 16]
+        for i in range(0, len(windows), 4):  # 4 windows: ~100 MB per float64 copy of their laws
+            part = windows[i:i + 4]
             ids = torch.stack([torch.cat([torch.tensor([BPE_BOS_ID]), w[:-1]]) for _, w in part])
             hidden = model.model(input_ids=ids).last_hidden_state
             logits = (hidden @ W.T).float()  # [b, L + 1, V]: after <bos> + w[:j]
             if args.probe:
-                rest = logits.double().clone()
+                rest = logits.double()
                 rest[..., E] = float("-inf")
+                rest = torch.logsumexp(rest, -1)
                 for b, (is_end, w) in enumerate(part):
-                    probe.append((hidden[b].double(), torch.logsumexp(rest[b], -1), w == E, is_end))
+                    probe.append((hidden[b].double(), rest[b], w == E, is_end))
             rank = 1 + (logits > logits[..., E:E + 1]).sum(-1)
-            prob = torch.softmax(logits.double(), -1)[..., E]
+            prob = torch.exp(logits[..., E].double() - torch.logsumexp(logits.double(), -1))
             for b, (is_end, w) in enumerate(part):
                 if is_end:
                     at_end.append(float(prob[b, -1]))
@@ -101,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         for _ in range(args.greedy_steps):
             best = (-1.0, -1)
-            for lo in range(0, BPE_VOCAB_SIZE, 4096):
-                xs = torch.arange(lo, min(BPE_VOCAB_SIZE, lo + 4096))
+            for lo in range(0, BPE_VOCAB_SIZE, 1024):
+                xs = torch.arange(lo, min(BPE_VOCAB_SIZE, lo + 1024))
                 ids = torch.cat([torch.tensor(prefix).expand(len(xs), -1), xs[:, None]], 1)
                 hidden = model.model(input_ids=ids).last_hidden_state[:, -1]
-                p = torch.softmax((hidden @ W.T).double(), -1)[:, E]
+                logits = (hidden @ W.T).double()
+                p = torch.exp(logits[:, E] - torch.logsumexp(logits, -1))
                 j = int(p.argmax())
                 if float(p[j]) > best[0]:
                     best = (float(p[j]), int(xs[j]))
