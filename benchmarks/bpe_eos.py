@@ -14,7 +14,7 @@ next-token laws (T = 1, no truncation):
 - ``probe`` (``--probe``): can the ``<eos>`` logit be fixed without retraining? Refit the
   ``<eos>`` output embedding alone (maximum likelihood, L-BFGS, the rest of the model frozen)
   on all scanned positions (random windows weighted up to the whole stream), then report
-  P(<eos>) where the files end.
+  P(<eos>) where the training files end (in-sample) and where the held-out files end.
 
 Prints the largest P(<eos>) and the best rank found, with the contexts. Measured numbers are
 in docs/BPE.md (the bundled target never puts more than ~7e-4 on ``<eos>``).
@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     tok = load_bpe_tokenizer()
     model = load_bpe_target().eval()
-    stream = encode_corpus(tok).train
+    corpus = encode_corpus(tok)
+    stream = corpus.train
     E, L = BPE_EOS_ID, args.context
     ends = [e for e in (stream == E).nonzero()[:, 0].tolist() if e >= L]
     g = torch.Generator().manual_seed(args.seed)
@@ -96,7 +97,18 @@ def main(argv: list[str] | None = None) -> int:
         "top": [{"p_eos": round(f[0], 6), "rank": f[1], "file_end_window": f[2], "context": f[3]} for f in found[:args.top]],
     }
     if args.probe:
-        report["probe"] = _probe(probe, W[E].detach().double(), stream.numel(), len(ends), args.random * (L + 1))
+        report["probe"], refit = _probe(probe, W[E].detach().double(), stream.numel(), len(ends), args.random * (L + 1))
+        held = corpus.heldout
+        held_ends = [e for e in (held == E).nonzero()[:, 0].tolist() if e >= L]
+        with torch.inference_mode():
+            ids = torch.stack([torch.cat([torch.tensor([BPE_BOS_ID]), held[e - L:e]]) for e in held_ends])
+            hidden = model.model(input_ids=ids).last_hidden_state[:, -1].double()
+            logits = hidden @ W.T.double()
+            before = torch.exp(logits[:, E] - torch.logsumexp(logits, -1))
+            logits[:, E] = hidden @ refit
+            after = torch.exp(logits[:, E] - torch.logsumexp(logits, -1))
+        report["probe"]["held_out_file_ends"] = {"files": len(held_ends), "p_eos_before": [round(float(x), 6) for x in before],
+                                                 "p_eos_after_refit": [round(float(x), 6) for x in after]}
     prefix = [BPE_BOS_ID]
     greedy = []
     with torch.inference_mode():
@@ -123,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _probe(rows: list, start: torch.Tensor, stream_tokens: int, files: int, random_positions: int) -> dict:
+def _probe(rows: list, start: torch.Tensor, stream_tokens: int, files: int, random_positions: int
+           ) -> tuple[dict, torch.Tensor]:
     """Refit the <eos> embedding e on the scanned positions: maximise sum w log P(y | h) with P(<eos>) = sigmoid(h.e - Z)."""
     import torch
 
@@ -148,8 +161,8 @@ def _probe(rows: list, start: torch.Tensor, stream_tokens: int, files: int, rand
     with torch.no_grad():
         p = torch.sigmoid(H @ e - Z)
         at_eos = p[end_window & Y]
-    return {"p_eos_at_file_ends_after_refit": {"median": float(at_eos.median()), "max": float(at_eos.max())},
-            "p_eos_mean_elsewhere_after_refit": float(p[~end_window].mean())}
+    return ({"p_eos_at_file_ends_after_refit": {"median": float(at_eos.median()), "max": float(at_eos.max())},
+             "p_eos_mean_elsewhere_after_refit": float(p[~end_window].mean())}, e.detach())
 
 
 if __name__ == "__main__":
