@@ -13,9 +13,13 @@ Three measurements (numbers and goals in docs/BPE.md):
   at V = 128k on this machine.
 - ``store``: bytes per sample of the sample store (``speceq.run.run`` with a numpy engine,
   20 000 samples x 4 tokens per engine) at each V. Goal: independent of V.
+- ``exact``: :func:`speceq.calibrate.exact.exact_laws` (exact laws of the first two generated
+  tokens by enumeration) of a mutant on the bundled BPE pair (V = 32 000), with a bpe case's
+  prompt: seconds and peak RSS increase over the loaded models (its own process).
 
     python benchmarks/bench_vocab.py all          # everything (~10-20 min on 2 busy cores)
     python benchmarks/bench_vocab.py oracle --vocab 131072 --rows 256
+    python benchmarks/bench_vocab.py exact --case bpe-import-b4-ragged --mutant resample-from-target
 """
 
 from __future__ import annotations
@@ -85,10 +89,34 @@ def oracle_point(vocab: int, rows: int, tokens: int = 4, prompt_len: int = 4) ->
             "peak_increase_mb": round(_peak_mb() - before, 1)}
 
 
-def _in_subprocess(kind: str, **kw: int) -> dict:
+def _in_subprocess(kind: str, **kw: int | str) -> dict:
     args = [sys.executable, __file__, kind, "--json", *[f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ----- exact laws -----------------------------------------------------------------------------------
+def exact_point(case_id: str, mutant: str) -> dict:
+    """``exact_laws`` of ``mutant`` on the BPE pair for the bpe case ``case_id``, in this process."""
+    import torch
+
+    from speceq.calibrate.exact import exact_laws
+    from speceq.cases import bpe_cases
+    from speceq.engines.mutants import make_mutant
+    from speceq.models.bpe import load_bpe_draft, load_bpe_target
+
+    torch.set_num_threads(1)
+    case = next(c for c in bpe_cases() if c.case_id == case_id)
+    engine = make_mutant(mutant, target=load_bpe_target(), draft=load_bpe_draft())
+    before = _rss_mb()
+    t0 = time.perf_counter()
+    laws = exact_laws(engine, case)
+    seconds = time.perf_counter() - t0
+    return {"vocab": engine.vocab_size, "case": case_id, "mutant": mutant, "prompt_tokens": len(case.prompt_ids),
+            "seconds": round(seconds, 1), "rss_before_mb": round(before, 1),
+            "peak_increase_mb": round(_peak_mb() - before, 1), "tv": [round(t, 4) for t in laws.tv],
+            "accept_rate": None if laws.accept_rate is None else round(laws.accept_rate, 4),
+            "joint_kept": laws.joint_engine is not None}
 
 
 # ----- analysis -------------------------------------------------------------------------------------
@@ -167,10 +195,12 @@ def store_point(vocab: int, samples: int = 20_000, tokens: int = 4) -> dict:
 # ----- command line ---------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=("oracle", "analysis", "store", "all"))
+    ap.add_argument("kind", choices=("oracle", "analysis", "store", "exact", "all"))
     ap.add_argument("--vocab", type=int, default=None, help="one vocabulary size (default: 259, 32000, 131072)")
     ap.add_argument("--rows", type=int, default=128, help="oracle: rows scored (4 tokens each)")
     ap.add_argument("--tokens-per-engine", type=int, default=1_000_000, help="analysis: generated tokens per engine")
+    ap.add_argument("--case", default="bpe-import-b4-ragged", help="exact: the bpe case")
+    ap.add_argument("--mutant", default="resample-from-target", help="exact: the gallery mutant")
     ap.add_argument("--json", action="store_true", help="print one JSON line per point")
     args = ap.parse_args(argv)
     vocabs = (args.vocab,) if args.vocab else VOCABS
@@ -186,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         for v in (args.vocab,) if args.vocab else (32_000, 131_072):
             points.append({"kind": "analysis", **analysis_point(v, args.tokens_per_engine)})
             print(json.dumps(points[-1]), flush=True)
+    if args.kind == "exact" and args.json:
+        print(json.dumps(exact_point(args.case, args.mutant)))
+        return 0
+    if args.kind in ("exact", "all"):
+        points.append({"kind": "exact", **_in_subprocess("exact", case=args.case, mutant=args.mutant)})
+        print(json.dumps(points[-1]), flush=True)
     if args.kind in ("store", "all"):
         for v in vocabs:
             points.append({"kind": "store", **store_point(v)})

@@ -2,9 +2,10 @@
 
 The same as ``speceq run --models bpe --candidate C --samples N`` for each candidate C, with
 the baseline's chunks copied into every candidate's store so the baseline is sampled once. Prints a markdown
-table of verdicts with each case's TV estimate (docs/BPE.md) and writes JSON. (The exact TVs of
-the byte world, ``speceq.engines.mutants.exact_tv``, are not computed: ``calibrate.exact``
-enumerates every second token, ``[V, P + 1, V]`` logits, which at V = 32 000 needs > 20 GB.)
+table of verdicts with each case's TV estimate (docs/BPE.md) and writes JSON. Black-box or
+oracle on; the calibrated power table of this world is ``benchmarks/bpe_power.py``, and exact
+TVs (``speceq.calibrate.exact.exact_tv``, bounded memory at V = 32 000) are measured by
+``benchmarks/bench_vocab.py exact``.
 
     python benchmarks/bpe_world.py --samples 1000 --out /tmp/bpe-world
 """

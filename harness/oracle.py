@@ -5,6 +5,10 @@ law p_t of the target at that token's prefix, with exactly the logit processing 
 use (:func:`speceq.processing.process_logits`), and reduces it to the per-token numbers of
 :class:`speceq.stats.scores.TokenScores`. Rows are scored in batches (one forward pass per
 batch of rows, right-padded, rows sorted by length to limit padding).
+
+Memory: a forward pass produces at most :data:`LOGITS_BUDGET` logits, and its tokens' fields
+are reduced in slices of :data:`FIELDS_BUDGET` entries, so the peak grows with the batch
+and the vocabulary (a few times the logits budget), never with the number of samples.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ from speceq.stats.scores import TokenScores
 DRAFT_PROB_FLOOR = 1e-30
 #: Most logits (floats) one forward pass may produce: 2**25 floats = 128 MiB.
 LOGITS_BUDGET = 2**25
+#: Most entries of the ``[tokens, V]`` laws reduced to per-token fields at once: 2**20 entries
+#: (8 MiB per float64 copy). The fields are row-wise, so cutting a forward pass's tokens into
+#: slices of ``FIELDS_BUDGET // V`` rows gives the same numbers with a fraction of the memory.
+FIELDS_BUDGET = 2**20
 #: Default of ``eos_token_id``: the target model's own EOS id.
 MODEL_EOS: Any = object()
 _FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "raw_top2_margin")
@@ -116,6 +124,7 @@ class TargetOracle:
                 for model in models:
                     logits = _forward(model, ids.to(self.device), mask.to(self.device))
                     picked.append(logits[rows, cols].float().cpu())
+                    del logits  # the padded [rows, width, V] logits: free before the next model's
                 yield dest, picked
 
     def _check(self, seqs: Sequence[Sequence[int]], what: str) -> list[list[int]]:
@@ -156,7 +165,11 @@ class TargetOracle:
 
     def raw_top2_margin(self, prefixes: Sequence[Sequence[int]], *, max_batch_rows: int = 256) -> np.ndarray:
         """Raw (T=1, unprocessed) log-prob of the top-1 minus the top-2 next token, nats, per prefix."""
-        return _top2_margin(self._last_logits(prefixes, max_batch_rows)).numpy()
+        logits = self._last_logits(prefixes, max_batch_rows)
+        out = np.empty(logits.shape[0], dtype=np.float64)
+        for lo, hi in _row_slices(logits.shape[0], self.vocab_size):
+            out[lo:hi] = _top2_margin(logits[lo:hi]).numpy()
+        return out
 
     def score(
         self,
@@ -202,16 +215,14 @@ class TargetOracle:
         else:
             chunks = self._iter_logits(models, seqs, wanted, max_batch_rows)
         for dest, logits in chunks:
-            x = torch.as_tensor(tokens[dest])
-            probs = process_logits(logits[0], params, eos_token_id=eos_token_id)  # [n, V]
-            part = _token_fields(probs, x)
-            part["raw_top2_margin"] = _top2_margin(logits[0]).numpy()
-            if self.draft is not None:
-                part.update(_draft_fields(probs, process_logits(logits[1], params, eos_token_id=eos_token_id), x))
-            for name, values in part.items():
-                if name not in fields:
-                    fields[name] = np.empty(len(tokens), dtype=values.dtype)
-                fields[name][dest] = values
+            for lo, hi in _row_slices(len(dest), self.vocab_size):
+                part = _slice_fields([x[lo:hi] for x in logits], torch.as_tensor(tokens[dest[lo:hi]]), params,
+                                     eos_token_id)
+                for name, values in part.items():
+                    if name not in fields:
+                        fields[name] = np.empty(len(tokens), dtype=values.dtype)
+                    fields[name][dest[lo:hi]] = values
+            del logits
         if not fields:  # no generated token at all
             names = _FIELDS + (_DRAFT_FIELDS if self.draft is not None else ())
             fields = {f: np.zeros(0, dtype=bool if f == "is_argmax" else np.float64) for f in names}
@@ -275,6 +286,7 @@ def _iter_shared_prefix_logits(
                             cache.values[layer] = v.expand(len(chunk), -1, -1, -1)
                     logits = fast(ids.to(device), mask.to(device), None, cache)
                     picked.append(logits[sel_rows, sel_cols].float().cpu())
+                    del logits, cache
                 yield dest, picked
 
 
@@ -298,6 +310,29 @@ def _chunks(order: list[int], sizes: list[int], max_rows: int, max_tokens: int) 
     if current:
         chunks.append(current)
     return chunks
+
+
+def _row_slices(rows: int, vocab: int) -> Iterator[tuple[int, int]]:
+    """``[lo, hi)`` slices of ``rows`` with at most ``FIELDS_BUDGET // vocab`` rows (at least one) each."""
+    step = max(1, FIELDS_BUDGET // max(1, vocab))
+    for lo in range(0, rows, step):
+        yield lo, min(rows, lo + step)
+
+
+def _slice_fields(
+    logits: list[torch.Tensor], tokens: torch.Tensor, params: SamplingParams, eos_token_id: int | None
+) -> dict[str, np.ndarray]:
+    """Every per-token field of a slice: raw ``logits`` [n, V] of the target (and the draft), emitted ``tokens`` [n].
+
+    Row-wise throughout (processing, reductions over V), so a slice's numbers are those of
+    the same rows in a larger batch; the float64 copies live for one slice only.
+    """
+    probs = process_logits(logits[0], params, eos_token_id=eos_token_id)  # [n, V] float32
+    part = _token_fields(probs, tokens)
+    part["raw_top2_margin"] = _top2_margin(logits[0]).numpy()
+    if len(logits) > 1:
+        part.update(_draft_fields(probs, process_logits(logits[1], params, eos_token_id=eos_token_id), tokens))
+    return part
 
 
 def _top2_margin(logits: torch.Tensor) -> torch.Tensor:  # logits [N, V] -> [N] float64 nats

@@ -92,6 +92,24 @@ def test_batching_does_not_change_scores(models, batch) -> None:
         np.testing.assert_allclose(getattr(one, name), getattr(many, name), atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize("params", PARAMS, ids=lambda p: p.label())
+def test_field_slices_give_identical_fields(models, batch, params, monkeypatch) -> None:
+    """The per-token fields are reduced in row slices (bounded memory): one row per slice
+    gives bit-identical numbers to every token of a forward pass at once."""
+    import speceq.oracle as oracle_module
+
+    oracle = TargetOracle(models[0], draft=models[1])
+    whole = oracle.score(PROMPTS, batch, params)
+    margins = oracle.raw_top2_margin(PROMPTS)
+    monkeypatch.setattr(oracle_module, "FIELDS_BUDGET", 1)  # FIELDS_BUDGET // V = 0 -> one row per slice
+    assert list(oracle_module._row_slices(3, oracle.vocab_size)) == [(0, 1), (1, 2), (2, 3)]
+    sliced = oracle.score(PROMPTS, batch, params)
+    for name in ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var",
+                 "raw_top2_margin", "draft_llr", "draft_llr_mean", "draft_llr_var", "draft_tv"):
+        np.testing.assert_array_equal(getattr(sliced, name), getattr(whole, name), err_msg=name)
+    np.testing.assert_array_equal(oracle.raw_top2_margin(PROMPTS), margins)
+
+
 def test_next_token_probs_and_margin(models) -> None:
     oracle = TargetOracle(models[0])
     prefixes = [[1, 2, 3], [4], [5, 6, 7, 8, 9]]

@@ -73,3 +73,31 @@ def test_bad_positions_and_prompts_are_config_errors(models) -> None:
         exact_laws(engine, case(), positions=3)
     with pytest.raises(ConfigError, match="vocabulary"):
         exact_laws(engine, Case(case_id="c", prompt_ids=(1, 999)))
+
+
+@pytest.mark.parametrize("keep_joint", [True, False], ids=["joint", "marginals-only"])
+@pytest.mark.parametrize("params", [dict(max_new_tokens=4, temperature=0.7, top_k=20), dict(max_new_tokens=2)],
+                         ids=["k2", "k1"])
+def test_blocks_give_the_one_pass_laws(models, monkeypatch, keep_joint, params) -> None:
+    """Large vocabularies enumerate in blocks (bounded memory): the laws of one pass, up to the float32
+    rounding of logits from forward passes of other shapes (~1e-7 here)."""
+    import speceq.calibrate.exact as exact
+
+    engine = ResampleFromTarget(*models, k=2, eos_token_id=3)
+    whole = exact_laws(engine, case(**params))
+    monkeypatch.setattr(exact, "EXACT_ONE_PASS_LOGITS", 0)
+    monkeypatch.setattr(exact, "EXACT_LOGITS_BUDGET", 40 * engine.vocab_size)  # blocks of 40 first tokens
+    if not keep_joint:
+        monkeypatch.setattr(exact, "JOINT_MAX_ENTRIES", 0)
+    assert len(exact._blocks(list(PROMPT), engine.vocab_size, fast=True)) == 7
+    blocks = exact_laws(engine, case(**params))
+    np.testing.assert_allclose(blocks.engine, whole.engine, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(blocks.target, whole.target, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(blocks.tv, whole.tv, rtol=0, atol=1e-6)
+    assert blocks.accept_rate == pytest.approx(whole.accept_rate, abs=1e-6)
+    np.testing.assert_allclose(blocks.engine.sum(axis=1), 1.0, atol=1e-9)
+    if keep_joint:
+        np.testing.assert_allclose(blocks.joint_engine, whole.joint_engine, rtol=0, atol=1e-6)
+    else:
+        assert blocks.joint_engine is None and blocks.joint_target is None
+    assert max(whole.tv) > 1e-3  # a real shift is carried through the blocks
