@@ -449,6 +449,12 @@ def rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
         draft = settings.get("oracle_draft", "auto")
         if draft != "auto":
             args += ["--oracle-draft", "none" if draft is None else str(draft)]
+        if settings.get("oracle_server"):
+            args += ["--oracle-server", str(settings["oracle_server"])]
+            top = settings.get("oracle_top_logprobs")
+            args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
+        if settings.get("oracle_dtype", "float32") != "float32":
+            args += ["--oracle-dtype", str(settings["oracle_dtype"])]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):

@@ -45,6 +45,13 @@ DENSE_BUDGET = 2**25
 _PROBE_TOKEN = 0
 
 
+def check_server_cases(cases: Sequence[Any], top_logprobs: int | None, vocab_size: int) -> None:
+    """Refuse, before any sampling, the cases whose processed law ``top_logprobs`` raw values cannot give."""
+    k = ALL_LOGPROBS if top_logprobs is None else top_logprobs
+    for case in cases:
+        law_kind(case.params, k, vocab_size, where=f"case {case.case_id!r} (server oracle)")
+
+
 class ServerOracle:
     """Processed next-token laws of the target from an OpenAI-compatible server (vLLM ``prompt_logprobs``).
 
