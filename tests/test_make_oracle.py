@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from fake_logprob_server import serve_logprobs
+
 from speceq.cases import Case
 from speceq.engines.baseline import BaselineEngine
 from speceq.errors import ConfigError
 from speceq.models import ByteTokenizer
 from speceq.params import SamplingParams
 from speceq.run import RunConfig, make_oracle, run
-from speceq.server_oracle import ServerOracle
 
 PROMPT = tuple(ByteTokenizer().encode("def add(a, b):\n    return "))
 
