@@ -57,7 +57,7 @@ class ServerOracle:
 
     Parameters
     ----------
-    base_url : the server (``http://HOST:PORT`` or ``.../v1``).
+    base_url : the server (``http://HOST:PORT``, with or without the ``/v1`` suffix).
     vocab_size, eos_token_id : the target's logit width and the EOS id ``ignore_eos`` masks
         (the run passes the baseline engine's).
     top_logprobs : raw log-probabilities asked per position; None (default) asks for the whole
