@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from speceq.engines._http import TransportFault, request_json
 from speceq.engines.base import SampleBatch
 from speceq.errors import ConfigError, EngineError
+from speceq.http_json import TransportFault, request_json
 from speceq.params import SamplingParams
 from speceq.processing import process_logits
 from speceq.server_laws import (
