@@ -22,8 +22,9 @@ from speceq.oracle import TargetOracle
 from speceq.params import SamplingParams
 from speceq.server_oracle import ServerOracle
 
-PROMPTS = tuple(tuple(ByteTokenizer().encode(t)) for t in ("def add(a, b):\n    return ", "import os\nimport ", "for i in "))
+PROMPTS = tuple(tuple(ByteTokenizer().encode(t)) for t in ("def add(", "import ", "for i in "))
 FIELDS = ("prob", "cdf_before", "argmax_prob", "logp", "logp_mean", "logp_var", "raw_top2_margin")
+LOG_FIELDS = ("logp", "logp_mean", "logp_var", "raw_top2_margin")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,10 @@ def assert_same(got, want, fields=FIELDS) -> None:
     np.testing.assert_array_equal(got.position, want.position)
     np.testing.assert_array_equal(got.is_argmax, want.is_argmax)
     for name in fields:
-        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-5, atol=1e-6, err_msg=name)
+        # the server sends float32 log-probabilities (as vLLM does): probabilities agree to 1e-6; log
+        # quantities carry the float32 rounding of values of magnitude up to ~16 nats (ulp 1e-6, a few ulps)
+        atol = 1e-5 if name in LOG_FIELDS else 1e-6
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-5, atol=atol, err_msg=name)
 
 
 EXACT_WITH_ALL = [
@@ -72,7 +76,7 @@ EXACT_WITH_ALL = [
 
 @pytest.mark.parametrize("params", EXACT_WITH_ALL, ids=lambda p: p.label())
 def test_whole_vocabulary_equals_target_oracle(engine, target, server, params) -> None:
-    batch = sample(engine, params, 20)
+    batch = sample(engine, params, 8)
     server_oracle = oracle(server, None)
     assert server_oracle.knows_full_law(params)
     assert_same(server_oracle.score(PROMPTS, batch, params), target.score(PROMPTS, batch, params))
@@ -84,14 +88,14 @@ def test_whole_vocabulary_equals_target_oracle(engine, target, server, params) -
 EXACT_WITH_TOP20 = [
     SamplingParams(temperature=0.7, top_k=5, max_new_tokens=6),
     SamplingParams(top_k=19, max_new_tokens=6, ignore_eos=True),
-    SamplingParams(top_p=0.6, max_new_tokens=6),
+    SamplingParams(top_p=0.3, max_new_tokens=6),
     SamplingParams(temperature=0.0, max_new_tokens=6, ignore_eos=True),
 ]
 
 
 @pytest.mark.parametrize("params", EXACT_WITH_TOP20, ids=lambda p: p.label())
 def test_top_k_that_processing_keeps_is_exact(engine, target, server, params) -> None:
-    batch = sample(engine, params, 20)
+    batch = sample(engine, params, 10)
     server_oracle = oracle(server, 20)
     assert server_oracle.knows_full_law(params)
     assert_same(server_oracle.score(PROMPTS, batch, params), target.score(PROMPTS, batch, params))
@@ -99,7 +103,7 @@ def test_top_k_that_processing_keeps_is_exact(engine, target, server, params) ->
 
 def test_top_k_of_a_plain_law_is_coarsened(engine, target, server) -> None:
     params = SamplingParams(max_new_tokens=6)
-    batch = sample(engine, params, 40)
+    batch = sample(engine, params, 20)
     server_oracle = oracle(server, 3)
     assert not server_oracle.knows_full_law(params)
     got, want = server_oracle.score(PROMPTS, batch, params), target.score(PROMPTS, batch, params)
@@ -125,16 +129,16 @@ def test_top_k_of_a_plain_law_is_coarsened(engine, target, server) -> None:
 
 
 def test_coarsened_pit_uniform_under_h0_and_rejects_a_shift(engine, server) -> None:
-    """Seeded: ~2900 tokens at T=1 scored with the top-3 only. H0 (plain T=1 samples): the AD test
+    """Seeded: ~1400 tokens at T=1 scored with the top-3 only. H0 (plain T=1 samples): the AD test
     does not reject at 1e-3; T=0.8 samples scored as T=1 (a temperature bug): it rejects at 1e-6."""
     params = SamplingParams(max_new_tokens=8)
     server_oracle = oracle(server, 3)
-    h0 = server_oracle.score(PROMPTS, sample(engine, params, 120, seed=7), params)
+    h0 = server_oracle.score(PROMPTS, sample(engine, params, 60, seed=7), params)
     p_h0 = stats.pit_uniformity(stats.randomized_pit(h0, np.random.default_rng(0))).anderson_darling.pvalue
-    shifted = sample(engine, SamplingParams(temperature=0.8, max_new_tokens=8), 120, seed=8)
+    shifted = sample(engine, SamplingParams(temperature=0.8, max_new_tokens=8), 60, seed=8)
     h1 = server_oracle.score(PROMPTS, shifted, params)
     p_h1 = stats.pit_uniformity(stats.randomized_pit(h1, np.random.default_rng(0))).anderson_darling.pvalue
-    assert len(h0) > 2500 and float(np.mean(h0.pit_mass != h0.prob)) > 0.05  # the tail cell is used
+    assert len(h0) > 1200 and float(np.mean(h0.pit_mass != h0.prob)) > 0.05  # the tail cell is used
     assert p_h0 > 1e-3, p_h0
     assert p_h1 < 1e-6, p_h1
 
