@@ -1,8 +1,10 @@
 """The deployment's server as oracle: scoring with an OpenAI-compatible server's log-probabilities.
 
-For every sample row the prompt's and the generated tokens' ids are sent to the completions
-API with vLLM's ``prompt_logprobs`` extension (``max_tokens=1``); position j of the reply holds
-the top-K raw log-probabilities of the law after the first j tokens and the j-th token's own.
+With the whole vocabulary (the default), every distinct prefix of a scored token is sent to the
+completions API with ``logprobs=-1`` and ``max_tokens=1`` at temperature 1: the raw law after it.
+With the top-K, every sample row's prompt and generated ids are sent with vLLM's
+``prompt_logprobs`` extension; position j of the reply holds the top-K raw log-probabilities of
+the law after the first j tokens and the j-th token's own (needed for a token outside the top-K).
 Those are turned into the processed per-token numbers of
 :class:`~speceq.stats.scores.TokenScores` by :mod:`speceq.server_laws`: exact when the server
 gives the whole vocabulary (or when top-k/top-p keep only known tokens), a coarsened PIT and no
@@ -70,7 +72,7 @@ class ServerOracle:
 
     def __init__(self, base_url: str, *, vocab_size: int, eos_token_id: int | None, top_logprobs: int | None = None,
                  model: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
-                 max_retries: int = 3, rows_per_request: int = 16, max_concurrency: int = 2) -> None:
+                 max_retries: int = 3, rows_per_request: int = 32, max_concurrency: int = 2) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"expected an http(s) URL, got {base_url!r}", where="oracle.server")
         if top_logprobs is not None and (not isinstance(top_logprobs, int) or top_logprobs < 2):
@@ -140,7 +142,8 @@ class ServerOracle:
             except TransportFault as exc:
                 if exc.status == 400 and "logprobs" in exc.detail:
                     raise ConfigError(
-                        f"the server refuses prompt_logprobs={body['prompt_logprobs']}: {exc.detail}; start vLLM with "
+                        f"the server refuses {len(body['prompt'])} x {'prompt_logprobs' if 'prompt_logprobs' in body else 'logprobs'}"
+                        f"={body.get('prompt_logprobs', body.get('logprobs'))}: {exc.detail}; start vLLM with "
                         f"--max-logprobs -1 (or >= {self.vocab_size}) for the whole vocabulary, or pass a smaller "
                         "--oracle-top-logprobs", where="oracle.server") from None
                 if not exc.retriable or attempt == self.max_retries:
@@ -172,6 +175,46 @@ class ServerOracle:
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             return [entry for part in pool.map(one, groups) for entry in part]
 
+    def _fetch_next(self, prefixes: list[list[int]]) -> list[dict[int, float]]:
+        """The whole next-token law after each prefix: generation ``logprobs=-1`` of one token.
+
+        Sent at temperature 1 without truncation, so the values are the raw log-softmax whatever
+        the server's ``--logprobs-mode`` (raw or processed; logits modes differ by one constant
+        per position, removed by :meth:`_tops`). One value per token, instead of one per token
+        and *prompt position* with ``prompt_logprobs``.
+        """
+        model = self._model_name()
+        groups = [prefixes[i : i + self.rows_per_request] for i in range(0, len(prefixes), self.rows_per_request)]
+
+        def one(group: list[list[int]]) -> list[dict[int, float]]:
+            body = {"model": model, "prompt": group, "max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                    "min_p": 0.0, "seed": 0, "n": 1, "logprobs": ALL_LOGPROBS, "return_tokens_as_token_ids": True,
+                    "stream": False}
+            reply = self._post(body)
+            try:
+                choices = sorted(reply["choices"], key=lambda c: int(c.get("index", 0)))
+                laws = [{int(str(k).rsplit(":", 1)[-1]): float(v) for k, v in c["logprobs"]["top_logprobs"][0].items()}
+                        for c in choices]
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+                raise self._error(f"{self.api_root}/completions returned no readable logprobs (expected vLLM's "
+                                  "top_logprobs with return_tokens_as_token_ids)") from None
+            if len(laws) != len(group):
+                raise self._error(f"{self.api_root}/completions returned {len(laws)} choices for {len(group)} prompts")
+            return laws
+
+        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            return [law for part in pool.map(one, groups) for law in part]
+
+    def _whole_law(self, law: dict[int, float], token: int, where: str) -> RawTop:
+        if len(law) != self.vocab_size or min(law) < 0 or max(law) >= self.vocab_size:
+            raise self._error(f"{where}: expected {self.vocab_size} log-probabilities (the vocabulary), got "
+                              f"{len(law)}: is the server serving the baseline's model?")
+        pairs = sorted(law.items(), key=lambda t: (-t[1], t[0]))
+        logp = np.array([lp for _, lp in pairs], dtype=np.float64)
+        logp = logp - np.logaddexp.reduce(np.maximum(logp, -1e4))  # exact log-softmax (no-op for logprobs)
+        ids = np.array([i for i, _ in pairs], dtype=np.int64)
+        return RawTop(ids=ids, logp=logp, token=int(token), token_logp=float(logp[np.flatnonzero(ids == token)[0]]))
+
     def _parse(self, entry: Any, token: int, where: str) -> RawTop:
         try:
             pairs = [(int(k), float(v["logprob"])) for k, v in entry.items()]
@@ -195,7 +238,19 @@ class ServerOracle:
                       token_logp=found[token])
 
     def _tops(self, seqs: list[list[int]], wanted: list[np.ndarray], what: str) -> list[RawTop]:
-        """RawTop of ``seqs[i]``'s entries ``wanted[i]`` in order (identical sequences fetched once)."""
+        """RawTop of ``seqs[i]``'s entries ``wanted[i]`` in order (identical sequences fetched once).
+
+        Entry j is the law after ``seqs[i][:j]`` with the emitted token ``seqs[i][j]``. With the
+        whole vocabulary each distinct prefix's law is fetched once (generation log-probabilities);
+        with the top-K, each distinct sequence's ``prompt_logprobs`` (they carry the emitted
+        token's own value, whatever its rank).
+        """
+        if self.top_logprobs == ALL_LOGPROBS:
+            prefixes = {tuple(s[:j]): None for s, w in zip(seqs, wanted, strict=True) for j in w}
+            keys = list(prefixes)
+            laws = dict(zip(keys, self._fetch_next([list(k) for k in keys]), strict=True))
+            return [self._whole_law(laws[tuple(s[:j])], s[j], f"oracle {what} {i} position {j}")
+                    for i, (s, w) in enumerate(zip(seqs, wanted, strict=True)) for j in w]
         unique = {tuple(s): None for s in seqs}
         keys = list(unique)
         replies = dict(zip(keys, self._fetch([list(k) for k in keys]), strict=True))

@@ -84,7 +84,7 @@ def serve_logprobs(model: Any, *, max_logprobs: int = 20, model_name: str = "fak
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.requests += 1
-            k = int(body.get("prompt_logprobs", 0))
+            k = int(body.get("prompt_logprobs", body.get("logprobs", 0)))
             vocab = model.get_output_embeddings().out_features
             asked = vocab if k == -1 else k
             limit = vocab if max_logprobs == -1 else max_logprobs
@@ -95,8 +95,15 @@ def serve_logprobs(model: Any, *, max_logprobs: int = 20, model_name: str = "fak
             prompts = body["prompt"]
             if prompts and isinstance(prompts[0], int):
                 prompts = [prompts]
-            logprobs = prompt_logprobs(model, [list(p) for p in prompts], k)
-            choices = [{"index": i, "text": "", "prompt_logprobs": lp} for i, lp in enumerate(logprobs)]
+            if "prompt_logprobs" in body:
+                logprobs = prompt_logprobs(model, [list(p) for p in prompts], k)
+                choices = [{"index": i, "text": "", "prompt_logprobs": lp} for i, lp in enumerate(logprobs)]
+            else:  # generation logprobs of one token: the law after each prompt, keys "token_id:N"
+                laws = prompt_logprobs(model, [list(p) + [0] for p in prompts], k)
+                choices = [{"index": i, "text": "", "logprobs": {
+                    "tokens": ["token_id:0"], "token_logprobs": [0.0],
+                    "top_logprobs": [{f"token_id:{t}": v["logprob"] for t, v in law[-1].items() if k == -1 or
+                                      v["rank"] <= k}]}} for i, law in enumerate(laws)]
             self._send(200, {"object": "text_completion", "model": model_name, "choices": choices})
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -178,4 +178,9 @@ def test_identical_rows_are_fetched_once(engine, server) -> None:
                                  max_concurrency=1)
     before = server.requests
     server_oracle.score(PROMPTS, batch, params)
-    assert server.requests - before == len(PROMPTS)  # greedy: 16 identical rows per prompt
+    assert server.requests - before == 4 * len(PROMPTS)  # greedy: one prefix per prompt and position
+    server_oracle = ServerOracle(server.url, vocab_size=VOCAB_SIZE, eos_token_id=EOS_ID, rows_per_request=1,
+                                 max_concurrency=1, top_logprobs=20)
+    before = server.requests
+    server_oracle.score(PROMPTS, batch, params)
+    assert server.requests - before == len(PROMPTS)  # top-K: one prompt_logprobs request per distinct row
