@@ -127,6 +127,24 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     return convert
 
 
+def _nats(text: str) -> float:
+    """A finite number of nats >= 0."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of nats >= 0, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0.0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of nats >= 0, got {value!r}")
+    return value
+
+
+def default_near_tie_nats() -> float:
+    """The greedy near-tie threshold of ``speceq run`` (:data:`speceq.greedy.NEAR_TIE_NATS`), read on use."""
+    from speceq.greedy import NEAR_TIE_NATS
+
+    return NEAR_TIE_NATS
+
+
 def _text(text: str) -> str:
     value = str(text).strip()
     if not value:
@@ -201,6 +219,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                help="outcome of a test whose check is inconclusive (no shift detected, but "
                     "equivalence within the tolerance not shown at this budget): skip (undecided, "
                     "with the sample size that would decide), fail (certification gates) or pass."),
+    OptionSpec(name="near_tie_nats", default=None, default_factory=default_near_tie_nats,
+               default_text="as `speceq run --near-tie-nats` (speceq.greedy.NEAR_TIE_NATS)", convert=_nats,
+               metavar="NATS",
+               help="greedy cases: the target's top-2 margin (nats) up to which a divergence is a numerical "
+                    "near-tie, not a mismatch; raise it for bf16/fp16 engines (~1e-2, docs/NUMERICS.md)."),
     OptionSpec(name="sequential", default=False, convert=_on_off, metavar="on|off",
                help="anytime-valid sequential checks: look after every step of a doubling schedule up to the "
                     "budget and stop each case once decided (docs/SEQUENTIAL.md)."),
@@ -242,11 +265,16 @@ class Settings:
     report: Path | None
     inconclusive: str
     sequential: bool = False
+    near_tie_nats: float | None = None  # None: the built-in default, see near_tie()
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def budget(self) -> int:
         """Samples per case and engine: the option's value, else the built-in default."""
         return self.samples if self.samples is not None else default_samples()
+
+    def near_tie(self) -> float:
+        """Greedy near-tie threshold (nats): the option's value, else the built-in default."""
+        return self.near_tie_nats if self.near_tie_nats is not None else default_near_tie_nats()
 
     def engine_options(self, role: str, spec: str) -> dict[str, Any]:
         """The session's options of ``role`` when ``spec`` is the session's engine, else none."""

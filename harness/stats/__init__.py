@@ -19,6 +19,7 @@ from speceq.stats.martingale import (
     argmax_leak_z,
     draft_drift_z,
     martingale_z,
+    skew_corrected_pvalue,
     support_violations,
     temperature_drift_z,
 )
@@ -62,7 +63,7 @@ from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, po
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
-    "argmax_leak_z", "draft_drift_z", "martingale_z", "support_violations", "temperature_drift_z",
+    "argmax_leak_z", "draft_drift_z", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",
     "benjamini_hochberg", "holm",
     "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",

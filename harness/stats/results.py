@@ -204,8 +204,10 @@ class PITResult(_Result):
 class ZTestResult(_Test):
     """Martingale z-test Z = sum(f - E_p f) / sqrt(sum Var_p f), two-sided normal p-value.
 
-    The normal law is asymptotic (martingale CLT). summed_variance: sum Var_p f; guarded:
-    it was below the guard, so the p-value was set to 1.
+    The p-value is asymptotic: the normal law (martingale CLT) with a one-term Edgeworth
+    correction for the observed skewness on the side of the observed Z (never below the
+    normal p-value). summed_variance: sum Var_p f; skewness: sum (f - E_p f)^3 / (sum Var_p f)^1.5;
+    guarded: the summed variance was below the guard, so the p-value was set to 1.
 
     observed_mean / expected_mean: mean of f and of E_p f over the n tokens used; effect is
     their difference (per-token bias of f, in f's units). excluded: tokens left out because
@@ -221,6 +223,7 @@ class ZTestResult(_Test):
     excluded: int = 0
     summed_variance: float | None = None
     guarded: bool = False
+    skewness: float = 0.0
 
     @property
     def effect(self) -> float:

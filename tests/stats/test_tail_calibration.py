@@ -56,6 +56,36 @@ def test_vectorised_homogeneity_matches_the_real_function() -> None:
     assert pv.shape == (100,) and np.all((pv >= 0) & (pv <= 1))
 
 
+def test_lumped_32k_law_gives_the_real_functions_p_values() -> None:
+    """A 32 000-label law is drawn over its keepable labels plus one lump; the p-values are the
+    function's on the unlumped counts (the sweep's own check compares every replicate here)."""
+    rng = np.random.default_rng(4)
+    law = rng.dirichlet(np.full(32_000, 0.05))
+    p, inside = tc.lump_unkeepable(law, 6000, 10.0)
+    assert inside is not None and p.size < 4000 and p.sum() == pytest.approx(1.0)
+    pv = tc.homogeneity_null_pvalues(law, 3000, 3000, 60, np.random.default_rng(2), check=60)
+    assert pv.shape == (60,) and np.all((pv > 0) & (pv <= 1))
+
+
+def test_vectorised_martingale_p_values_are_the_functions() -> None:
+    """The sweep's vectorised z-test p-value (skewness-corrected) equals martingale_z's; it raises if not."""
+    rng = np.random.default_rng(12)
+    contexts = rng.dirichlet(np.full(259, 0.05), size=16)
+    out = tc.martingale_null_pvalues(contexts, 300, 50, rng, contexts[::-1])
+    assert set(out) == {"z argmax leak", "z temperature drift", "z draft drift"}
+
+
+@pytest.mark.slow
+def test_bpe_laws_two_sample_tests_hold_their_size_at_1e_3() -> None:
+    """The 32k BPE world's first-token laws, equal and unequal groups, R = 10^4 (loads the BPE target)."""
+    reps = 10_000
+    rng = np.random.default_rng(21)
+    for law in tc.bpe_laws(((0, 1.0), (6, 0.7))):
+        for n_a, n_b in ((3000, 3000), (3000, 600)):
+            pv = tc.homogeneity_null_pvalues(law.probs, n_a, n_b, reps, rng, check=20)
+            assert (pv <= LEVEL).mean() <= _band(LEVEL, reps), (law.name, n_a, n_b)
+
+
 def test_martingale_and_pit_tests_hold_their_size_at_1e_3() -> None:
     rng = np.random.default_rng(11)
     contexts = rng.dirichlet(np.full(259, 0.05), size=64)  # peaked conditional laws

@@ -165,3 +165,46 @@ def test_invalid_input_names_the_parameter(kwargs: dict, message: str) -> None:
     a, b = kwargs.pop("counts_a"), kwargs.pop("counts_b")
     with pytest.raises((ValueError, TypeError), match=message):
         chisquare_homogeneity(a, b, **kwargs)
+
+
+def _exact_two_bin_pvalue(n_a: int, n_b: int, m2: int, b2: int) -> float:
+    """Conditional (hypergeometric) p-value of a 2-bin table, ordered as Pearson's X^2 is: |b2 - e|."""
+    k = np.arange(m2 + 1)
+    e = m2 * n_b / (n_a + n_b)
+    pmf = stats.hypergeom.pmf(k, n_a + n_b, m2, n_b)
+    return float(pmf[np.abs(k - e) >= abs(b2 - e) - 1e-9].sum())
+
+
+def test_unequal_groups_tail_uses_the_conditional_p_value_not_the_too_light_chi2_tail() -> None:
+    """3000 + 600, a bin expecting 5 in the small group holds 15 there: chi-square p 8.7e-7, exact 2.4e-5.
+
+    Before: the chi-square p (8.7e-7) rejected at the Holm level 2e-5 although the exact
+    conditional p-value is above it.
+    """
+    n_a, n_b, m2, b2 = 3000, 600, 30, 15
+    a, b = np.array([n_a - (m2 - b2), m2 - b2]), np.array([n_b - b2, b2])
+    exact = _exact_two_bin_pvalue(n_a, n_b, m2, b2)
+    asymptotic = chisquare_homogeneity(a, b, method="asymptotic").pvalue
+    assert asymptotic < 1e-6 < 2e-5 < exact
+    res = chisquare_homogeneity(a, b, mc_level=2e-5)
+    assert res.method == "monte-carlo" and res.mc_samples is not None
+    assert 0.5 * exact < res.pvalue < 2.0 * exact and res.pvalue > 10 * asymptotic
+
+
+def test_unequal_groups_keep_the_chi2_p_where_it_is_accurate_or_overwhelming() -> None:
+    n_a, n_b, m2 = 3000, 600, 30
+    for b2, method in ((9, "asymptotic"), (13, "monte-carlo"), (25, "asymptotic")):  # p 0.07 / 8e-5 / ~1e-25
+        a, b = np.array([n_a - (m2 - b2), m2 - b2]), np.array([n_b - b2, b2])
+        assert chisquare_homogeneity(a, b, mc_level=1e-4).method == method, b2
+    # equal groups stay asymptotic in the tail (their chi-square tail is accurate: docs/CALIBRATION.md)
+    a, b = np.array([985, 15]), np.array([1000, 0])
+    assert chisquare_homogeneity(a, b, mc_level=1e-4).method == "asymptotic"
+
+
+def test_unequal_groups_tail_p_value_is_close_to_exact_on_two_bins() -> None:
+    n_a, n_b, m2 = 3000, 600, 60
+    for b2 in (0, 20, 22):
+        a, b = np.array([n_a - (m2 - b2), m2 - b2]), np.array([n_b - b2, b2])
+        res = chisquare_homogeneity(a, b, mc_level=1e-4, rng=np.random.default_rng(b2))
+        exact = _exact_two_bin_pvalue(n_a, n_b, m2, b2)
+        assert res.method == "monte-carlo" and res.pvalue == pytest.approx(exact, rel=0.5), b2
