@@ -99,7 +99,7 @@ class OracleFindings:
     tests: tuple[TestOutcome, ...]
     support_failures: tuple[str, ...]
     histogram: tuple[int, ...]
-    gof: stats.GoodnessOfFitResult
+    gof: stats.GoodnessOfFitResult | None
     demoted: str | None
     z_paths: tuple[Any, ...] = ()
 
@@ -260,7 +260,7 @@ def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any, rng: np.random.Generator,
-                  tok: _Tok, first_probs: np.ndarray, *, alpha: float, mc_level: float) -> OracleFindings:
+                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float) -> OracleFindings:
     """Baseline A/A trust check first; then PIT, martingale z-tests, first-token GOF, support check."""
     params = case.params
     base_scores = oracle.score(case.prompts, _head(base, BASELINE_AA_ROWS), params)
@@ -294,15 +294,18 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any,
         _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises),
         _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2),
         _outcome("z argmax leak", "oracle", primary, stats.argmax_leak_z(scores)),
-        _outcome("z temperature drift", "oracle", primary, stats.temperature_drift_z(scores)),
     ]
+    if scores.logp_mean is not None:  # None: a top-K oracle, the test is not run (a note says so)
+        tests.append(_outcome("z temperature drift", "oracle", primary, stats.temperature_drift_z(scores)))
     if scores.has_draft:
         tests.append(_outcome("z draft drift", "oracle", primary, stats.draft_drift_z(scores)))
-    first = scores.position == 0
-    first_tokens = scores.token[first & (np.asarray(cand.prompt_index)[scores.row] == 0)]
-    counts = np.bincount(first_tokens, minlength=first_probs.size)
-    gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=mc_level)
-    tests.append(_outcome("chi2 GOF first token", "oracle", primary, gof))
+    gof = None
+    if first_probs is not None:  # None: the oracle does not know the whole first-token law
+        first = scores.position == 0
+        first_tokens = scores.token[first & (np.asarray(cand.prompt_index)[scores.row] == 0)]
+        counts = np.bincount(first_tokens, minlength=first_probs.size)
+        gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=mc_level)
+        tests.append(_outcome("chi2 GOF first token", "oracle", primary, gof))
     tests.append(_outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit))
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), histogram=tuple(int(h) for h in pit.histogram),
                           gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)))
@@ -378,7 +381,14 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"
     if oracle is not None:
-        first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
+        full_law = getattr(oracle, "knows_full_law", None)
+        if full_law is None or full_law(case.params):
+            first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
+        else:
+            notes.append("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
+                         "'z temperature drift' (needs the mean and variance of log p over the whole law) and "
+                         "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
+                         "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
         found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
                               alpha=alpha, mc_level=mc_level)
         tests += found.tests
@@ -386,10 +396,10 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
         details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths)
         if demoted is None:
             failures = found.support_failures
-            if bounds:
+            if bounds and found.gof is not None:
                 gof = found.gof
                 bounds[0] = (gof.tv, stats.tv_upper_bound_oracle(gof.tv, gof.n, alpha / max(1, len(bounds))))
-            tv_reference = "oracle (position 0) and two-sample"
+            tv_reference = "oracle (position 0) and two-sample" if found.gof is not None else "two-sample"
         else:
             notes.append(f"oracle tests demoted to diagnostics: {demoted}")
             if found.support_failures:
@@ -441,6 +451,12 @@ def rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
             args += ["--oracle-draft", "none" if draft is None else str(draft)]
         if settings.get("oracle_share_prefix"):
             args.append("--oracle-share-prefix")
+        if settings.get("oracle_server"):
+            args += ["--oracle-server", str(settings["oracle_server"])]
+            top = settings.get("oracle_top_logprobs")
+            args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
+        if settings.get("oracle_dtype", "float32") != "float32":
+            args += ["--oracle-dtype", str(settings["oracle_dtype"])]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):

@@ -35,7 +35,7 @@ PLUGIN_COMMANDS: dict[str, str] = {
 
 # ----- speceq run ------------------------------------------------------------------------
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+    from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE, ORACLE_DTYPES
     from speceq.greedy import NEAR_TIE_NATS
 
     g = p.add_argument_group("what to compare")
@@ -79,6 +79,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="the oracle runs each prompt once and scores only the generated tokens against its cache: "
                         "about 6x less oracle work; scores equal to float32 rounding, not bit for bit "
                         "(docs/SPEED.md). Default: off")
+    g.add_argument("--oracle-dtype", choices=ORACLE_DTYPES, default="float32",
+                   help="precision of the transformers oracle (a loaded engine model of another dtype is copied, "
+                        "not cast). Default: %(default)s")
+    g.add_argument("--oracle-server", metavar="URL", default=None,
+                   help="score with an OpenAI-compatible server's prompt log-probabilities (vLLM prompt_logprobs) "
+                        "instead of loading the target in transformers (docs/SERVER_ORACLE.md). Default: off")
+    g.add_argument("--oracle-top-logprobs", type=_top_logprobs_arg, default=None, metavar="N|all",
+                   help="raw log-probabilities the server oracle asks per position; all: the whole vocabulary "
+                        "(vLLM: --max-logprobs -1). Default: all")
     g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
     g.add_argument("--near-tie-nats", type=float, default=NEAR_TIE_NATS, metavar="NATS",
@@ -114,6 +123,7 @@ def handle_run(args: argparse.Namespace) -> int:
         candidate_options=world_engine_options(args.models, args.candidate, parse_engine_options(args.candidate_option)),
         oracle=args.oracle, oracle_model=args.oracle_model, oracle_share_prefix=args.oracle_share_prefix,
         oracle_draft=None if args.oracle_draft == "none" else args.oracle_draft,
+        oracle_dtype=args.oracle_dtype, oracle_server=args.oracle_server, oracle_top_logprobs=args.oracle_top_logprobs,
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress, near_tie_nats=args.near_tie_nats,
@@ -212,6 +222,19 @@ def check_engine_specs(config: Any) -> None:
             check_engine_spec(spec)
         except SpeceqError as e:
             raise type(e)(f"--{role}: {e}") from e
+
+
+def _top_logprobs_arg(text: str) -> int | None:
+    """``--oracle-top-logprobs``: ``all`` (None: the whole vocabulary) or an integer >= 2."""
+    if text == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'all' or an integer >= 2, got {text!r}") from None
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"expected 'all' or an integer >= 2, got {text!r}")
+    return n
 
 
 def _workers_arg(text: str) -> int | None:

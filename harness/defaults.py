@@ -7,6 +7,7 @@ DEFAULT_TOLERANCE: TV distance between the baseline's and the candidate's per-po
     3 000 samples per engine the bound of a correct engine on the default cases measured
     0.06-0.13 (the plug-in TV's upward bias is most of it), so 0.15 is what the default budget
     can certify; ~15 000 samples per engine certify 0.05.
+ORACLE_DTYPES: precisions the transformers oracle may run in (``--oracle-dtype``; float32 default).
 DEFAULT_ALPHA: family-wise false-alarm level of a run (Holm over its primary tests); 1e-3
     keeps a CI job that runs many checks quiet.
 """
@@ -15,3 +16,4 @@ DEFAULT_SAMPLES = 3000
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_TOLERANCE = 0.15
 DEFAULT_ALPHA = 1e-3
+ORACLE_DTYPES = ("float32", "float64", "bfloat16", "float16")

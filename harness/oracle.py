@@ -74,6 +74,7 @@ class TargetOracle:
         share_prefix: bool = False,
     ) -> None:
         self.share_prefix = bool(share_prefix)
+        self.dtype = str(dtype).removeprefix("torch.")
         self.threads = configure_threads(threads)
         self.model = load_causal_lm(target, role="target", device=device, dtype=dtype)
         self.eos_token_id = model_eos_id(self.model, None) if eos_token_id is MODEL_EOS else eos_token_id

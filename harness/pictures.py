@@ -52,7 +52,7 @@ def martingale_paths(scores: TokenScores) -> tuple[ZPath, ...]:
     m = np.asarray(scores.argmax_prob, dtype=np.float64)
     paths = [thin_path("z argmax leak", np.asarray(scores.is_argmax, dtype=np.float64), m, m * (1.0 - m))]
     ok = np.asarray(scores.prob) > 0
-    if ok.any():
+    if ok.any() and scores.logp_mean is not None and scores.logp_var is not None:
         paths.append(thin_path("z temperature drift", scores.logp[ok], scores.logp_mean[ok], scores.logp_var[ok]))
         if scores.has_draft and scores.draft_llr_mean is not None and scores.draft_llr_var is not None:
             paths.append(thin_path("z draft drift", scores.draft_llr[ok], scores.draft_llr_mean[ok],

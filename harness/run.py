@@ -36,7 +36,7 @@ from speceq.collect import EXECUTORS, choose_executor
 from speceq.collect.code_identity import code_summary, engine_code_identity
 from speceq.collect.progress import make_progress
 from speceq.collect.session import ExecutorSession, ModelSource
-from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE
+from speceq.defaults import DEFAULT_ALPHA, DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES, DEFAULT_TOLERANCE, ORACLE_DTYPES
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import ConfigError
 from speceq.greedy import NEAR_TIE_NATS
@@ -90,6 +90,11 @@ class RunConfig:
     near_tie_nats: greedy cases' near-tie threshold, the target's top-2 margin (nats) up to
     which a divergence is numerical, not a bug
     (default 1e-3, measured on float32 CPU; bf16 engines need ~1e-2).
+    oracle_dtype: precision of the transformers oracle (default float32); a loaded engine model
+    of another dtype is copied, never cast in place. oracle_server: score with an
+    OpenAI-compatible server's prompt log-probabilities instead of transformers
+    (:class:`speceq.server_oracle.ServerOracle`; no draft); oracle_top_logprobs: raw
+    log-probabilities it asks per position (None: the whole vocabulary).
     """
 
     baseline: str = "baseline"
@@ -113,6 +118,9 @@ class RunConfig:
     workers: int | None = 1
     ray_address: str | None = None
     near_tie_nats: float = NEAR_TIE_NATS
+    oracle_dtype: str = "float32"
+    oracle_server: str | None = None
+    oracle_top_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -155,6 +163,18 @@ class RunConfig:
             raise bad("oracle_model", "a model folder path or None")
         if self.oracle_draft is not None and (not isinstance(self.oracle_draft, str) or not self.oracle_draft):
             raise bad("oracle_draft", "'auto', 'bundled', a model folder path or None")
+        if self.oracle_dtype not in ORACLE_DTYPES:
+            raise bad("oracle_dtype", f"one of {', '.join(ORACLE_DTYPES)}")
+        if self.oracle_server is not None:
+            if not isinstance(self.oracle_server, str) or not self.oracle_server.startswith(("http://", "https://")):
+                raise bad("oracle_server", "an http(s) URL of an OpenAI-compatible server, or None")
+            if self.oracle_model is not None:
+                raise bad("oracle_model", "no model folder with oracle_server (the server's model is the oracle's)")
+        if self.oracle_top_logprobs is not None:
+            if not is_int(self.oracle_top_logprobs) or self.oracle_top_logprobs < 2:
+                raise bad("oracle_top_logprobs", "an integer >= 2, or None (the whole vocabulary)")
+            if self.oracle_server is None:
+                raise bad("oracle_top_logprobs", "no value without oracle_server")
         object.__setattr__(self, "out_dir", Path(self.out_dir))
 
     def settings(self) -> dict[str, Any]:
@@ -168,7 +188,8 @@ class RunConfig:
             "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
             "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
             "executor": self.executor, "workers": self.workers, "ray_address": self.ray_address,
-            "near_tie_nats": self.near_tie_nats,
+            "near_tie_nats": self.near_tie_nats, "oracle_dtype": self.oracle_dtype,
+            "oracle_server": self.oracle_server, "oracle_top_logprobs": self.oracle_top_logprobs,
         }
 
 
@@ -479,11 +500,19 @@ def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
     """The target oracle of ``config`` (None when off); see :class:`RunConfig` for the defaults."""
     if not config.oracle:
         return None
+    if config.oracle_server is not None:
+        from speceq.server_oracle import ServerOracle
+
+        base = engines["baseline"]
+        return ServerOracle(config.oracle_server, vocab_size=base.vocab_size, eos_token_id=base.eos_token_id,
+                            top_logprobs=config.oracle_top_logprobs)
+    from speceq.models.hf_utils import model_in_dtype
     from speceq.oracle import TargetOracle
 
     target = config.oracle_model if config.oracle_model is not None else _loaded_model(engines["baseline"], "model")
+    target = model_in_dtype(target, config.oracle_dtype)
     if config.oracle_draft == "auto":
-        draft = _loaded_model(engines["candidate"], "draft")
+        draft = model_in_dtype(_loaded_model(engines["candidate"], "draft"), config.oracle_dtype)
     elif config.oracle_draft == "bundled":
         from speceq.models import DRAFT_DIR
 
@@ -492,7 +521,7 @@ def make_oracle(config: RunConfig, engines: Mapping[str, Engine]) -> Any | None:
         draft = config.oracle_draft
     # the oracle masks the EOS the baseline masks (ignore_eos): the baseline's, learnt from its model
     return TargetOracle(target, draft=draft, eos_token_id=engines["baseline"].eos_token_id,
-                        share_prefix=config.oracle_share_prefix)
+                        share_prefix=config.oracle_share_prefix, dtype=config.oracle_dtype)
 
 
 def _apply_threads(threads: int | None) -> None:
@@ -528,6 +557,10 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
         engines = dict(engines) if engines is not None else resolve_engines(config)
         session.set_engines(engines)
         check_engines_comparable(engines)
+        if config.oracle and config.oracle_server is not None:  # refuse what the server cannot score before sampling
+            from speceq.server_oracle import check_server_cases
+
+            check_server_cases(cases, config.oracle_top_logprobs, engines["baseline"].vocab_size)
         described = engine_identities(config, engines)
         seeds = {"run_seed": config.seed, "derivation": "speceq.run.chunk_seed(run_seed, role, case_id, slice)"}
         provenance = collect_provenance(seeds=seeds, engines=described, settings=config.settings(),

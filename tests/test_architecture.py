@@ -22,12 +22,14 @@ PACKAGE_DIRS: dict[str, str] = {"harness": "speceq", "reports": "speceq.reports"
 #: Layers, lowest first. A module may import its own layer and the layers below, never above.
 #: Prefixes match a module and its submodules. ``speceq`` itself (the lazy public API) is the top.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("speceq.errors", "speceq.defaults", "speceq.params", "speceq.processing", "speceq.greedy")),
+    ("foundation", ("speceq.errors", "speceq.defaults", "speceq.params", "speceq.processing", "speceq.greedy",
+                    "speceq.http_json")),
     ("models", ("speceq.models",)),
     ("inputs", ("speceq.cases", "speceq.provenance")),
     (
         "engines, store, stats, oracle, verdicts",
-        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.verdicts", "speceq.reasons"),
+        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.server_oracle",
+         "speceq.server_laws", "speceq.verdicts", "speceq.reasons"),
     ),
     ("run", ("speceq.analysis", "speceq.collect", "speceq.pictures", "speceq.run", "speceq.sequential")),
     (

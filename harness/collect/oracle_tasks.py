@@ -190,12 +190,14 @@ def oracle_for(recipe: OracleRecipe, engine_recipes: Mapping[str, Any]) -> Any:
     key = repr(recipe)
     if key not in _ORACLES:
         from speceq.collect.sampling import engine_for
+        from speceq.models.hf_utils import model_in_dtype
         from speceq.oracle import TargetOracle
 
         needed = {s.engine_role for s in (recipe.target, recipe.draft) if s is not None and s.engine_role}
         engines = {role: engine_for(engine_recipes[role]) for role in needed}
-        target = _model(recipe.target, engines)
-        draft = None if recipe.draft is None else _model(recipe.draft, engines)
+        # the worker's engines keep their own models: the oracle gets a copy when it needs another dtype
+        target = model_in_dtype(_model(recipe.target, engines), recipe.dtype)
+        draft = None if recipe.draft is None else model_in_dtype(_model(recipe.draft, engines), recipe.dtype)
         _ORACLES[key] = TargetOracle(target, draft=draft, device=recipe.device, dtype=recipe.dtype,
                                         eos_token_id=recipe.eos_token_id, share_prefix=recipe.share_prefix)
     return _ORACLES[key]
@@ -272,7 +274,8 @@ def oracle_recipe(oracle: Any, *, target: ModelSource, draft: ModelSource | None
     if type(oracle) is not TargetOracle or str(oracle.device) != "cpu":
         return None
     return OracleRecipe(target=target, draft=draft, eos_token_id=oracle.eos_token_id,
-                        share_prefix=bool(getattr(oracle, "share_prefix", False)))
+                        share_prefix=bool(getattr(oracle, "share_prefix", False)),
+                        dtype=str(getattr(oracle, "dtype", "float32")))
 
 
 OnScored = Callable[[OracleScoreTask, TokenScores], None]

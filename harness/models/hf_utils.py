@@ -7,6 +7,7 @@ loaded ``PreTrainedModel``. Loading is offline (local folders only).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,16 @@ def load_causal_lm(
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def model_in_dtype(model: Any | None, dtype: str | torch.dtype) -> Any | None:
+    """``model`` itself when it already runs in ``dtype``, else a deep copy (paths and None pass through).
+
+    For a second user of a loaded model (the oracle): it may cast its copy, never the engine's.
+    """
+    if model is None or isinstance(model, (str, Path)):
+        return model
+    return model if getattr(model, "dtype", None) == resolve_dtype(dtype) else copy.deepcopy(model)
 
 
 def model_vocab_size(model: Any) -> int:

@@ -107,7 +107,7 @@ def _oracle_tests(names: list[str], scores: TokenScores, first_probs: np.ndarray
     if "seq draft drift" in names:
         add("seq draft drift", seq.normal_mixture_log_e(np.asarray(s_ok.draft_llr) - np.asarray(s_ok.draft_llr_mean),
                                                        np.asarray(s_ok.draft_llr_var)))
-    u = np.asarray(s_ok.cdf_before) + rng.random(len(s_ok)) * np.asarray(s_ok.prob)
+    u = stats.randomized_pit(s_ok, rng)
     bins = np.minimum((u * PIT_BINS).astype(np.int64), PIT_BINS - 1)
     add(f"seq PIT {PIT_BINS} bins", seq.plugin_lr_log_e(bins, np.full(PIT_BINS, 1.0 / PIT_BINS)))
     first = (np.asarray(s.position) == 0) & (np.asarray(cand.prompt_index)[np.asarray(s.row)] == 0)

@@ -140,6 +140,9 @@ def temperature_drift_z(scores: TokenScores) -> ZTestResult:
     reports them as hard failures.
     """
     s = _scores_iv(scores)
+    if s.logp_mean is None or s.logp_var is None:
+        raise ValueError("`scores` has no logp_mean/logp_var (the oracle knew only the top-K of each law): "
+                         "temperature drift needs the whole law")
     ok = np.asarray(s.prob) > 0
     if not ok.any():
         raise ValueError("every token of `scores` has probability 0: temperature drift is undefined")

@@ -40,10 +40,15 @@ def _randomized_pit_iv(scores: object, rng: object) -> tuple[TokenScores, np.ran
 
 
 def randomized_pit(scores: TokenScores, rng: np.random.Generator) -> np.ndarray:
-    """u = cdf_before + V * prob per token, V ~ U(0,1) from ``rng``; float64 ``[N]`` in [0, 1]."""
+    """u = cdf_before + V * prob per token, V ~ U(0,1) from ``rng``; float64 ``[N]`` in [0, 1].
+
+    With coarsened scores (``pit_mass`` set: a top-K oracle) the cell width is ``pit_mass``:
+    the coarsened randomized PIT of :mod:`speceq.stats.coarse_pit`, also exactly U(0, 1) under H0.
+    """
     scores, rng = _randomized_pit_iv(scores, rng)
     v = rng.random(len(scores))
-    u = np.asarray(scores.cdf_before, dtype=np.float64) + v * np.asarray(scores.prob, dtype=np.float64)
+    width = scores.prob if scores.pit_mass is None else scores.pit_mass
+    u = np.asarray(scores.cdf_before, dtype=np.float64) + v * np.asarray(width, dtype=np.float64)
     return np.clip(u, 0.0, 1.0)
 
 

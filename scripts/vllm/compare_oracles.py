@@ -1,0 +1,59 @@
+"""Compare two speceq results of the same samples: transformers oracle vs server oracle.
+
+Usage: python scripts/vllm/compare_oracles.py TRANSFORMERS_RESULT.json SERVER_RESULT.json [--not-shifted]
+
+Prints one line per case: both verdicts and the oracle tests' p-values side by side (the
+baseline A/A PIT of each oracle too). Exit 1 when a case is shifted under one oracle and not
+under the other, or (``--not-shifted``, the A/A run) when a case is shifted under the server
+oracle; 0 otherwise. Standard library only (runs with any python).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ORACLE_TESTS = ("PIT Anderson-Darling", "z argmax leak", "z temperature drift", "chi2 GOF first token",
+                "baseline vs oracle PIT Anderson-Darling")
+
+
+def _cases(path: Path) -> dict[str, dict]:
+    return {c["case_id"]: c for c in json.loads(path.read_text())["cases"]}
+
+
+def _p(case: dict, name: str) -> str:
+    hit = [t for t in case.get("tests", []) if t["name"] == name]
+    return f"{hit[0]['pvalue']:.3g}" if hit else "not run"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] != "--not-shifted"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    ref, srv = _cases(Path(argv[0])), _cases(Path(argv[1]))
+    not_shifted = len(argv) == 3
+    status = 0
+    print(f"   {'case':24} {'transformers oracle':20} {'server oracle':20} oracle-test p-values (transformers / server)")
+    for cid, a in ref.items():
+        b = srv.get(cid)
+        if b is None:
+            print(f"!! case {cid} missing from {argv[1]}", file=sys.stderr)
+            status = 1
+            continue
+        ps = "; ".join(f"{n}: {_p(a, n)} / {_p(b, n)}" for n in ORACLE_TESTS if _p(a, n) != "not run" or _p(b, n) != "not run")
+        flag = "  "
+        if (a["verdict"] == "shifted") != (b["verdict"] == "shifted"):
+            flag, status = "!!", 1
+        if not_shifted and b["verdict"] == "shifted":
+            flag, status = "!!", 1
+        print(f"{flag} {cid:24} {a['verdict']:20} {b['verdict']:20} {ps}")
+        for note in b.get("notes", []):
+            if "oracle" in note:
+                print(f"      server oracle note: {note}")
+    print("== oracles agree" if status == 0 else "!! the oracles disagree (see !! lines)")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
