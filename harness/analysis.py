@@ -449,8 +449,8 @@ def rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
         draft = settings.get("oracle_draft", "auto")
         if draft != "auto":
             args += ["--oracle-draft", "none" if draft is None else str(draft)]
-        if settings.get("oracle_share_prefix"):
-            args.append("--oracle-share-prefix")
+        if not settings.get("oracle_share_prefix", True):
+            args.append("--no-oracle-share-prefix")
         if settings.get("oracle_server"):
             args += ["--oracle-server", str(settings["oracle_server"])]
             top = settings.get("oracle_top_logprobs")

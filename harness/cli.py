@@ -75,10 +75,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--oracle-draft", metavar="auto|bundled|none|DIR", default="auto",
                    help="draft the oracle scores for the draft-drift test. Default: %(default)s (the candidate "
                         "engine's own draft model, if it has one)")
-    g.add_argument("--oracle-share-prefix", action="store_true",
+    g.add_argument("--oracle-share-prefix", action=argparse.BooleanOptionalAction, default=True,
                    help="the oracle runs each prompt once and scores only the generated tokens against its cache: "
-                        "about 6x less oracle work; scores equal to float32 rounding, not bit for bit "
-                        "(docs/SPEED.md). Default: off")
+                        "about 6x less oracle work; log-probabilities equal to 1e-5, not bit for bit; "
+                        "--no-oracle-share-prefix scores whole rows, bit-identical to transformers' forward "
+                        "(docs/SPEED.md). Default: on")
     g.add_argument("--oracle-dtype", choices=ORACLE_DTYPES, default="float32",
                    help="precision of the transformers oracle (a loaded engine model of another dtype is copied, "
                         "not cast). Default: %(default)s")

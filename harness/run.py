@@ -76,8 +76,8 @@ class RunConfig:
     oracle scores for the draft-drift test: ``"auto"`` (the candidate engine's loaded
     ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). oracle_share_prefix:
     the oracle runs each prompt once and scores only the generated tokens against its cache
-    (~6x less oracle work; scores equal to float32 rounding, not bit for bit, see
-    docs/SPEED.md; default off). samples: samples of each
+    (~6x less oracle work; log-probabilities equal to 1e-5, not bit for bit, see
+    docs/SPEED.md; default on; False scores whole rows, bit-identical to transformers). samples: samples of each
     case's prompt per engine; chunk_size: samples per stored chunk. alpha: family-wise
     false-alarm level; tolerance: TV below which a case may be called equivalent.
     out_dir: store, result and provenance folder. resume: reuse stored chunks (False
@@ -104,7 +104,7 @@ class RunConfig:
     oracle: bool = True
     oracle_model: str | None = None
     oracle_draft: str | None = "auto"
-    oracle_share_prefix: bool = False
+    oracle_share_prefix: bool = True
     samples: int = DEFAULT_SAMPLES
     chunk_size: int = DEFAULT_CHUNK_SIZE
     seed: int = 0

@@ -97,8 +97,8 @@ def test_the_share_prefix_option_reaches_the_oracle_and_the_rerun_command(scored
     from speceq.run import make_oracle
 
     _, engines, case, _ = scored
-    on = RunConfig(oracle_share_prefix=True)
-    assert make_oracle(on, engines).share_prefix is True
-    assert make_oracle(RunConfig(), engines).share_prefix is False
-    assert "--oracle-share-prefix" in rerun_command(on.settings(), 100, case)
-    assert "--oracle-share-prefix" not in rerun_command(RunConfig().settings(), 100, case)
+    off = RunConfig(oracle_share_prefix=False)
+    assert make_oracle(off, engines).share_prefix is False
+    assert make_oracle(RunConfig(), engines).share_prefix is True  # the default since the main-job measurement
+    assert "--no-oracle-share-prefix" in rerun_command(off.settings(), 100, case)
+    assert "share-prefix" not in rerun_command(RunConfig().settings(), 100, case)
