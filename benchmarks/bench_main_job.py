@@ -6,12 +6,13 @@ this process (worker processes are its children). Paths:
 
 - ``transformers``: every model forward through transformers, serial (``SPECEQ_FAST_FORWARD=0``);
 - ``fast``: the lean bit-identical forward of :mod:`speceq.models.fast_forward`, serial
-  (``--workers 1``): the serial path before the executors were the default;
-- ``fast-shared-oracle``: ``fast`` with ``TargetOracle(share_prefix=True)`` (oracle numbers
-  equal to float32 rounding only);
-- ``executors``: ``--workers auto`` (the default): sampling and oracle scoring on worker
-  processes, the same numbers bit for bit;
-- ``executors-shared-oracle``: ``executors`` with ``share_prefix=True``.
+  (``--workers 1``), whole-row oracle (``--no-oracle-share-prefix``): the default path before
+  the executors and the shared-prefix oracle;
+- ``fast-shared-oracle``: ``fast`` with ``--oracle-share-prefix`` (oracle log-probabilities
+  equal to 1e-5, not bit for bit);
+- ``executors``: ``--workers auto``, whole-row oracle: sampling and oracle scoring on worker
+  processes, the same numbers bit for bit as ``fast``;
+- ``executors-shared-oracle``: ``--workers auto --oracle-share-prefix``: today's default.
 
 Prints per path the wall seconds of loading, collection and the rest (oracle + analysis +
 writing), the engines' own sampling seconds per engine (summed over chunks, whichever process
@@ -96,12 +97,7 @@ def run_path(path: str, out: Path, args: argparse.Namespace) -> tuple[Clock, dic
     """One main job through the CLI; returns its clock and result dict."""
     fast, share_prefix, executors = PATHS[path]
     clock = Clock()
-    init = TargetOracle.__init__
     prefetched: list[PrefetchedOracle] = []
-
-    def oracle_init(self: TargetOracle, *a: Any, **k: Any) -> None:
-        k.setdefault("share_prefix", share_prefix)  # speceq.run builds the oracle with the defaults
-        init(self, *a, **k)
 
     def prefetch(session: Any, *a: Any, **k: Any) -> Any:
         got = prefetch_scores(session, *a, **k)
@@ -114,13 +110,14 @@ def run_path(path: str, out: Path, args: argparse.Namespace) -> tuple[Clock, dic
     prefetch_scores = ExecutorSession.prefetch_scores
     argv = ["run", "--out", str(out), "--fresh", "--no-progress", "--json", "--samples", str(args.samples),
             "--chunk-size", str(args.chunk_size), "--seed", str(args.seed),
-            "--workers", args.workers if executors else "1"] + (["--no-oracle"] if args.no_oracle else [])
+            "--workers", args.workers if executors else "1",
+            "--oracle-share-prefix" if share_prefix else "--no-oracle-share-prefix"]
+    argv += ["--no-oracle"] if args.no_oracle else []
     env_before = os.environ.get(FAST_FORWARD_ENV)
     os.environ[FAST_FORWARD_ENV] = "1" if fast else "0"  # workers inherit it
     w, c, cc = time.perf_counter(), time.process_time(), children_cpu()
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(patched(TargetOracle, "__init__", oracle_init))
             stack.enter_context(patched(ExecutorSession, "prefetch_scores", prefetch))
             for name in ("score", "next_token_probs", "raw_top2_margin"):  # the driver's own oracle calls
                 stack.enter_context(patched(TargetOracle, name, clock.wrap("oracle in the driver",
@@ -193,7 +190,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES)
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=["fast", "executors"],
+    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=["fast", "executors-shared-oracle"],
                         help="paths to run; the first is the reference of the ratios and comparisons")
     parser.add_argument("--workers", default="auto", help="--workers of the executor paths (default: auto)")
     parser.add_argument("--no-oracle", action="store_true")

@@ -71,3 +71,29 @@ def test_ray_tasks_give_the_serial_store_and_verdicts_and_retry_a_dead_worker(tm
     got = collect(config(tmp_path / "retry", executor="ray", workers=2), cases(), engines, specs=specs)
     assert marker.exists() and got.chunks_sampled == 18
     assert_same_samples(got, collect(config(tmp_path / "serial2"), cases(), engines))
+
+
+def test_oracle_scoring_on_ray_gives_the_serial_result(tmp_path, ray_cluster, capsys):
+    """With the oracle on, Ray tasks both sample and score (the bundled target, loaded in each Ray
+    worker); the result equals the serial run's in every field, p-values and pictures included."""
+    from speceq.cases import default_cases
+
+    picked = [c for c in default_cases() if c.case_id in ("def-b1", "for-range-b4-ragged")]
+    kw = {"baseline": "baseline", "candidate": "reference", "samples": 120, "chunk_size": 60, "oracle": True}
+    serial = run(config(tmp_path / "serial", **kw), picked)
+    on_ray = run(config(tmp_path / "ray", executor="ray", workers=None, **kw), picked)
+    assert "Ray tasks on a local Ray instance" in capsys.readouterr().err
+    assert "Ray" in json.loads(on_ray.to_json())["provenance"].get("oracle_scoring", "")
+    assert any(t.name.startswith("PIT") for c in serial.cases for t in c.tests)  # the oracle's tests ran
+    ray_json = on_ray.to_json().replace(str(tmp_path / "ray"), str(tmp_path / "serial"))
+    assert without_timings(json.loads(ray_json)) == without_timings(json.loads(serial.to_json()))
+
+
+def without_timings(doc):
+    """``doc`` without provenance and the measured throughputs (tokens/s, speedup), which vary run to run."""
+    if isinstance(doc, dict):
+        return {k: without_timings(v) for k, v in doc.items()
+                if k != "provenance" and not k.endswith("per_s") and not k.startswith("speedup")}
+    if isinstance(doc, list):
+        return [without_timings(v) for v in doc]
+    return doc

@@ -97,8 +97,10 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 
 
 def _cli_option(parser: argparse.ArgumentParser, action: argparse.Action) -> Documented:
-    if action.nargs == 0:  # a flag: "on" when its effect is the default of its destination
-        default: Any = "on" if action.const == parser.get_default(action.dest) else "off"
+    if isinstance(action, argparse.BooleanOptionalAction):  # --x / --no-x: "on" when --x is the default
+        default: Any = "on" if parser.get_default(action.dest) is True else "off"
+    elif action.nargs == 0:  # a flag: "on" when its effect is the default of its destination
+        default = "on" if action.const == parser.get_default(action.dest) else "off"
     else:
         default = NO_VALUE if action.default in (None, [], ()) else action.default
     metavar = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
