@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.engines.base import SampleBatch
+from speceq.engines.base import SampleBatch, checked_prefixes
 from speceq.errors import ConfigError
 from speceq.models.fast_forward import FastLlama, fast_model
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
@@ -129,18 +129,7 @@ class TargetOracle:
                 yield dest, picked
 
     def _check(self, seqs: Sequence[Sequence[int]], what: str) -> list[list[int]]:
-        out = []
-        for i, s in enumerate(seqs):
-            s = [int(t) for t in s]
-            if not s:
-                raise ConfigError("empty prefix: the target needs at least one token", where=f"oracle {what} {i}")
-            bad = [t for t in s if not (0 <= t < self.vocab_size)]
-            if bad:
-                raise ConfigError(
-                    f"token {bad[0]} is outside the vocabulary [0, {self.vocab_size})", where=f"oracle {what} {i}"
-                )
-            out.append(s)
-        return out
+        return checked_prefixes(seqs, self.vocab_size, what=what, scorer="the target")
 
     def _last_logits(self, prefixes: Sequence[Sequence[int]], max_batch_rows: int) -> torch.Tensor:
         """Raw next-token logits ``[rows, vocab]`` after each prefix."""

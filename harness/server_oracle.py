@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from speceq.engines.base import SampleBatch
+from speceq.engines.base import SampleBatch, checked_prefixes
 from speceq.errors import ConfigError, EngineError
 from speceq.http_json import TransportFault, request_json
 from speceq.params import SamplingParams
@@ -262,17 +262,7 @@ class ServerOracle:
 
     # ---- checks ---------------------------------------------------------------------------
     def _check(self, seqs: Sequence[Sequence[int]], what: str) -> list[list[int]]:
-        out = []
-        for i, s in enumerate(seqs):
-            s = [int(t) for t in s]
-            if not s:
-                raise ConfigError("empty prefix: the server needs at least one token", where=f"oracle {what} {i}")
-            bad = [t for t in s if not (0 <= t < self.vocab_size)]
-            if bad:
-                raise ConfigError(f"token {bad[0]} is outside the vocabulary [0, {self.vocab_size})",
-                                  where=f"oracle {what} {i}")
-            out.append(s)
-        return out
+        return checked_prefixes(seqs, self.vocab_size, what=what, scorer="the server")
 
     # ---- public ---------------------------------------------------------------------------
     def next_token_probs(self, prefixes: Sequence[Sequence[int]], params: SamplingParams) -> np.ndarray:

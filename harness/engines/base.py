@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from speceq.errors import EngineError
+from speceq.errors import ConfigError, EngineError
 from speceq.params import SamplingParams
 
 #: Fill value of ``SampleBatch.tokens`` after the end of a row.
@@ -187,3 +187,18 @@ def validate_batch(
                            f"{eos_label}{default_note} (its last token is {int(last[r])}): truncated output, or a "
                            f"different EOS id? (if {int(last[r])} is the model's EOS, "
                            f"{option_hint(role, 'eos_token_id', int(last[r]))})")
+
+
+def checked_prefixes(prefixes: Any, vocab_size: int, *, what: str, scorer: str) -> list[list[int]]:
+    """``prefixes`` as lists of ints; ConfigError (where: ``oracle <what> <row>``) for an empty prefix
+    or a token outside ``[0, vocab_size)``. ``scorer`` names who needs the tokens (in the message)."""
+    out = []
+    for i, s in enumerate(prefixes):
+        s = [int(t) for t in s]
+        if not s:
+            raise ConfigError(f"empty prefix: {scorer} needs at least one token", where=f"oracle {what} {i}")
+        bad = [t for t in s if not (0 <= t < vocab_size)]
+        if bad:
+            raise ConfigError(f"token {bad[0]} is outside the vocabulary [0, {vocab_size})", where=f"oracle {what} {i}")
+        out.append(s)
+    return out
