@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.engines.base import SampleBatch, checked_prefixes
+from speceq.engines.base import SampleBatch, checked_prefixes, checked_rows
 from speceq.errors import ConfigError
 from speceq.models.fast_forward import FastLlama, fast_model
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
@@ -176,21 +176,9 @@ class TargetOracle:
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         seqs: list[list[int]] = []
         wanted: list[np.ndarray] = []
-        for r in range(batch.rows):
-            pi = int(batch.prompt_index[r])
-            if not 0 <= pi < len(prompt_lists):
-                raise ConfigError(
-                    f"prompt_index {pi} is outside the {len(prompt_lists)} prompts", where=f"oracle row {r}"
-                )
-            gen = batch.row_tokens(r)
-            bad = [t for t in gen if not (0 <= t < self.vocab_size)]
-            if bad:
-                raise ConfigError(
-                    f"generated token {bad[0]} is outside the vocabulary [0, {self.vocab_size})",
-                    where=f"oracle row {r}",
-                )
-            P = len(prompt_lists[pi])
-            seqs.append(prompt_lists[pi] + gen[:-1])  # the last token's logits are never needed
+        for prompt, gen in checked_rows(prompt_lists, batch, self.vocab_size):
+            P = len(prompt)
+            seqs.append(prompt + gen[:-1])  # the last token's logits are never needed
             wanted.append(np.arange(P - 1, P - 1 + len(gen)))
         flat = [np.asarray(batch.tokens[r, : lengths[r]], dtype=np.int64) for r in range(batch.rows)]
         tokens = np.concatenate([np.zeros(0, np.int64), *flat])  # [N]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from speceq.engines.base import SampleBatch, checked_prefixes
+from speceq.engines.base import SampleBatch, checked_prefixes, checked_rows
 from speceq.errors import ConfigError, EngineError
 from speceq.http_json import TransportFault, request_json
 from speceq.params import SamplingParams
@@ -290,17 +290,9 @@ class ServerOracle:
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         seqs: list[list[int]] = []
         wanted: list[np.ndarray] = []
-        for r in range(batch.rows):
-            pi = int(batch.prompt_index[r])
-            if not 0 <= pi < len(prompt_lists):
-                raise ConfigError(f"prompt_index {pi} is outside the {len(prompt_lists)} prompts", where=f"oracle row {r}")
-            gen = batch.row_tokens(r)
-            bad = [t for t in gen if not (0 <= t < self.vocab_size)]
-            if bad:
-                raise ConfigError(f"generated token {bad[0]} is outside the vocabulary [0, {self.vocab_size})",
-                                  where=f"oracle row {r}")
-            P = len(prompt_lists[pi])
-            seqs.append(prompt_lists[pi] + gen)
+        for prompt, gen in checked_rows(prompt_lists, batch, self.vocab_size):
+            P = len(prompt)
+            seqs.append(prompt + gen)
             wanted.append(np.arange(P, P + len(gen)))
         tops = self._tops(seqs, wanted, "row")
         wheres = [f"oracle row {r} position {m}" for r in range(batch.rows) for m in range(int(lengths[r]))]

@@ -202,3 +202,20 @@ def checked_prefixes(prefixes: Any, vocab_size: int, *, what: str, scorer: str) 
             raise ConfigError(f"token {bad[0]} is outside the vocabulary [0, {vocab_size})", where=f"oracle {what} {i}")
         out.append(s)
     return out
+
+
+def checked_rows(prompts: list[list[int]], batch: SampleBatch, vocab_size: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt, generated tokens) of every row of ``batch``; ConfigError (where: ``oracle row <r>``) for a
+    prompt index outside ``prompts`` or a generated token outside ``[0, vocab_size)``."""
+    out = []
+    for r in range(batch.rows):
+        pi = int(batch.prompt_index[r])
+        if not 0 <= pi < len(prompts):
+            raise ConfigError(f"prompt_index {pi} is outside the {len(prompts)} prompts", where=f"oracle row {r}")
+        gen = batch.row_tokens(r)
+        bad = [t for t in gen if not (0 <= t < vocab_size)]
+        if bad:
+            raise ConfigError(f"generated token {bad[0]} is outside the vocabulary [0, {vocab_size})",
+                              where=f"oracle row {r}")
+        out.append((prompts[pi], gen))
+    return out
