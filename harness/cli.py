@@ -225,30 +225,27 @@ def check_engine_specs(config: Any) -> None:
             raise type(e)(f"--{role}: {e}") from e
 
 
-def _top_logprobs_arg(text: str) -> int | None:
-    """``--oracle-top-logprobs``: ``all`` (None: the whole vocabulary) or an integer >= 2."""
-    if text == "all":
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'all' or an integer >= 2, got {text!r}") from None
-    if n < 2:
-        raise argparse.ArgumentTypeError(f"expected 'all' or an integer >= 2, got {text!r}")
-    return n
+def _word_or_int(word: str, minimum: int) -> Callable[[str], int | None]:
+    """An argparse type: ``word`` (None) or an integer >= ``minimum``."""
+
+    def parse(text: str) -> int | None:
+        if text == word:
+            return None
+        try:
+            n = int(text)
+        except ValueError:
+            n = minimum - 1
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"expected {word!r} or an integer >= {minimum}, got {text!r}")
+        return n
+
+    return parse
 
 
-def _workers_arg(text: str) -> int | None:
-    """``--workers``: ``auto`` (None) or an integer >= 1."""
-    if text == "auto":
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}")
-    return n
+#: ``--oracle-top-logprobs``: ``all`` (None: the whole vocabulary) or an integer >= 2.
+_top_logprobs_arg = _word_or_int("all", 2)
+#: ``--workers``: ``auto`` (None) or an integer >= 1.
+_workers_arg = _word_or_int("auto", 1)
 
 
 def _write_report(result: RunResult, path: str) -> Path:
