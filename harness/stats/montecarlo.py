@@ -37,6 +37,25 @@ def mc_draws_for_level(level: float) -> int:
     return int(math.ceil(MC_DRAWS_PER_LEVEL / level))
 
 
+#: numpy's "count" method costs about this many "marginals" colours per item drawn.
+_COUNT_ITEMS_PER_COLOUR = 10
+
+
+def conditional_tables(rng: np.random.Generator, margins: np.ndarray, n_first: int, size: int) -> np.ndarray:
+    """``size`` null first rows ``[size, K]`` of a 2 x K table with column sums ``margins`` and row sum ``n_first``.
+
+    Exact multivariate hypergeometric draws (both margins fixed). numpy's "marginals" method
+    costs O(K) per table and "count" O(min(n_first, N - n_first)); measured per 1 024 tables,
+    "count" is 2-30x faster on sparse tables (K = 100-1 500 labels over N = 3 600 items) and
+    up to 50x slower on few bins over many items, so the cheaper one is chosen. Both give the
+    same law, so the choice moves a p-value only by Monte Carlo noise.
+    """
+    margins = np.asarray(margins, dtype=np.int64)
+    smaller = min(n_first, int(margins.sum()) - n_first)
+    method = "count" if smaller < _COUNT_ITEMS_PER_COLOUR * margins.size else "marginals"
+    return rng.multivariate_hypergeometric(margins, n_first, size=size, method=method)
+
+
 def _sequential_iv(statistic: object, draw: object, max_draws: object, stop_after: object, cells: object) -> tuple[float, int, int, int]:
     if not callable(draw):
         raise TypeError(f"`draw` must be callable, got {type(draw).__name__}")

@@ -17,6 +17,7 @@ import numpy as np
 from scipy import stats
 
 from speceq.stats._validate import as_real_sample, check_int, check_rng
+from speceq.stats.montecarlo import conditional_tables
 from speceq.stats.results import TwoSampleResult
 
 _CHUNK_CELLS = 2_000_000  # permutation-matrix cells handled at once
@@ -111,7 +112,7 @@ def cramervonmises_2samp_permutation(
     while done < n_resamples:
         size = min(chunk, n_resamples - done)
         if use_counts:
-            null_u = _cvm_u_counts(rng.multivariate_hypergeometric(sizes, n_x, size=size), sizes, midranks, n_x, n_y)
+            null_u = _cvm_u_counts(conditional_tables(rng, sizes, n_x, size), sizes, midranks, n_x, n_y)
         else:
             labels = rng.permuted(np.broadcast_to(sorted_in_x, (size, n)), axis=1)
             null_u = _cvm_u_labels(labels, sorted_ranks, n_x, n_y)

@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 from speceq.stats._validate import as_counts, check_int, check_level, check_positive
-from speceq.stats.montecarlo import DEFAULT_STOP_AFTER, mc_draws_for_level, sequential_mc_pvalue
+from speceq.stats.montecarlo import DEFAULT_STOP_AFTER, conditional_tables, mc_draws_for_level, sequential_mc_pvalue
 from speceq.stats.results import HomogeneityResult
 from speceq.stats.tv import tv_distance, tv_upper_bound_two_sample
 
@@ -215,7 +215,7 @@ def chisquare_homogeneity(
         most = mc_samples if mc_level is None else max(mc_samples, mc_draws_for_level(mc_level))
 
         def draw(size: int) -> np.ndarray:
-            return _pearson_homogeneity(rng.multivariate_hypergeometric(table_m, n_a, size=size).astype(np.float64),
+            return _pearson_homogeneity(conditional_tables(rng, table_m, n_a, size).astype(np.float64),
                                         table_m, n_a, n_b)
 
         pvalue, used_mc = sequential_mc_pvalue(statistic, draw, most, stop_after=mc_stop_after or most + 1,
