@@ -1,7 +1,7 @@
 """Power of speceq in the BPE world (V = 32 000): samples needed to catch mutants, false shifts of the reference.
 
 The BPE world's counterpart of ``speceq calibrate`` (docs/POWER.md), for the bpe cases at
-batch 1 and 4, oracle on (the BPE target, with the BPE draft for the draft-drift test):
+batch 1 and 4 (``PAIRS``) or 32 (``--pairs batch32``), oracle on (the BPE target, with the BPE draft for the draft-drift test):
 
 - each mutant runs on the case where its bug acts. Repetition r at size n analyses samples
   [r n, (r + 1) n) of seeded pools of the baseline and of the mutant (disjoint, independent
@@ -41,8 +41,19 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("top-k-draft-only", "bpe-raise-topk-b4"),
     ("target-no-temperature", "bpe-ignore-eos-t07-b4"),
 )
+#: Pairs on the batch-32 cases (with companions of other lengths; EOS-prone prompts in bpe-eos-b32).
+#: wrong-positions acts on ragged batches; resample-from-target on bpe-eos-b32 acts where the draft
+#: rarely proposes the target's likely <eos>, so most of the first token's mass is the residual.
+BATCH32_PAIRS: tuple[tuple[str, str], ...] = (
+    ("target-no-temperature", "bpe-repr-t07-b32"),
+    ("wrong-positions", "bpe-repr-t07-b32"),
+    ("top-p-draft-only", "bpe-class-topp-b32"),
+    ("resample-from-target", "bpe-eos-b32"),
+)
 #: The cases at batch 1 and 4.
 SMALL_BATCH_CASES = ("bpe-def-b1", "bpe-import-b4-ragged", "bpe-raise-topk-b4", "bpe-ignore-eos-t07-b4")
+#: The cases at batch 32.
+BATCH32_CASES = ("bpe-repr-t07-b32", "bpe-class-topp-b32", "bpe-eos-b32")
 #: The per-token fields of ``speceq.stats.scores.TokenScores`` (everything but row, position, token).
 FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "raw_top2_margin",
           "draft_llr", "draft_llr_mean", "draft_llr_var", "draft_tv")
@@ -124,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="25,100,400", help="samples per engine tried, increasing")
     ap.add_argument("--reps", type=int, default=5, help="repetitions per size")
-    ap.add_argument("--pairs", default="", help="comma-separated mutant@case (default: all of PAIRS)")
+    ap.add_argument("--pairs", default="",
+                    help="comma-separated mutant@case; 'batch32': BATCH32_PAIRS (default: all of PAIRS)")
+    ap.add_argument("--false-alarm-cases", default=",".join(SMALL_BATCH_CASES),
+                    help="comma-separated cases of the reference runs; 'batch32': BATCH32_CASES. Default: %(default)s")
     ap.add_argument("--false-alarm-n", type=int, default=400, help="samples per engine of the reference runs")
     ap.add_argument("--false-alarm-reps", type=int, default=5, help="repetitions of the reference runs per case")
     ap.add_argument("--no-false-alarms", dest="false_alarms", action="store_false")
@@ -134,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     grid = [int(x) for x in args.grid.split(",")]
-    pairs = [tuple(p.split("@")) for p in args.pairs.split(",")] if args.pairs else list(PAIRS)
+    if args.pairs == "batch32":
+        pairs = list(BATCH32_PAIRS)
+    else:
+        pairs = [tuple(p.split("@")) for p in args.pairs.split(",")] if args.pairs else list(PAIRS)
+    fa_cases = BATCH32_CASES if args.false_alarm_cases == "batch32" else tuple(args.false_alarm_cases.split(","))
     need = math.ceil(0.9 * args.reps)
     cases = {c.case_id: c for c in bpe_cases()}
     start = time.perf_counter()
@@ -175,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     if args.false_alarms:
         reference = ReferenceSpeculativeEngine(baseline.model, draft)
-        for cid in SMALL_BATCH_CASES:
+        for cid in fa_cases:
             case = cases[cid]
             cand = SamplePool(reference, case, seed=args.seed, label=f"reference|{cid}", chunk=200)
             n = args.false_alarm_n

@@ -401,11 +401,11 @@ def bpe_cases() -> list[Case]:
 
     The byte world's shapes (one unbatched first-token case; batch 4 with and without a longer
     companion; batch 32 with companions; T = 1.0 and 0.7; top-k 50 and top-p 0.9), with text
-    prompts encoded by the BPE tokenizer, plus two cases on prompts that end the way modules
-    end (``if __name__ == "__main__": main()``, followed by ``<eos>`` in the corpus). The
-    bundled target is small and short-trained: it gives ``<eos>`` only ~4e-4 there
-    (``bpe-metrics.json``, ``eos_mass``), so EOS rows are rare; the second of them therefore
-    sets ``ignore_eos``, which exercises masking EOS id 31998 in every engine and the oracle.
+    prompts encoded by the BPE tokenizer, plus two cases on EOS-prone prompts: the last 16
+    lines of held-out files (``BPE_EOS_PROMPTS``), where the target, after its ``<eos>`` refit,
+    gives ``<eos>`` 0.75-0.78 as the next token (``bpe-metrics.json``, ``eos_mass``).
+    ``bpe-eos-b32`` lets rows end early at EOS id 31998; ``bpe-ignore-eos-t07-b4`` sets
+    ``ignore_eos``, which masks that likely EOS in every engine and the oracle.
     """
     from speceq.models.bpe import BPE_EOS_PROMPTS, BPE_PROMPTS, load_bpe_tokenizer
 
@@ -432,6 +432,6 @@ def bpe_cases() -> list[Case]:
         case("bpe-raise-topk-b4", P[3], temperature=1.0, top_k=50, batch_size=4),
         case("bpe-repr-t07-b32", P[2], temperature=0.7, batch_size=32, companions=(P[4],)),
         case("bpe-class-topp-b32", P[4], temperature=1.0, top_p=0.9, batch_size=32),
-        case("bpe-eos-b32", E[0], temperature=1.0, batch_size=32, companions=(P[5], E[1])),
+        case("bpe-eos-b32", E[0], temperature=1.0, batch_size=32, companions=(P[5], E[2])),
         case("bpe-ignore-eos-t07-b4", E[1], temperature=0.7, batch_size=4, companions=(P[0],), ignore_eos=True),
     ]

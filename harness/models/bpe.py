@@ -48,12 +48,50 @@ BPE_PROMPTS: tuple[str, ...] = (
     "class ",
     "for i in range(",
 )
-#: Prompts after which the target puts visible mass on ``<eos>`` (the end of a module).
+#: EOS-prone prompts: the last 16 lines of three HELD-OUT files (``zipapp.py``, ``zipimport.py``,
+#: ``zipfile.py`` of CPython 3.11, never seen in training), where the corpus puts ``<eos>``. After
+#: the ``<eos>`` refit (``speceq.models.train_bpe.refit_eos_row``) the target gives ``<eos>``
+#: 0.75-0.78 as the next token here (``bpe-metrics.json``, ``eos_mass``; docs/BPE.md).
 BPE_EOS_PROMPTS: tuple[str, ...] = (
+    "        sys.exit(0)\n\n    if os.path.isfile(args.source):\n"
+    "        if args.output is None or (os.path.exists(args.output) and\n"
+    "                                   os.path.samefile(args.source, args.output)):\n"
+    "            raise SystemExit(\"In-place editing of archives is not supported\")\n"
+    "        if args.main:\n"
+    "            raise SystemExit(\"Cannot change the main function when copying\")\n\n"
+    "    create_archive(args.source, args.output,\n"
+    "                   interpreter=args.python, main=args.main,\n"
+    "                   compressed=args.compress)\n\n\n"
+    "if __name__ == '__main__':\n    main()\n",
+    "                except ImportError as exc:\n"
+    "                    import_error = exc\n"
+    "            else:\n"
+    "                code = _compile_source(modpath, data)\n"
+    "            if code is None:\n"
+    "                # bad magic number or non-matching mtime\n"
+    "                # in byte code, try next\n"
+    "                continue\n"
+    "            modpath = toc_entry[0]\n"
+    "            return code, ispackage, modpath\n"
+    "    else:\n"
+    "        if import_error:\n"
+    "            msg = f\"module load failed: {import_error}\"\n"
+    "            raise ZipImportError(msg, name=fullname) from import_error\n"
+    "        else:\n"
+    "            raise ZipImportError(f\"can't find module {fullname!r}\", name=fullname)\n",
+    "                    addToZip(zf,\n"
+    "                             os.path.join(path, nm), os.path.join(zippath, nm))\n"
+    "            # else: ignore\n\n"
+    "        with ZipFile(zip_name, 'w') as zf:\n"
+    "            for path in files:\n"
+    "                zippath = os.path.basename(path)\n"
+    "                if not zippath:\n"
+    "                    zippath = os.path.basename(os.path.dirname(path))\n"
+    "                if zippath in ('', os.curdir, os.pardir):\n"
+    "                    zippath = ''\n"
+    "                addToZip(zf, path, zippath)\n\n\n"
     "if __name__ == \"__main__\":\n    main()\n",
-    "if __name__ == '__main__':\n    test()\n",
 )
-
 
 def split_files(root: str | Path | None = None, heldout_bytes: int = HELDOUT_BYTES) -> tuple[list[Path], list[Path]]:
     """(train files, held-out files): the held-out files are the last ones summing to >= ``heldout_bytes``."""

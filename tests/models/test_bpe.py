@@ -168,16 +168,80 @@ def test_bpe_world_runs_baseline_against_reference(tmp_path: Path, bpe_target: t
 
 def test_eos_mass_of_the_world_prompts_is_what_the_docs_say(bpe_target: torch.nn.Module) -> None:
     """P(<eos>) as the first token (T = 1, exact, from the bundled target) after every world prompt
-    matches ``eos_mass`` in bpe-metrics.json, and stays below 1e-3 even where a module ends: the
-    target has not learnt <eos> (docs/BPE.md, "No EOS-prone prompt exists"). A retrained target
-    that does must update the metrics, the EOS cases and that section."""
+    matches ``eos_mass`` in bpe-metrics.json: >= 0.7 after the EOS-prone prompts (held-out file
+    endings), < 1e-3 after the others (docs/BPE.md, "EOS-prone prompts"). A retrained target must
+    update the metrics, the EOS cases and that section."""
     from speceq.models.bpe import BPE_EOS_PROMPTS, BPE_PROMPTS
 
     recorded = json.loads(BPE_METRICS_PATH.read_text(encoding="utf-8"))["eos_mass"]
+    assert set(recorded) == {*BPE_PROMPTS, *BPE_EOS_PROMPTS}
     tok = load_bpe_tokenizer()
     with torch.inference_mode():
         for prompt in (*BPE_PROMPTS, *BPE_EOS_PROMPTS):
             logits = bpe_target(input_ids=torch.tensor([tok.encode(prompt).ids])).logits[0, -1]
             p_eos = float(torch.softmax(logits.double(), -1)[BPE_EOS_ID])
-            assert p_eos == pytest.approx(recorded[prompt], abs=6e-6), prompt
-            assert p_eos < 1e-3, prompt
+            assert p_eos == pytest.approx(recorded[prompt], rel=1e-3, abs=1e-12), prompt
+            if prompt in BPE_EOS_PROMPTS:
+                assert p_eos >= 0.7, prompt
+            else:
+                assert p_eos < 1e-3, prompt
+
+
+@pytest.mark.parametrize("engine_name", ["baseline", "reference"])
+def test_the_eos_prone_case_ends_rows_early_and_ignore_eos_does_not(bpe_target: torch.nn.Module,
+                                                                   engine_name: str) -> None:
+    """bpe-eos-b32's prompt (a held-out file ending) gets P(<eos>) ~0.78 as its first token: of 16
+    seeded samples, rows of that prompt end at EOS 31998 before the case's 4 tokens; under
+    bpe-ignore-eos-t07-b4 (P(<eos>) ~0.75 before masking) every row has all its tokens."""
+    from speceq.engines.base import SampleRequest
+    from speceq.engines.baseline import BaselineEngine
+    from speceq.engines.reference import ReferenceSpeculativeEngine
+
+    engine = (BaselineEngine(bpe_target) if engine_name == "baseline"
+              else ReferenceSpeculativeEngine(bpe_target, BPE_DRAFT_DIR))
+    cases = {c.case_id: c for c in bpe_cases()}
+    for cid, ignore in (("bpe-eos-b32", False), ("bpe-ignore-eos-t07-b4", True)):
+        case = cases[cid]
+        assert case.params.ignore_eos is ignore
+        batch = engine.sample(SampleRequest(prompts=tuple(tuple(p) for p in case.prompts), params=case.params,
+                                            n=16, seed=7, batch_size=case.batch_size))
+        main = np.asarray(batch.prompt_index) == 0
+        lengths = np.asarray(batch.lengths)[main]
+        ended = [batch.row_tokens(r)[-1] == BPE_EOS_ID for r in np.flatnonzero(main)]
+        if ignore:
+            assert (lengths == case.params.max_new_tokens).all() and not any(ended)
+        else:
+            short = lengths < case.params.max_new_tokens
+            assert short.sum() >= 8, lengths  # P(<eos> first) ~0.78: ~12 of 16 expected
+            assert all(e for e, s in zip(ended, short) if s)  # a short row ends at its EOS
+
+
+def test_refit_eos_row_learns_where_eos_follows_and_is_deterministic() -> None:
+    """On a tiny random model and a stream where <eos> always follows token 7, the refit (the rest
+    frozen) raises P(<eos>) after 7 far above its value elsewhere, picks a ridge by cross-validation
+    and gives the same row twice; the tied input embedding changes with it."""
+    from speceq.models.hf_utils import tiny_random_llama
+    from speceq.models.train_bpe import eos_fit_data, refit_eos_row
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    stream = torch.randint(0, 200, (6000,), generator=g)
+    stream[stream == 7] = 8
+    ends = torch.arange(40, 6000, 97)
+    stream[ends - 1], stream[ends] = 7, 257  # 257: the tiny model's <eos>
+    data = eos_fit_data(stream, seed=1, context=23, random_windows=40, bos_id=256, eos_id=257)
+    assert data.file_ends == len(ends)
+    rows = []
+    for _ in range(2):
+        model = tiny_random_llama(0)
+        model.config.tie_word_embeddings = True
+        model.tie_weights()
+        record = refit_eos_row(model, data, eos_id=257, ridges=(1e-8, 1e-6, 1e-4), folds=3)
+        rows.append(model.get_output_embeddings().weight[257].detach().clone())
+        assert torch.equal(model.get_input_embeddings().weight[257], rows[-1])
+    assert torch.equal(rows[0], rows[1])
+    assert record["ridge"] in (1e-8, 1e-6, 1e-4), record["cv_nll_by_ridge"]
+    after = record["p_eos_at_training_file_ends"]["after"]["median"]
+    assert after > 0.5 > 20 * record["p_eos_elsewhere"]["after"]["mean"]
+    assert record["nll"]["after"] < record["nll"]["before"]
