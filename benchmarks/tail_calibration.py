@@ -48,7 +48,7 @@ from speceq.stats.synthetic import sample_categorical
 LEVELS = (1e-3, 1e-4)
 #: The test families of the table.
 TESTS = ("homogeneity", "gof", "martingale", "pit")
-LAW_GROUPS = ("bundled", "synthetic", "bpe")
+LAW_GROUPS = ("bundled", "synthetic", "bpe", "pipeline")
 _CHUNK_CELLS = 20_000_000
 
 
@@ -140,6 +140,26 @@ def bpe_laws(choices: Sequence[tuple[int, float]] = BPE_CHOICES) -> list[Law]:
     prompts = [*BPE_PROMPTS, *BPE_EOS_PROMPTS]
     laws = first_token_laws(prompts=[prompts[i] for i, _ in choices], temperatures=(1.0, 0.7))
     return [Law(f"BPE 32k T={t} first token, prompt {i}", laws[(prompts[i], t)]) for i, t in choices]
+
+
+def pipeline_laws() -> list[Law]:
+    """Laws of the joint first-2 symbols of the two Markov models of :func:`pipeline_aa`.
+
+    The pair (x1, x2) has probability init[x1] trans[x1, x2]; a row whose first token is EOS
+    is the pair (EOS, END). About 67 000 labels, most of them rare: the law of the
+    ``chi2 joint first 2`` test of the pipeline A/A (run it with ``--pairs 1000+1000``).
+    """
+    from speceq.models import EOS_ID
+
+    laws = []
+    for boost, name in ((0.3, "EOS-prone"), (0.0, "plain")):
+        init, trans = markov_model(1.0, eos_boost=boost)
+        pair = init[:, None] * trans
+        ends_first = pair[EOS_ID].sum()
+        pair[EOS_ID] = 0.0
+        probs = np.r_[pair.ravel(), ends_first]
+        laws.append(Law(f"pipeline A/A Markov model, {name}, joint first 2 (pairs)", probs / probs.sum()))
+    return laws
 
 
 def default_laws() -> list[Law]:
@@ -570,7 +590,7 @@ def main(argv: Sequence[str] | None = None, laws: Callable[[], Sequence[Law]] = 
     ap.add_argument("--aa-samples", type=int, default=1000, help="samples per engine in each A/A case. Default: %(default)s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--synthetic-only", action="store_true", help="skip the bundled-model laws (no torch)")
-    ap.add_argument("--laws", default=",".join(LAW_GROUPS),
+    ap.add_argument("--laws", default=",".join(LAW_GROUPS[:3]),
                     help=f"law groups, comma-separated, of: {', '.join(LAW_GROUPS)}. Default: %(default)s")
     ap.add_argument("--tests", default=",".join(TESTS),
                     help=f"test families, comma-separated, of: {', '.join(TESTS)}. Default: %(default)s")
@@ -585,7 +605,7 @@ def main(argv: Sequence[str] | None = None, laws: Callable[[], Sequence[Law]] = 
         ap.error(f"unknown law group or test: {', '.join(unknown)}")
     pairs = tuple(tuple(int(x) for x in pr.split("+")) for pr in args.pairs.split(",") if pr.strip())
     if laws is default_laws and not args.synthetic_only:
-        makers = {"bundled": bundled_laws, "synthetic": synthetic_laws, "bpe": bpe_laws}
+        makers = {"bundled": bundled_laws, "synthetic": synthetic_laws, "bpe": bpe_laws, "pipeline": pipeline_laws}
 
         def laws() -> list[Law]:
             return [law for g in groups for law in makers[g]()]
