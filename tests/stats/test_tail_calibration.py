@@ -131,7 +131,7 @@ def test_pipeline_aa_names_the_test_behind_each_false_shift() -> None:
     fired: list[tuple[int, float, str, str, float, float]] = []
     ((shifted, _),) = tc.pipeline_aa(30, 200, (0.5,), seed=4, models=models, fired=fired).values()
     assert shifted >= 1 and len(fired) == shifted
-    for run, alpha, case, test, raw, adjusted in fired:
+    for _run, alpha, case, test, raw, adjusted in fired:
         assert alpha == 0.5 and case.startswith("markov-") and test
         assert raw <= adjusted <= 0.5
 
