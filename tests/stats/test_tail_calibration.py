@@ -120,3 +120,24 @@ def test_pipeline_false_shifted_rate_is_at_most_alpha() -> None:
     alpha, runs = 0.1, 20
     ((shifted, total),) = tc.pipeline_aa(runs, 300, (alpha,), seed=3, models=models).values()
     assert shifted / total <= _band(alpha, total)
+
+
+def test_pipeline_aa_names_the_test_behind_each_false_shift() -> None:
+    """At a large alpha some A/A runs are shifted; each is reported with the test whose Holm p decided it."""
+    def models(boost: float) -> tuple[np.ndarray, np.ndarray]:
+        r = np.random.default_rng(5)
+        return r.dirichlet(np.full(259, 0.1)), r.dirichlet(np.full(259, 0.1), size=259)
+
+    fired: list[tuple[int, float, str, str, float, float]] = []
+    ((shifted, _),) = tc.pipeline_aa(30, 200, (0.5,), seed=4, models=models, fired=fired).values()
+    assert shifted >= 1 and len(fired) == shifted
+    for run, alpha, case, test, raw, adjusted in fired:
+        assert alpha == 0.5 and case.startswith("markov-") and test
+        assert raw <= adjusted <= 0.5
+
+
+def test_aa_table_flags_an_excess_of_false_shifts() -> None:
+    table = tc.format_aa_table({0.01: (14, 1000), 0.001: (9, 1000)})
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| 0.0")]
+    assert rows[0][-2].strip() == "yes" and rows[1][-2].strip() == "NO"
+    assert float(rows[1][7]) < 1e-3  # 9 where 1 is expected
