@@ -1,5 +1,8 @@
 """Where does the bundled BPE target put mass on ``<eos>``? A search for EOS-prone prompts.
 
+This is the diagnostic that led to the ``<eos>`` refit (``speceq.models.train_bpe.refit_eos_row``,
+the last step of training): run on the unrefitted target it found no prompt above ~7e-4.
+
 The corpus places ``<eos>`` after every file (``speceq.models.bpe.encode_corpus``), so the
 natural EOS-prone prompts are file endings. This script measures, with the target's exact
 next-token laws (T = 1, no truncation):
@@ -12,12 +15,15 @@ next-token laws (T = 1, no truncation):
   P(<eos>), then the best next token, ``--greedy-steps`` times (V forward rows per step);
 - ``world``: the world's own prompts (``BPE_PROMPTS``, ``BPE_EOS_PROMPTS``);
 - ``probe`` (``--probe``): can the ``<eos>`` logit be fixed without retraining? Refit the
-  ``<eos>`` output embedding alone (maximum likelihood, L-BFGS, the rest of the model frozen)
-  on all scanned positions (random windows weighted up to the whole stream), then report
-  P(<eos>) where the training files end (in-sample) and where the held-out files end.
+  ``<eos>`` output embedding alone (unpenalised maximum likelihood, L-BFGS, the rest of the
+  model frozen) on all scanned positions (random windows weighted up to the whole stream),
+  then report P(<eos>) where the training files end (in-sample) and where the held-out files
+  end. Unpenalised, this fit diverges (its row norm grows without bound) and counts the random
+  windows' own ``<eos>`` twice; the refit of ``train_bpe`` fixes both (ridge chosen by
+  cross-validation), so use this probe only as a quick look.
 
 Prints the largest P(<eos>) and the best rank found, with the contexts. Measured numbers are
-in docs/BPE.md (the bundled target never puts more than ~7e-4 on ``<eos>``).
+in docs/BPE.md (before the refit, the target never put more than ~7e-4 on ``<eos>``).
 
     python benchmarks/bpe_eos.py --random 200 --greedy-steps 2 --probe
 """

@@ -8,7 +8,7 @@ the specials at the END of the vocabulary (``<bos>`` = 31997, ``<eos>`` = 31998,
 ``<pad>`` = 31999), as real models have them. Training: ``python -m speceq.models.train_bpe``.
 
 The corpus is split by file: the last files of the sorted list (>= :data:`HELDOUT_BYTES`
-bytes, ``webbrowser.py`` .. ``zipimport.py`` on CPython 3.11) are held out, so neither the
+bytes, ``wave.py`` .. ``zipimport.py`` on CPython 3.11) are held out, so neither the
 tokenizer nor the models see them. Every file is followed by ``<eos>``.
 """
 
