@@ -93,6 +93,7 @@ BPE_EOS_PROMPTS: tuple[str, ...] = (
     "if __name__ == \"__main__\":\n    main()\n",
 )
 
+
 def split_files(root: str | Path | None = None, heldout_bytes: int = HELDOUT_BYTES) -> tuple[list[Path], list[Path]]:
     """(train files, held-out files): the held-out files are the last ones summing to >= ``heldout_bytes``."""
     files = stdlib_files(root)

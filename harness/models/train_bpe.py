@@ -81,6 +81,11 @@ class EosFitData:
     random_windows: int
 
 
+def _file_ends(stream: torch.Tensor, context: int, eos_id: int) -> list[int]:
+    """Indices of the stream's ``<eos>`` tokens that have at least ``context`` tokens before them."""
+    return [e for e in (stream == eos_id).nonzero()[:, 0].tolist() if e >= context]
+
+
 def eos_fit_data(stream: torch.Tensor, *, seed: int = 0, context: int = EOS_REFIT_CONTEXT,
                  random_windows: int = EOS_REFIT_WINDOWS, bos_id: int = BPE_BOS_ID,
                  eos_id: int = BPE_EOS_ID) -> EosFitData:
@@ -95,7 +100,7 @@ def eos_fit_data(stream: torch.Tensor, *, seed: int = 0, context: int = EOS_REFI
     import torch
 
     n = stream.numel()
-    ends = [e for e in (stream == eos_id).nonzero()[:, 0].tolist() if e >= context]
+    ends = _file_ends(stream, context, eos_id)
     if not ends:
         raise ConfigError(f"no <eos> after >= {context} tokens in the training stream")
     generator = torch.Generator().manual_seed(seed)
@@ -140,8 +145,7 @@ def _fit_row(H: torch.Tensor, Z: torch.Tensor, Y: torch.Tensor, w: torch.Tensor,
 
     def loss() -> torch.Tensor:
         opt.zero_grad()
-        le = H @ e
-        value = -(w * (Y * le + (1 - Y) * Z - torch.logaddexp(le, Z))).sum() / w.sum() + ridge * (e * e).sum()
+        value = _nll_sum(H, Z, Y, w, e) / w.sum() + ridge * (e * e).sum()
         value.backward()
         return value
 
@@ -150,11 +154,16 @@ def _fit_row(H: torch.Tensor, Z: torch.Tensor, Y: torch.Tensor, w: torch.Tensor,
     return e.detach()
 
 
-def _nll(H: torch.Tensor, Z: torch.Tensor, Y: torch.Tensor, w: torch.Tensor, e: torch.Tensor) -> float:
+def _nll_sum(H: torch.Tensor, Z: torch.Tensor, Y: torch.Tensor, w: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """-sum w [Y log P + (1 - Y) log(1 - P)] with P = sigmoid(H e - Z), as a tensor (differentiable in e)."""
     import torch
 
     le = H @ e
-    return float(-(w * (Y * le + (1 - Y) * Z - torch.logaddexp(le, Z))).sum())
+    return -(w * (Y * le + (1 - Y) * Z - torch.logaddexp(le, Z))).sum()
+
+
+def _nll(H: torch.Tensor, Z: torch.Tensor, Y: torch.Tensor, w: torch.Tensor, e: torch.Tensor) -> float:
+    return float(_nll_sum(H, Z, Y, w, e))
 
 
 def refit_eos_row(model: transformers.PreTrainedModel, data: EosFitData, *,
@@ -308,7 +317,7 @@ def eos_heldout(target: transformers.PreTrainedModel, draft: transformers.PreTra
     from speceq.models.data import fixed_windows
     from speceq.models.metrics import EVAL_SEQ_LEN, next_token_logits
 
-    ends = [e for e in (heldout == BPE_EOS_ID).nonzero()[:, 0].tolist() if e >= context]
+    ends = _file_ends(heldout, context, BPE_EOS_ID)
     at_ends = torch.cat([torch.full((len(ends), 1), BPE_BOS_ID), torch.stack([heldout[e - context:e] for e in ends])], 1)
     windows = fixed_windows(heldout, BPE_EVAL_WINDOWS, EVAL_SEQ_LEN, BPE_BOS_ID)
     after_eos = (windows == BPE_EOS_ID).cumsum(1)[:, :-1] > 0  # [n, seq - 1]: an <eos> among the inputs so far

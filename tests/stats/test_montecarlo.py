@@ -38,9 +38,7 @@ def test_conditional_tables_follow_the_hypergeometric_law(margins: np.ndarray, n
     edges = np.arange(lo, hi + 2)
     observed = np.histogram(np.clip(column, lo, hi), bins=edges)[0]
     expected = np.diff(np.r_[0.0, law.cdf(edges[:-2]), 1.0]) * column.size
-    assert sps.chisquare(observed, expected).pvalue > 1e-3
-    # the two ends of the clipped histogram hold their tails, so the check sees all of the law
-    assert observed.sum() == column.size
+    assert sps.chisquare(observed, expected).pvalue > 1e-3  # the end bins hold the clipped tails
 
 
 def test_sequential_pvalue_is_never_below_one_over_draws_plus_one() -> None:
