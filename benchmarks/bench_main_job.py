@@ -1,6 +1,6 @@
 """The main job (`speceq run` with the built-in cases): today's serial path vs the CLI with executors.
 
-Runs the same job once per path, each through the real command line (``speceq.cli.main``,
+Runs the same job once per path, each through the real command line (``speceq.faces.cli.main``,
 ``speceq run --fresh --no-progress --workers ...``) into its own fresh output folder, in
 this process (worker processes are its children). Paths:
 
@@ -44,13 +44,13 @@ from typing import Any
 
 import numpy as np
 
-import speceq.run as runmod
-from speceq.cases import default_cases
-from speceq.cli import main as cli_main
-from speceq.collect.oracle_tasks import PrefetchedOracle
-from speceq.defaults import DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES
+import speceq.pipeline.runner as runmod
+from speceq.core.defaults import DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES
+from speceq.faces.cli import main as cli_main
+from speceq.inputs.cases import default_cases
 from speceq.models.fast_forward import FAST_FORWARD_ENV
-from speceq.oracle import TargetOracle
+from speceq.oracles.hf import TargetOracle
+from speceq.pipeline.collect.oracle_tasks import PrefetchedOracle
 from speceq.store import SampleStore
 
 #: path name -> (fast forward on, oracle shares prompt prefixes, executors on)
@@ -105,7 +105,7 @@ def run_path(path: str, out: Path, args: argparse.Namespace) -> tuple[Clock, dic
             prefetched.append(got)
         return got
 
-    from speceq.collect.session import ExecutorSession
+    from speceq.pipeline.collect.session import ExecutorSession
 
     prefetch_scores = ExecutorSession.prefetch_scores
     argv = ["run", "--out", str(out), "--fresh", "--no-progress", "--json", "--samples", str(args.samples),

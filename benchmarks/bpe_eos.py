@@ -1,6 +1,6 @@
 """Where does the bundled BPE target put mass on ``<eos>``? A search for EOS-prone prompts.
 
-This is the diagnostic that led to the ``<eos>`` refit (``speceq.models.train_bpe.refit_eos_row``,
+This is the diagnostic that led to the ``<eos>`` refit (``tools.training.train_bpe.refit_eos_row``,
 the last step of training): run on the unrefitted target it found no prompt above ~7e-4.
 
 The corpus places ``<eos>`` after every file (``speceq.models.bpe.encode_corpus``), so the

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from markupsafe import Markup
 from scipy import stats
 
-from speceq import reasons
 from speceq.reports import svg
 from speceq.reports.format import fmt_p
+from speceq.verdicts import reasons
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Pointwise coverage of the uniform band drawn on PIT histograms (the report's PIT section uses it too).

@@ -22,30 +22,15 @@ PACKAGE_DIRS: dict[str, str] = {"harness": "speceq", "reports": "speceq.reports"
 #: Layers, lowest first. A module may import its own layer and the layers below, never above.
 #: Prefixes match a module and its submodules. ``speceq`` itself (the lazy public API) is the top.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("speceq.errors", "speceq.defaults", "speceq.params", "speceq.processing", "speceq.greedy",
-                    "speceq.http_json")),
+    ("foundation", ("speceq.errors", "speceq.core")),
     ("models", ("speceq.models",)),
-    ("inputs", ("speceq.cases", "speceq.provenance")),
-    (
-        "engines, store, stats, oracle, verdicts",
-        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.server_oracle",
-         "speceq.server_laws", "speceq.verdicts", "speceq.reasons"),
-    ),
-    ("run", ("speceq.analysis", "speceq.collect", "speceq.pictures", "speceq.run", "speceq.sequential")),
-    (
-        "faces",
-        (
-            "speceq.calibrate",
-            "speceq.cli",
-            "speceq.cli_calibrate",
-            "speceq.plugin",
-            "speceq.hookspec",
-            "speceq.pytest_support",
-            "speceq.reports",
-            "speceq.suites",
-            "speceq.__main__",
-        ),
-    ),
+    ("inputs", ("speceq.inputs",)),
+    ("engines, store, stats, oracles, verdicts, kernels",
+     ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracles", "speceq.verdicts", "speceq.kernels")),
+    ("pipeline", ("speceq.pipeline",)),
+    ("reports", ("speceq.reports",)),
+    ("power", ("speceq.power",)),
+    ("faces", ("speceq.faces", "speceq.suites", "speceq.__main__")),
 )
 
 
@@ -138,11 +123,11 @@ def test_imports_point_down_the_layers() -> None:
 
 
 def test_the_layer_check_finds_an_upward_import(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check above can fail: a made-up import of speceq.run by an engine is found."""
+    """The check above can fail: a made-up import of the runner by an engine is found."""
     mutants = MODULES["speceq.engines.mutants"]
-    extra = Import("speceq.engines.mutants", "speceq.run", mutants, 1)
+    extra = Import("speceq.engines.mutants", "speceq.pipeline.runner", mutants, 1)
     monkeypatch.setattr(f"{__name__}.IMPORTS", [*IMPORTS, extra])
-    assert [u for u in _upward_imports() if "speceq.engines.mutants imports speceq.run" in u]
+    assert [u for u in _upward_imports() if "speceq.engines.mutants imports speceq.pipeline.runner" in u]
 
 
 def test_stats_is_pure() -> None:
@@ -162,9 +147,9 @@ def test_stats_is_pure() -> None:
 @pytest.mark.parametrize(
     ("importer", "forbidden"),
     [
-        ("speceq.engines", ("speceq.calibrate", "speceq.run", "speceq.analysis", "speceq.verdicts", "speceq.oracle")),
-        ("speceq.models", ("speceq.engines", "speceq.oracle", "speceq.run", "speceq.analysis", "speceq.calibrate")),
-        ("speceq.reports", ("speceq.engines", "speceq.run", "speceq.analysis", "speceq.oracle", "speceq.calibrate")),
+        ("speceq.engines", ("speceq.power", "speceq.pipeline", "speceq.verdicts", "speceq.oracles")),
+        ("speceq.models", ("speceq.engines", "speceq.oracles", "speceq.pipeline", "speceq.power")),
+        ("speceq.reports", ("speceq.engines", "speceq.pipeline", "speceq.oracles", "speceq.power")),
     ],
 )
 def test_layer_never_imports(importer: str, forbidden: tuple[str, ...]) -> None:
@@ -238,7 +223,7 @@ def _cycles(prefix: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["speceq.engines", "speceq.stats", "speceq.models", "speceq.calibrate"])
+@pytest.mark.parametrize("package", ["speceq.engines", "speceq.stats", "speceq.models", "speceq.power"])
 def test_no_import_cycles(package: str) -> None:
     assert _cycles(package) == []
 

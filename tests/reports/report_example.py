@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, stats
 
-from speceq.pictures import thin_path
+from speceq.pipeline.pictures import thin_path
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
