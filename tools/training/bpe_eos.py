@@ -25,7 +25,7 @@ next-token laws (T = 1, no truncation):
 Prints the largest P(<eos>) and the best rank found, with the contexts. Measured numbers are
 in docs/BPE.md (before the refit, the target never put more than ~7e-4 on ``<eos>``).
 
-    python benchmarks/bpe_eos.py --random 200 --greedy-steps 2 --probe
+    python -m tools.training.bpe_eos --random 200 --greedy-steps 2 --probe
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         BPE_EOS_PROMPTS,
         BPE_PROMPTS,
         BPE_VOCAB_SIZE,
-        encode_corpus,
         load_bpe_target,
         load_bpe_tokenizer,
     )
+    from tools.training.bpe_corpus import encode_corpus
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=95, help="tokens before each <eos> (training windows: 95)")
