@@ -23,7 +23,8 @@ import numpy as np
 from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleBatch, SampleRequest
 from speceq.inputs.cases import Case
-from speceq.pipeline.runner import RunConfig, run
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import run
 from speceq.store import load_samples_frame
 
 

@@ -178,7 +178,8 @@ def store_point(vocab: int, samples: int = 20_000, tokens: int = 4) -> dict:
     """Bytes per sample of the store after a black-box run of ``samples`` samples per engine."""
     from speceq.core.params import SamplingParams
     from speceq.inputs.cases import Case
-    from speceq.pipeline.runner import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     out = Path(tempfile.mkdtemp(prefix="speceq-vocab-"))
     try:

@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     from speceq.engines.registry import resolve_engine
     from speceq.inputs.cases import bpe_cases
     from speceq.models.worlds import world_engine_options
-    from speceq.pipeline.runner import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1000)

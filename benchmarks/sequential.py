@@ -16,7 +16,7 @@ Three parts (each prints a markdown table and adds its numbers to ``--json``):
     on synthetic laws of 8 positions (two-sample bound, alpha / 8 per position).
 ``gallery``
     Samples to a ``shifted`` verdict for every mutant of the gallery with the bundled models
-    and the real driver (speceq.pipeline.sequential.run_sequential, oracle on, alpha = 0.01 as in
+    and the real driver (speceq.run with sequential=True, oracle on, alpha = 0.01 as in
     docs/POWER.md), a few seeds each, against the fixed-n detection sizes of docs/power.json.
 
 Usage: python benchmarks/sequential.py [aa|certify|gallery|all] [--reps R] [--json PATH]
@@ -219,8 +219,8 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
 
     torch.set_num_threads(1)
     from speceq.engines.mutants import MUTANTS
-    from speceq.pipeline.runner import RunConfig
-    from speceq.pipeline.sequential import run_sequential
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
     from speceq.power.settings import settings_for
     from speceq.power.study import PowerStudy
 
@@ -241,8 +241,8 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
             for s in range(seeds):
                 engines = {"baseline": cal.baseline, "candidate": cal.engine(spec)}
                 cfg = RunConfig(samples=budget, alpha=alpha, tolerance=tolerance, seed=s, out_dir=Path(tmp) / f"{name}-{s}", resume=False,
-                                progress=False, oracle_draft="bundled")
-                c = run_sequential(cfg, [case], engines=engines).cases[0]
+                                progress=False, oracle_draft="bundled", sequential=True)
+                c = run(cfg, [case], engines=engines).cases[0]
                 verdicts.append(c.verdict)
                 decided.append(c.n_baseline)
                 stops.append(c.n_baseline if c.verdict == "shifted" else math.inf)

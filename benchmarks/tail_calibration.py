@@ -465,6 +465,11 @@ class MarkovOracle:
     """
 
     vocab_size = 259
+    eos_token_id = None
+    has_draft = False
+
+    def knows_full_law(self, params) -> bool:
+        return True
 
     def __init__(self, models: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
         self.models = models

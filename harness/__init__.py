@@ -15,7 +15,7 @@ the same law as the baseline, so the run comes out ``equivalent``.
 ...     return rng.choice(4, size=(n, params.max_new_tokens), p=[0.5, 0.3, 0.15, 0.05]).tolist()
 >>> engines = {role: speceq.resolve_engine(plain, options={"vocab_size": 4, "eos_token_id": None})
 ...            for role in ("baseline", "candidate")}
->>> case = speceq.Case(case_id="toy", prompts=((1, 2),), params=speceq.SamplingParams(max_new_tokens=2))
+>>> case = speceq.Case(case_id="toy", prompt_ids=(1, 2), params=speceq.SamplingParams(max_new_tokens=2))
 >>> with tempfile.TemporaryDirectory() as out:
 ...     config = speceq.RunConfig(samples=2000, oracle=False, tolerance=0.2, out_dir=out, progress=False)
 ...     result = speceq.run(config, [case], engines=engines)
@@ -23,17 +23,15 @@ the same law as the baseline, so the run comes out ``equivalent``.
 ('equivalent', 'equivalent')
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 __version__ = "0.1.0"
 
 #: public name -> module that defines it (imported lazily by :func:`__getattr__`).
 _PUBLIC: dict[str, str] = {
     "run": "speceq.pipeline.runner",
-    "RunConfig": "speceq.pipeline.runner",
+    "RunConfig": "speceq.pipeline.config",
     "Case": "speceq.inputs.cases",
     "SamplingParams": "speceq.core.params",
     "default_cases": "speceq.inputs.cases",
@@ -66,12 +64,12 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import a public name on first access (PEP 562), keeping ``import speceq`` light."""
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'speceq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
@@ -80,14 +78,15 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PUBLIC))
 
 
-if TYPE_CHECKING:  # for type checkers and IDEs; never executed
+if _typing.TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from speceq.core.params import SamplingParams
     from speceq.engines.base import Engine, SampleBatch, SampleRequest
     from speceq.engines.registry import list_engines, resolve_engine
     from speceq.errors import ConfigError, DistributionMismatch, EngineError, EngineNotFound, SpeceqError, StoreError
     from speceq.inputs.cases import Case, default_cases, load_cases, parse_cases
     from speceq.oracles.protocol import Oracle
-    from speceq.pipeline.runner import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
     from speceq.reports import render_report, write_report
     from speceq.store import load_samples_frame
     from speceq.verdicts.result import CaseResult, RunResult

@@ -12,7 +12,9 @@ from fake_engines import FakeEngine
 from speceq.core.params import SamplingParams
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
-from speceq.pipeline.runner import RunConfig, check_oracle_matches, run
+from speceq.oracles.build import check_oracle_matches
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import run
 
 
 def cases(**kw) -> list[Case]:

@@ -120,10 +120,9 @@ def handle_run(args: argparse.Namespace) -> int:
     from speceq.engines.registry import parse_engine_options
     from speceq.inputs.cases import bpe_cases, default_cases, load_cases
     from speceq.models.worlds import world_engine_options
-    from speceq.pipeline.runner import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
-    if args.sequential:
-        from speceq.pipeline.sequential import run_sequential as run
     config = RunConfig(
         baseline=args.baseline, candidate=args.candidate,
         baseline_options=world_engine_options(args.models, args.baseline, parse_engine_options(args.baseline_option)),
@@ -133,7 +132,7 @@ def handle_run(args: argparse.Namespace) -> int:
         oracle_dtype=args.oracle_dtype, oracle_server=args.oracle_server, oracle_top_logprobs=args.oracle_top_logprobs,
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
-        progress=args.progress, near_tie_nats=args.near_tie_nats,
+        progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
         workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     if args.cases:
@@ -479,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2, message printed)
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
-    from speceq.pipeline.runner import RunInterrupted
+    from speceq.pipeline.stopping import RunInterrupted
 
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:

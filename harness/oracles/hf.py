@@ -88,6 +88,15 @@ class TargetOracle:
                 where="oracle.draft",
             )
 
+    @property
+    def has_draft(self) -> bool:
+        """A draft model was given: :meth:`score` fills the draft fields."""
+        return self.draft is not None
+
+    def knows_full_law(self, params: SamplingParams) -> bool:
+        """Always: the target's logits give the whole processed law."""
+        return True
+
     def describe(self) -> dict[str, Any]:
         return {
             "model": describe_model(self.model),
@@ -111,7 +120,7 @@ class TargetOracle:
         offsets = np.concatenate([[0], np.cumsum([len(w) for w in wanted])]).astype(np.int64)
         budget = max(1, LOGITS_BUDGET // self.vocab_size)
         with torch.inference_mode():
-            for chunk in _chunks(order, [len(s) for s in seqs], max_batch_rows, budget):
+            for chunk in forward_batches(order, [len(s) for s in seqs], max_batch_rows, budget):
                 width = max(len(seqs[i]) for i in chunk)
                 ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
                 mask = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -244,7 +253,7 @@ def _iter_shared_prefix_logits(
                 heads.append(cache)
             tails = [[prompts[int(pi)][-1], *gens[r][:-1]] for r in rows]
             order = sorted(range(len(rows)), key=lambda j: len(tails[j]))
-            for chunk in _chunks(order, [len(t) for t in tails], max_batch_rows, budget):
+            for chunk in forward_batches(order, [len(t) for t in tails], max_batch_rows, budget):
                 width = max(len(tails[j]) for j in chunk)
                 ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
                 mask = torch.ones((len(chunk), head.shape[1] + width), dtype=torch.long)
@@ -276,8 +285,9 @@ def _forward(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return model(input_ids=ids, attention_mask=mask).logits
 
 
-def _chunks(order: list[int], sizes: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
-    """Cut ``order`` (sorted by size) into chunks of at most ``max_rows`` rows and ``max_tokens`` padded tokens."""
+def forward_batches(order: list[int], sizes: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """The forward batches of the oracle: ``order`` (sorted by size) cut into runs of at most ``max_rows`` rows
+    and ``max_tokens`` padded tokens. Public because worker scoring cuts its tasks along these very batches."""
     chunks: list[list[int]] = []
     current: list[int] = []
     for i in order:

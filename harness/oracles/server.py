@@ -90,7 +90,6 @@ class ServerOracle:
         self.max_retries = int(max_retries)
         self.rows_per_request = max(1, int(rows_per_request))
         self.max_concurrency = max(1, int(max_concurrency))
-        self.draft = None
 
     # ---- description ----------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -104,6 +103,11 @@ class ServerOracle:
             "log_probabilities": "raw (vLLM prompt_logprobs), processed here with speceq.core.processing",
             "draft": None,
         }
+
+    @property
+    def has_draft(self) -> bool:
+        """Never: a server scores the target only (no draft-drift test)."""
+        return False
 
     def law_kind(self, params: SamplingParams, *, where: str = "oracle") -> str:
         """"full" or "top" (see :func:`speceq.oracles.server_laws.law_kind`); ConfigError when impossible."""

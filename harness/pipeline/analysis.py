@@ -50,6 +50,9 @@ from speceq import stats
 from speceq.core.defaults import NEAR_TIE_NATS
 from speceq.engines.base import SampleBatch
 from speceq.inputs.cases import Case
+from speceq.models.tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
+from speceq.oracles.protocol import Oracle
+from speceq.pipeline.collect.session import ScoreRequest
 from speceq.pipeline.greedy import compare_greedy_rows
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
 from speceq.verdicts.decide import CaseDecision, decide_run, run_verdict
@@ -179,6 +182,23 @@ class _Tok:
         return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
 
 
+def score_requests(cases: Sequence[Case], baseline: Mapping[str, SampleBatch],
+                   candidate: Mapping[str, SampleBatch]) -> list[ScoreRequest]:
+    """The ``oracle.score`` requests :func:`analyse_run` makes, in its order, so they can be scored ahead.
+
+    Case by case (sampling cases only): the baseline's first :data:`BASELINE_AA_ROWS` rows for
+    the oracle's A/A check, then the candidate's rows.
+    """
+    out: list[ScoreRequest] = []
+    for case in cases:
+        if case.params.greedy:
+            continue
+        base, cand = baseline[case.case_id], candidate[case.case_id]
+        out += [(case.case_id, case.prompts, _head(base, BASELINE_AA_ROWS), case.params),
+                (case.case_id, case.prompts, cand, case.params)]
+    return out
+
+
 def planned_primary_tests(case: Case, *, oracle: bool) -> int:
     """Upper count of a case's primary tests, fixed by its settings before any data."""
     if case.params.greedy:
@@ -260,7 +280,7 @@ def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
     return tuple(out)
 
 
-def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any, rng: np.random.Generator,
+def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
                   tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float) -> OracleFindings:
     """Baseline A/A trust check first; then PIT, martingale z-tests, first-token GOF, support check."""
     params = case.params
@@ -312,7 +332,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any,
                           gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)))
 
 
-def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Any | None, tok: _Tok, *, alpha: float,
+def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: _Tok, *, alpha: float,
             near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[str, ...]]:
     """Row comparison over every prompt; every divergence classified; mismatches as hard failures."""
     rows = [(*_rows_of(base, j), *_rows_of(cand, j)) for j in range(len(case.prompts))]
@@ -355,7 +375,7 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tup
     return tuple(out)
 
 
-def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Any | None, alpha: float,
+def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
                   seed: int, tok: _Tok, mc_level: float, near_tie_nats: float) -> tuple[CaseEvidence, CaseDetails]:
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
     n_cand = int((np.asarray(cand.prompt_index) == 0).sum())
@@ -382,8 +402,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: A
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"
     if oracle is not None:
-        full_law = getattr(oracle, "knows_full_law", None)
-        if full_law is None or full_law(case.params):
+        if oracle.knows_full_law(case.params):
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
         else:
             notes.append("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
@@ -474,7 +493,7 @@ def analyse_run(
     baseline: Mapping[str, SampleBatch],
     candidate: Mapping[str, SampleBatch],
     *,
-    oracle: Any | None,
+    oracle: Oracle | None,
     alpha: float,
     tolerance: float,
     seed: int,
@@ -487,13 +506,12 @@ def analyse_run(
 
     baseline / candidate: case id -> every row collected for that case (chunks concatenated
     in slice order; ``prompt_index`` says which prompt of ``case.prompts`` a row continues).
-    ``oracle``: a :class:`speceq.oracles.hf.TargetOracle` or None for black-box mode.
+    ``oracle``: any :class:`speceq.oracles.protocol.Oracle`, or None for black-box mode.
     ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
     greedy near-tie threshold (top-2 margin, nats). Monte Carlo p-values are sized to
     alpha / (planned number of primary tests of the run), the first step of Holm.
     """
-    vocab = getattr(oracle, "vocab_size", None) or 259
-    tok = _Tok(vocab)
+    tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
     planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
     mc_level = alpha / max(1, planned)
     evidence: list[CaseEvidence] = []

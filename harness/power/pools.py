@@ -16,7 +16,7 @@ import numpy as np
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.inputs.cases import Case
 from speceq.models.torch_utils import derive_seed
-from speceq.pipeline.runner import concat_batches
+from speceq.pipeline.plan import concat_batches
 
 #: Samples of the case's prompt drawn per chunk (companions get as many).
 DEFAULT_CHUNK = 512

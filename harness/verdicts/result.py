@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 VERDICTS: tuple[str, ...] = ("equivalent", "shifted", "inconclusive")
+#: The verdicts from worst to best: a run (or a session of runs) takes the worst of its cases'.
+VERDICTS_WORST_FIRST: tuple[str, ...] = ("shifted", "inconclusive", "equivalent")
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """``"shifted"`` if any is, else ``"inconclusive"`` if any is, else ``"equivalent"`` (also for none)."""
+    seen = set(verdicts)
+    unknown = seen - set(VERDICTS)
+    if unknown:
+        raise ValueError(f"unknown verdicts {sorted(unknown)}; expected some of {VERDICTS}")
+    return next(v for v in VERDICTS_WORST_FIRST if v in seen or v == "equivalent")
 
 #: CLI / CI exit codes per run verdict; 2 is a usage or engine error.
 EXIT_CODES: dict[str, int] = {"equivalent": 0, "shifted": 1, "inconclusive": 3}

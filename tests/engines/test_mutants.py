@@ -205,7 +205,8 @@ def test_no_lossless_variant_is_shifted_at_the_same_seed(models, baseline_sample
 
 
 def test_mutant_through_speceq_run(models, tmp_path) -> None:
-    from speceq.pipeline.runner import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     case = dataclasses.replace(case_for("resample-from-target", 3), case_id="def")
     config = RunConfig(candidate="mutant:resample-from-target", samples=300, chunk_size=300, alpha=1e-3,

@@ -306,7 +306,8 @@ def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
 
     from speceq.errors import ConfigError
     from speceq.inputs.cases import load_cases
-    from speceq.pipeline.runner import RunConfig, plan_chunks
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.plan import plan_chunks
 
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"cases": [{"id": "few", "prompt": "a", "samples": 30}, {"id": "run", "prompt": "b"}]}))

@@ -130,7 +130,8 @@ def test_bpe_world_black_box_run(tmp_path: Path, bpe_target: torch.nn.Module) ->
 
     from speceq.engines.baseline import BaselineEngine
     from speceq.engines.reference import ReferenceSpeculativeEngine
-    from speceq.pipeline.runner import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     (case,) = [c for c in bpe_cases() if c.case_id == "bpe-ignore-eos-t07-b4"]
     case = dataclasses.replace(case, params=dataclasses.replace(case.params, max_new_tokens=1))
@@ -152,7 +153,8 @@ def test_bpe_world_runs_baseline_against_reference(tmp_path: Path, bpe_target: t
 
     from speceq.engines.baseline import BaselineEngine
     from speceq.engines.reference import ReferenceSpeculativeEngine
-    from speceq.pipeline.runner import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     (case,) = [c for c in bpe_cases() if c.case_id == "bpe-ignore-eos-t07-b4"]
     case = dataclasses.replace(case, params=dataclasses.replace(case.params, max_new_tokens=2))

@@ -12,7 +12,9 @@ from speceq.engines.baseline import BaselineEngine
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
 from speceq.models import ByteTokenizer
-from speceq.pipeline.runner import RunConfig, make_oracle, run
+from speceq.oracles.build import make_oracle
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import run
 
 PROMPT = tuple(ByteTokenizer().encode("def add(a, b):\n    return "))
 
@@ -28,10 +30,10 @@ def test_bf16_baseline_model_is_not_cast_by_the_oracle() -> None:
     bf16 = BaselineEngine(dtype="bfloat16")
     engines = {"baseline": bf16, "candidate": bf16}
     weight = next(bf16.model.parameters())
-    oracle = make_oracle(RunConfig(oracle_draft=None), engines)
+    oracle = make_oracle(RunConfig(oracle_draft=None).oracle_spec(), engines)
     assert next(bf16.model.parameters()) is weight and weight.dtype == torch.bfloat16  # untouched
     assert oracle.model is not bf16.model and next(oracle.model.parameters()).dtype == torch.float32
-    same = make_oracle(RunConfig(oracle_draft=None, oracle_dtype="bfloat16"), engines)
+    same = make_oracle(RunConfig(oracle_draft=None, oracle_dtype="bfloat16").oracle_spec(), engines)
     assert same.model is bf16.model  # already in the oracle's dtype: shared, not copied
 
 

@@ -43,6 +43,11 @@ class ExactOracle:
     """Fake oracle: every position's exact law is ``p`` whatever the prefix."""
 
     vocab_size = VOCAB
+    eos_token_id = None
+    has_draft = False
+
+    def knows_full_law(self, params) -> bool:
+        return True
 
     def __init__(self, p: np.ndarray, margin: float = 5.0) -> None:
         self.p = p

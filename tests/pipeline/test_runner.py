@@ -16,21 +16,16 @@ import pytest
 HERE = Path(__file__).resolve().parent  # this folder: test_runner.py, for the crash script
 TESTS = HERE.parent  # fake_engines.py (also on sys.path through tests/conftest.py)
 
-from fake_engines import EOS, FakeEngine  # noqa: E402
+from fake_engines import EOS, FakeEngine
 
-from speceq.core.params import SamplingParams  # noqa: E402
-from speceq.errors import ConfigError, EngineError, StoreError  # noqa: E402
-from speceq.inputs.cases import Case  # noqa: E402
-from speceq.pipeline.runner import (  # noqa: E402
-    RunConfig,
-    RunInterrupted,
-    chunk_seed,
-    collect,
-    concat_batches,
-    plan_chunks,
-    slice_sizes,
-)
-from speceq.store import SampleStore, load_samples_frame  # noqa: E402
+from speceq.core.params import SamplingParams
+from speceq.errors import ConfigError, EngineError, StoreError
+from speceq.inputs.cases import Case
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.fixed import collect
+from speceq.pipeline.plan import chunk_seed, concat_batches, plan_chunks, slice_sizes
+from speceq.pipeline.stopping import RunInterrupted
+from speceq.store import SampleStore, load_samples_frame
 
 REPO = TESTS.parent
 
@@ -276,7 +271,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     import numpy as np
     import test_runner
     from fake_engines import FakeEngine
-    from speceq.pipeline.runner import collect
+    from speceq.pipeline.fixed import collect
 
     point, at = sys.argv[1], int(sys.argv[2])
     if point == "write":  # die with a chunk half-written into its temp file

@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_engines import FakeEngine  # noqa: E402
+from fake_engines import FakeEngine
 
-from speceq.core.params import SamplingParams  # noqa: E402
-from speceq.faces.cli import main  # noqa: E402
+from speceq.core.params import SamplingParams
+from speceq.faces.cli import main
 from speceq.inputs.cases import Case
-from speceq.pipeline.runner import RunConfig  # noqa: E402
-from speceq.pipeline.sequential import look_totals, planned_tests, run_sequential  # noqa: E402
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import run
+from speceq.pipeline.sequential import look_totals, planned_tests
 
 FAKE = "fake_engines:FakeEngine"
 
@@ -27,7 +28,7 @@ def cases() -> list[Case]:
 
 def config(out: Path, **kw) -> RunConfig:
     return RunConfig(**{"baseline": FAKE, "candidate": FAKE, "oracle": False, "samples": 3000, "seed": 3,
-                        "out_dir": out, "progress": False, "tolerance": 0.15, **kw})
+                        "out_dir": out, "progress": False, "tolerance": 0.15, "sequential": True, **kw})
 
 
 def test_look_totals_follow_the_grid_and_end_at_the_budget() -> None:
@@ -50,7 +51,7 @@ def test_planned_tests_depend_only_on_the_case_settings() -> None:
 
 def test_a_shifted_engine_is_stopped_early_and_says_when(tmp_path: Path) -> None:
     engines = {"baseline": FakeEngine(), "candidate": FakeEngine(shift=0.2)}
-    result = run_sequential(config(tmp_path / "out"), cases(), engines=engines)
+    result = run(config(tmp_path / "out"), cases(), engines=engines)
     assert result.verdict == "shifted"
     for c in result.cases:
         assert c.verdict == "shifted"
@@ -66,13 +67,13 @@ def test_a_shifted_engine_is_stopped_early_and_says_when(tmp_path: Path) -> None
 
 def test_equal_engines_are_certified_and_a_larger_budget_continues_the_same_sequence(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    small = run_sequential(config(out, samples=700, tolerance=0.2), cases()[:1],
+    small = run(config(out, samples=700, tolerance=0.2), cases()[:1],
                            engines={"baseline": FakeEngine(), "candidate": FakeEngine()})
     assert small.verdict == "inconclusive"
     assert "rerun with a larger --samples" in small.cases[0].reason
     # the rerun reuses every stored slice (the data at a look is a prefix of the next) and goes on
     engines = {"baseline": FakeEngine(), "candidate": FakeEngine()}
-    big = run_sequential(config(out, samples=20000, tolerance=0.2), cases()[:1], engines=engines)
+    big = run(config(out, samples=20000, tolerance=0.2), cases()[:1], engines=engines)
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["chunks"]["reused"] == 2 * len(look_totals(700))  # every slice of the first run
     assert big.verdict == "equivalent", big.cases[0].reason
@@ -83,7 +84,7 @@ def test_equal_engines_are_certified_and_a_larger_budget_continues_the_same_sequ
 
 def test_greedy_cases_are_compared_at_the_full_budget(tmp_path: Path) -> None:
     greedy = Case(case_id="g", prompt_ids=(1, 2), params=SamplingParams(temperature=0.0, max_new_tokens=3))
-    result = run_sequential(config(tmp_path / "out", samples=20), [greedy],
+    result = run(config(tmp_path / "out", samples=20), [greedy],
                             engines={"baseline": FakeEngine(), "candidate": FakeEngine()})
     assert result.cases[0].n_baseline == 20  # one slice of the budget, no looks
     assert not result.cases[0].reason.startswith("sequential:")

@@ -169,7 +169,7 @@ class EquivalenceChecker:
         session's when the spec is the session's.
         """
         __tracebackhide__ = True
-        from speceq.pipeline.runner import RunConfig
+        from speceq.pipeline.config import RunConfig
         from speceq.pipeline.runner import run as run_equivalence
 
         case_list = self._cases(cases)
@@ -197,16 +197,13 @@ class EquivalenceChecker:
             tolerance=self.settings.tolerance if tolerance is None else tolerance,
             seed=run_seed, threads=self.settings.threads, out_dir=out_dir, resume=True, progress=False,
             near_tie_nats=self.settings.near_tie(),
+            sequential=self.settings.sequential if sequential is None else sequential,
         )
-        if self.settings.sequential if sequential is None else sequential:
-            from speceq.pipeline.sequential import run_sequential
-
-            result = run_sequential(config, case_list, engines=engines)
+        result = run_equivalence(config, case_list, engines=engines)
+        if config.sequential:
             self.note(f"speceq check {index + 1}: sequential mode (anytime-valid, stops each case once decided)")
             for c in result.cases:
                 self.note(f"  {c.case_id}: {c.verdict} — {c.reason}")
-        else:
-            result = run_equivalence(config, case_list, engines=engines)
         self._item.stash[ITEM_RESULTS_KEY].append((result, out_dir))
         self._item.user_properties.append((f"speceq_check_{index + 1}", result.verdict))
         self._session.record(self._item.nodeid, index, result, out_dir)

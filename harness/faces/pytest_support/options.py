@@ -42,7 +42,7 @@ def default_samples() -> int:
     Read from :data:`speceq.pipeline.runner.DEFAULT_SAMPLES` when needed (``--help``, configure), so
     that loading the plugin imports nothing but pytest.
     """
-    from speceq.pipeline.runner import DEFAULT_SAMPLES
+    from speceq.core.defaults import DEFAULT_SAMPLES
 
     return DEFAULT_SAMPLES
 

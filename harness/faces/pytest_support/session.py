@@ -30,7 +30,6 @@ ITEM_RESULTS_KEY = pytest.StashKey[list]()
 ITEM_NOTES_KEY = pytest.StashKey[list]()
 #: Key of the records a worker sends to the controller in ``workeroutput``.
 WORKER_OUTPUT_KEY = "speceq_records"
-_VERDICTS_WORST_FIRST = ("shifted", "inconclusive", "equivalent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +77,7 @@ def merge_results(records: Sequence[CheckRecord]) -> RunResult:
     The run verdict is the worst of the checks' verdicts. Each check's Holm adjustment is
     over its own tests: the merged result does not re-adjust (a note says so).
     """
-    from speceq.verdicts.result import RunResult
+    from speceq.verdicts.result import RunResult, worst_verdict
 
     if not records:
         raise ValueError("`records` is empty: no check ran")
@@ -90,8 +89,7 @@ def merge_results(records: Sequence[CheckRecord]) -> RunResult:
     for r in ordered:
         label = r.nodeid if per_test[r.nodeid] == 1 else f"{r.nodeid} #{r.index + 1}"
         cases.extend(dataclasses.replace(c, case_id=f"{label} :: {c.case_id}") for c in r.result.cases)
-    verdicts = {r.result.verdict for r in ordered}
-    verdict = next(v for v in _VERDICTS_WORST_FIRST if v in verdicts)
+    verdict = worst_verdict(r.result.verdict for r in ordered)
     first = ordered[0].result
     notes = [f"merged from {len(ordered)} checks of {len(per_test)} tests; each check's Holm adjustment "
              f"covers its own tests (family-wise error <= alpha per check, <= {len(ordered)} x alpha for the session)"]

@@ -11,7 +11,7 @@ identical (tested against serial scoring). The driver puts the parts back in row
 
 A worker builds its oracle once from an :class:`OracleRecipe`: the target and draft are a
 model folder, the bundled model, or the loaded model of the worker's own engine (what
-:func:`speceq.pipeline.runner.make_oracle` takes in the driver), with the same EOS id and settings.
+:func:`speceq.oracles.build.make_oracle` takes in the driver), with the same EOS id and settings.
 
 :class:`PrefetchedOracle` is what the analysis sees: the driver's oracle, whose ``score`` answers
 from results scored ahead in the workers (waiting for them when needed) and scores anything
@@ -31,19 +31,12 @@ import numpy as np
 
 from speceq.core.params import SamplingParams
 from speceq.engines.base import Engine, SampleBatch
+from speceq.oracles.build import ModelSource
+from speceq.oracles.protocol import Oracle
 from speceq.stats.scores import TokenScores
 
 #: Rows of the serial call's forward batches (``TargetOracle.score``'s ``max_batch_rows`` default).
 MAX_BATCH_ROWS = 256
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSource:
-    """Where an oracle model comes from: ``engine`` (role, attribute) of the worker's engine, else ``path`` (None: bundled)."""
-
-    path: str | None = None
-    engine_role: str | None = None
-    engine_attribute: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +88,7 @@ def serial_batches(prompts: Sequence[Sequence[int]], batch: SampleBatch, vocab_s
     generated something, sorted by generated length and cut the same way (rows without a
     generated token are scored by no forward pass and go with the first batch).
     """
-    from speceq.oracles.hf import LOGITS_BUDGET, _chunks  # the oracle's own batching: one rule, never a copy
+    from speceq.oracles.hf import LOGITS_BUDGET, forward_batches  # the oracle's own batching: one rule, never a copy
 
     lengths = np.asarray(batch.lengths, dtype=np.int64)
     index = np.asarray(batch.prompt_index, dtype=np.int64)
@@ -103,13 +96,13 @@ def serial_batches(prompts: Sequence[Sequence[int]], batch: SampleBatch, vocab_s
     if not share_prefix:
         sizes = [len(prompts[int(index[r])]) + max(int(lengths[r]) - 1, 0) for r in range(batch.rows)]
         order = sorted(range(batch.rows), key=lambda r: sizes[r])
-        return _chunks(order, sizes, max_batch_rows, budget)
+        return forward_batches(order, sizes, max_batch_rows, budget)
     out: list[list[int]] = []
     for p in np.unique(index):
         rows = [int(r) for r in np.flatnonzero(index == p) if lengths[r] > 0]
         sizes = [int(lengths[r]) for r in rows]  # [last prompt token, generated tokens but the last]
         order = sorted(range(len(rows)), key=lambda j: sizes[j])
-        out += [[rows[j] for j in chunk] for chunk in _chunks(order, sizes, max_batch_rows, budget)]
+        out += [[rows[j] for j in chunk] for chunk in forward_batches(order, sizes, max_batch_rows, budget)]
     empty = [int(r) for r in np.flatnonzero(lengths == 0)]
     if empty:
         out = [empty + out[0], *out[1:]] if out else [empty]
@@ -212,15 +205,14 @@ def score_task(task: OracleScoreTask, engine_recipes: Mapping[str, Any]) -> tupl
 
 # ---- driver side ------------------------------------------------------------------------------
 class PrefetchedOracle:
-    """The driver's oracle with some ``score`` requests answered by workers.
+    """The driver's oracle with some ``score`` requests answered by workers (an :class:`~speceq.oracles.protocol.Oracle`).
 
     ``score`` of a request handed to :meth:`expect` waits for its parts and assembles them;
-    any other call (other rows, other keyword arguments, other methods) goes to the oracle
-    itself. Every other attribute is the oracle's.
+    any other ``score`` call, and every other member of the protocol, goes to the oracle itself.
     """
 
-    def __init__(self, oracle: Any) -> None:
-        self._oracle = oracle
+    def __init__(self, oracle: Oracle) -> None:
+        self.oracle = oracle
         self._lock = threading.Condition()
         self._waiting: dict[str, tuple[SampleBatch, int]] = {}  # request -> (batch, parts)
         self._parts: dict[str, list[tuple[np.ndarray, TokenScores]]] = {}
@@ -229,8 +221,29 @@ class PrefetchedOracle:
         self.worker_seconds = 0.0
         self.wait_seconds = 0.0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._oracle, name)
+    @property
+    def vocab_size(self) -> int:
+        return self.oracle.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.oracle.eos_token_id
+
+    @property
+    def has_draft(self) -> bool:
+        return self.oracle.has_draft
+
+    def knows_full_law(self, params: SamplingParams) -> bool:
+        return self.oracle.knows_full_law(params)
+
+    def next_token_probs(self, prefixes: Sequence[Sequence[int]], params: SamplingParams) -> np.ndarray:
+        return self.oracle.next_token_probs(prefixes, params)
+
+    def raw_top2_margin(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        return self.oracle.raw_top2_margin(prefixes)
+
+    def describe(self) -> dict[str, Any]:
+        return self.oracle.describe()
 
     def expect(self, request: str, batch: SampleBatch, parts: int) -> None:
         with self._lock:
@@ -249,33 +262,30 @@ class PrefetchedOracle:
             self._failed = error
             self._lock.notify_all()
 
-    def score(self, prompts: Sequence[Sequence[int]], batch: SampleBatch, params: SamplingParams,
-              **kwargs: Any) -> TokenScores:
-        if not kwargs:
-            request = request_fingerprint(prompts, batch, params)
-            with self._lock:
-                if request in self._waiting:
-                    expected = self._waiting[request][1]
-                    t0 = time.perf_counter()
-                    self._lock.wait_for(lambda: len(self._parts[request]) >= expected or self._failed is not None)
-                    self.wait_seconds += time.perf_counter() - t0
-                    if len(self._parts[request]) >= expected:
-                        parts = self._parts.pop(request)
-                        del self._waiting[request]
-                        return assemble_scores(batch, parts)
-                    raise self._failed  # type: ignore[misc]
-        return self._oracle.score(prompts, batch, params, **kwargs)
+    def score(self, prompts: Sequence[Sequence[int]], batch: SampleBatch, params: SamplingParams) -> TokenScores:
+        request = request_fingerprint(prompts, batch, params)
+        with self._lock:
+            if request in self._waiting:
+                expected = self._waiting[request][1]
+                t0 = time.perf_counter()
+                self._lock.wait_for(lambda: len(self._parts[request]) >= expected or self._failed is not None)
+                self.wait_seconds += time.perf_counter() - t0
+                if len(self._parts[request]) >= expected:
+                    parts = self._parts.pop(request)
+                    del self._waiting[request]
+                    return assemble_scores(batch, parts)
+                raise self._failed  # type: ignore[misc]
+        return self.oracle.score(prompts, batch, params)
 
 
-def oracle_recipe(oracle: Any, *, target: ModelSource, draft: ModelSource | None) -> OracleRecipe | None:
+def oracle_recipe(oracle: Oracle, *, target: ModelSource, draft: ModelSource | None) -> OracleRecipe | None:
     """The recipe of a :class:`~speceq.oracles.hf.TargetOracle` built from these sources, or None for other oracles."""
     from speceq.oracles.hf import TargetOracle
 
     if type(oracle) is not TargetOracle or str(oracle.device) != "cpu":
         return None
     return OracleRecipe(target=target, draft=draft, eos_token_id=oracle.eos_token_id,
-                        share_prefix=bool(getattr(oracle, "share_prefix", False)),
-                        dtype=str(getattr(oracle, "dtype", "float32")))
+                        share_prefix=oracle.share_prefix, dtype=oracle.dtype)
 
 
 OnScored = Callable[[OracleScoreTask, TokenScores], None]

@@ -21,7 +21,8 @@ from typing import Any
 
 from speceq.errors import ConfigError, EngineError
 from speceq.pipeline.collect.executors import MAX_ATTEMPTS, OnResult, OnStart, StopFlag
-from speceq.pipeline.collect.sampling import EngineRecipe, apply_worker_threads, decode_error, item_case_id, run_task
+from speceq.pipeline.collect.sampling import EngineRecipe, apply_worker_threads, decode_error, item_case_id
+from speceq.pipeline.collect.tasks import run_task
 
 
 def import_ray() -> Any:

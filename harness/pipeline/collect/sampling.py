@@ -109,21 +109,6 @@ def sample_chunk(chunk: Any, engine: Engine) -> tuple[SampleBatch, float]:
     return batch, time.perf_counter() - t0
 
 
-def run_task(item: Any, recipes: dict[str, EngineRecipe]) -> tuple[str, Any]:
-    """Worker side: a chunk to sample or an oracle task to score (:mod:`speceq.pipeline.collect.oracle_tasks`).
-
-    Returns ("ok", (batch or scores, seconds)) or ("error", (error class name, message)).
-    """
-    try:
-        from speceq.pipeline.collect.oracle_tasks import OracleScoreTask, score_task
-
-        if isinstance(item, OracleScoreTask):
-            return "ok", score_task(item, recipes)
-        return "ok", sample_chunk(item, engine_for(recipes[item.role]))
-    except Exception as e:  # sent back to the driver, which raises it
-        return "error", encode_error(e)
-
-
 def item_case_id(item: Any) -> str | None:
     """The case a chunk or an oracle task belongs to (for error messages)."""
     case = getattr(item, "case", None)

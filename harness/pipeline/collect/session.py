@@ -16,16 +16,21 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import Engine, SampleBatch
+from speceq.oracles.build import ModelSource
+from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect import choose_executor
 from speceq.pipeline.collect.executors import Executor, ProcessExecutor, SerialExecutor
 from speceq.pipeline.collect.oracle_tasks import (
-    ModelSource,
     OracleScoreTask,
     PrefetchedOracle,
     oracle_recipe,
     plan_score_tasks,
 )
+
+#: One oracle ``score`` request of the analysis: (case id, prompts, rows, sampling parameters).
+ScoreRequest = tuple[str, Sequence[Sequence[int]], SampleBatch, SamplingParams]
 
 
 class _Stop:
@@ -95,8 +100,8 @@ class ExecutorSession:
             self._open.__exit__(None, None, None)  # type: ignore[attr-defined]
             self._open = None
 
-    def prefetch_scores(self, oracle: Any, requests: Sequence[tuple[str, Sequence[Sequence[int]], SampleBatch, Any]],
-                        *, target: ModelSource, draft: ModelSource | None) -> Any:
+    def prefetch_scores(self, oracle: Oracle, requests: Sequence[ScoreRequest], *, target: ModelSource,
+                        draft: ModelSource | None) -> Oracle:
         """Score ``requests`` ((case id, prompts, rows, params), in the order the analysis asks) on the workers.
 
         Returns the oracle for the analysis: a :class:`PrefetchedOracle` answering these

@@ -18,7 +18,8 @@ from multiprocessing.connection import Connection
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     reader, writer = Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False)
-    from speceq.pipeline.collect.sampling import apply_worker_threads, run_task
+    from speceq.pipeline.collect.sampling import apply_worker_threads
+    from speceq.pipeline.collect.tasks import run_task
 
     try:
         recipes, threads = reader.recv()

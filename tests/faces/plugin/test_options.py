@@ -29,7 +29,7 @@ print("HEAVY", sorted(m for m in ("torch", "numpy", "scipy", "speceq.pipeline.ru
 
 
 def test_default_samples_are_the_run_default_and_loading_the_plugin_stays_cheap(project: pytest.Pytester) -> None:
-    from speceq.pipeline.runner import DEFAULT_SAMPLES
+    from speceq.core.defaults import DEFAULT_SAMPLES
 
     assert default_samples() == DEFAULT_SAMPLES
     project.makepyfile(check_imports=CHECK_IMPORTS, test_plain="def test_plain():\n    pass\n")

@@ -21,7 +21,8 @@ from speceq.engines.function import FunctionEngine  # noqa: E402
 from speceq.errors import EngineError  # noqa: E402
 from speceq.pipeline.collect import auto_workers, choose_executor, engine_recipes, usable_cpus  # noqa: E402
 from speceq.pipeline.collect.executors import ProcessExecutor, SerialExecutor  # noqa: E402
-from speceq.pipeline.runner import RunInterrupted, collect  # noqa: E402
+from speceq.pipeline.fixed import collect  # noqa: E402
+from speceq.pipeline.stopping import RunInterrupted  # noqa: E402
 from speceq.store import SampleStore  # noqa: E402
 
 SPEC = "fake_engines:FakeEngine"

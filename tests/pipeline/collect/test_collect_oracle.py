@@ -15,7 +15,8 @@ from speceq.engines.base import SampleBatch, SampleRequest
 from speceq.inputs.cases import default_cases
 from speceq.pipeline.collect.oracle_tasks import ModelSource, plan_score_tasks, serial_batches
 from speceq.pipeline.collect.session import ExecutorSession
-from speceq.pipeline.runner import RunConfig, resolve_engines
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import resolve_engines
 from speceq.stats.scores import TokenScores
 
 ROWS = 300  # more than one forward batch of 256 rows, so there is something to cut
@@ -93,12 +94,12 @@ def test_two_worker_processes_score_the_serial_token_scores_bit_for_bit(scored):
 
 
 def test_the_share_prefix_option_reaches_the_oracle_and_the_rerun_command(scored):
+    from speceq.oracles.build import make_oracle
     from speceq.pipeline.analysis import rerun_command
-    from speceq.pipeline.runner import make_oracle
 
     _, engines, case, _ = scored
     off = RunConfig(oracle_share_prefix=False)
-    assert make_oracle(off, engines).share_prefix is False
-    assert make_oracle(RunConfig(), engines).share_prefix is True  # the default since the main-job measurement
+    assert make_oracle(off.oracle_spec(), engines).share_prefix is False
+    assert make_oracle(RunConfig().oracle_spec(), engines).share_prefix is True  # the default since the main-job measurement
     assert "--no-oracle-share-prefix" in rerun_command(off.settings(), 100, case)
     assert "share-prefix" not in rerun_command(RunConfig().settings(), 100, case)

@@ -26,7 +26,8 @@ except ImportError:
 
 from test_runner import assert_same_samples, cases, config, frame  # noqa: E402
 
-from speceq.pipeline.runner import collect, run  # noqa: E402
+from speceq.pipeline.fixed import collect  # noqa: E402
+from speceq.pipeline.runner import run  # noqa: E402
 from speceq.store import SampleStore  # noqa: E402
 
 SPEC = "fake_engines:FakeEngine"

@@ -19,7 +19,7 @@ from test_sequential_run import FAKE, cases, config  # noqa: E402
 
 from speceq.core.params import SamplingParams  # noqa: E402
 from speceq.inputs.cases import Case  # noqa: E402
-from speceq.pipeline.sequential import run_sequential  # noqa: E402
+from speceq.pipeline.runner import run  # noqa: E402
 from speceq.store import SampleStore  # noqa: E402
 
 VOLATILE = ("per_s", "speedup", "time", "elapsed", "created", "finished", "wall", "rerun_command")
@@ -43,8 +43,8 @@ def test_two_worker_processes_give_the_serial_sequential_run(tmp_path: Path) -> 
     run_cases = [*cases(), Case(case_id="g", prompt_ids=(1, 2), params=SamplingParams(temperature=0.0,
                                                                                           max_new_tokens=3))]
     opts = {"candidate": FAKE, "candidate_options": {"shift": 0.08}, "samples": 1200}
-    serial = run_sequential(config(tmp_path / "serial", **opts), run_cases)
-    parallel = run_sequential(config(tmp_path / "workers", workers=2, **opts), run_cases)
+    serial = run(config(tmp_path / "serial", **opts), run_cases)
+    parallel = run(config(tmp_path / "workers", workers=2, **opts), run_cases)
     prov = {n: json.loads((tmp_path / n / "provenance.json").read_text()) for n in ("serial", "workers")}
     assert prov["serial"]["executor"] == "serial, in this process"
     assert prov["workers"]["executor"].startswith("2 worker processes")
