@@ -64,7 +64,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=_workers_arg, default=None, metavar="N|auto",
                    help="local worker processes sampling chunks and scoring them with the oracle (1: in this "
                         "process). Default: auto, one per CPU that other processes leave at least a quarter idle "
-                        "(load average minus this run's own share), at most one per chunk to sample; with --executor ray: tasks in "
+                        "right now (measured over 0.25 s), at most one per chunk to sample; with --executor ray: tasks in "
                         "flight (default: one per cluster CPU)")
     g.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local: this machine; ray: tasks on a Ray cluster (pip install 'speceq[ray]'). "
@@ -327,7 +327,7 @@ def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
     tail = (f" (cases {', '.join(own)} set their own samples in the cases file: raise them there)" if own else "")
     if not argv:
         return f"to decide: rerun with --samples {n} and the same --out (stored samples are reused){tail}"
-    return f"to decide: {reasons.rerun_command(argv, n)}   (reuses the stored samples){tail}"
+    return f"to decide: {reasons.argv_rerun_command(argv, n)}   (reuses the stored samples){tail}"
 
 
 def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:

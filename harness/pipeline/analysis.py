@@ -239,7 +239,8 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
             labels, ca, cb = stats.paired_counts(sa, sb)
             res = chi2(ca, cb, tv_alpha=tv_alpha)
             primary = t == 0 or not oracle_mode
-            tests.append(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res))
+            tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res),
+                                             prompt=j, position=t))
             if primary and res.pvalue <= alpha:
                 bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
             if j == 0:
@@ -446,7 +447,7 @@ def _replace(details: CaseDetails, **changes: Any) -> CaseDetails:
     return dataclasses.replace(details, **changes)
 
 
-def rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
+def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
     """The ``speceq run`` command that reruns with ``samples`` per engine, from the run's settings.
 
     Stored samples are reused (same ``--out``), so only the missing ones are drawn. A case
@@ -539,7 +540,7 @@ def analyse_run(
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
                  settings: Mapping[str, Any]) -> CaseResult:
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
-    rerun = rerun_command(settings, d.required_n, case) if d.required_n is not None else None
+    rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
     return CaseResult(
         case_id=case.case_id, case=case.to_dict(), verdict=d.verdict, reason=d.reason, tolerance=tolerance,
         n_baseline=ev.n_baseline, n_candidate=ev.n_candidate, tests=d.tests, tv_estimate=d.tv_estimate,

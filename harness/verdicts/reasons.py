@@ -20,7 +20,6 @@ from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 
 _TV = re.compile(r"\bTV=([0-9.eE+-]+)")
 _MEAN_F = re.compile(r"mean f (\S+) vs expected (\S+?)[ (;]")
-_CHI2_POSITION = re.compile(r"^chi2 (?:prompt (\d+) )?position (\d+)$")
 
 
 def deciding_test(case: CaseResult, alpha: float) -> TestOutcome | None:
@@ -97,11 +96,10 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     if name.startswith("chi2 joint"):
         return (f"{engine} produces the pairs of first two tokens at different rates than the baseline: the law of the "
                 "sequence changed, not only of one token.")
-    m = _CHI2_POSITION.match(name)
-    if m:
-        prompt = f" of prompt {m.group(1)}" if m.group(1) else ""
-        return (f"At generated position {m.group(2)}{prompt}, {engine} picks tokens at different rates than the baseline "
-                "(the bars show which tokens moved).")
+    if test.position is not None:
+        prompt = f" of prompt {test.prompt}" if test.prompt is not None else ""
+        return (f"At generated position {test.position}{prompt}, {engine} picks tokens at different rates than the "
+                "baseline (the bars show which tokens moved).")
     return f"{name} rejects: {engine} does not sample the baseline's distribution."
 
 
@@ -114,7 +112,7 @@ def samples_needed(case: CaseResult) -> str:
     return f"~{case.required_n:,} samples per engine would decide (now {min(case.n_baseline, case.n_candidate):,})"
 
 
-def rerun_command(argv: Sequence[str], samples: int, *, program: str = "speceq") -> str:
+def argv_rerun_command(argv: Sequence[str], samples: int, *, program: str = "speceq") -> str:
     """The command line ``argv`` (of ``speceq ...``) with ``--samples`` set to ``samples`` and
     ``--fresh`` dropped, so that the rerun reuses the stored samples and adds the rest."""
     out: list[str] = []

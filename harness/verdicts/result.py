@@ -41,6 +41,8 @@ class TestOutcome:
     primary: whether it is one of the primary tests fixed before the data (Holm family).
     adjusted_pvalue: Holm-adjusted over every primary test of the run (primary only).
     qvalue: Benjamini-Hochberg q-value over every test of the run (diagnostic).
+    prompt / position: for a test of one generated position (``chi2 prompt j position t``),
+    which prompt of the batch and which position, so that faces never parse the name back.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -55,6 +57,8 @@ class TestOutcome:
     adjusted_pvalue: float | None = None
     qvalue: float | None = None
     summary: str = ""
+    prompt: int | None = None
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

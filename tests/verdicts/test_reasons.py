@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
 
 from speceq.verdicts.decide import CaseEvidence, decide_run
 from speceq.verdicts.reasons import (
+    argv_rerun_command,
     decided_by,
     deciding_test,
     effect,
     engine_label,
     meaning,
-    rerun_command,
     samples_needed,
     skipped_tests,
 )
@@ -70,7 +71,11 @@ def test_no_deciding_test_for_other_verdicts_and_hard_failures() -> None:
     ("chi2 prompt 2 position 3", 90.0, "At generated position 3 of prompt 2"),
 ])
 def test_meaning_follows_the_test_and_its_sign(name: str, stat: float, phrase: str) -> None:
-    case = _case([_test(name, 1e-12, stat)])
+    test = _test(name, 1e-12, stat)
+    if name.startswith("chi2 prompt"):  # per-position tests carry their prompt and position (never parsed back)
+        prompt, position = (int(w) for w in name.split()[2::2])
+        test = dataclasses.replace(test, prompt=prompt, position=position)
+    case = _case([test])
     assert phrase in meaning(case, ALPHA, "E")
 
 
@@ -87,7 +92,7 @@ def test_effect_reads_tv_and_z_excess_from_the_summary() -> None:
     ["run", "--samples=300", "--candidate", "my engine.py:sample"],
 ])
 def test_rerun_command_sets_samples_and_keeps_the_rest(argv: list[str]) -> None:
-    command = rerun_command(argv, 9000)
+    command = argv_rerun_command(argv, 9000)
     words = shlex.split(command)
     assert words == ["speceq", "run", "--candidate", "my engine.py:sample", "--samples", "9000"]
 

@@ -5,8 +5,8 @@ Which executor samples (see :mod:`speceq.pipeline.collect.executors`):
 
 - ``executor="local"``, ``workers=1``: serial, in the driver.
 - ``executor="local"``, ``workers=N > 1``: N local worker processes.
-- ``executor="local"``, ``workers=None`` (auto): :func:`auto_workers`, the idle CPUs (at most one
-  process per chunk to sample; 1: serial).
+- ``executor="local"``, ``workers=None`` (auto): :func:`auto_workers`, the CPUs idle right now (at most
+  one process per chunk to sample; 1: serial).
 - ``executor="ray"``: Ray tasks (local instance, or the cluster at ``ray_address``).
 
 Workers rebuild engines from their spec strings (or from a pickled engine object when the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,8 @@ from speceq.pipeline.collect.sampling import THREADS_ENV, EngineRecipe, recipe_f
 
 EXECUTORS: tuple[str, ...] = ("local", "ray")
 
-__all__ = ["EXECUTORS", "Executor", "ProcessExecutor", "SerialExecutor", "auto_workers", "choose_executor",
-           "engine_recipes", "own_load_share", "usable_cpus", "worker_threads"]
+__all__ = ["EXECUTORS", "Executor", "ProcessExecutor", "SerialExecutor", "auto_workers", "busy_cpus_now",
+           "choose_executor", "engine_recipes", "usable_cpus", "worker_threads"]
 
 
 def usable_cpus() -> int:
@@ -43,72 +44,81 @@ def usable_cpus() -> int:
 
 #: A CPU counts as idle for ``--workers auto`` when other processes leave at least this fraction of it.
 IDLE_FRACTION = 0.25
+#: Seconds over which ``--workers auto`` measures how busy the CPUs are right now.
+BUSY_WINDOW_S = 0.25
 
 
-def own_load_share() -> float:
-    """This process's share of the 1-minute load average (0..1): what it has itself put there.
-
-    The driver imports torch and loads its engines before it picks a worker count, so the load
-    average it reads already counts itself (about 0.2-0.5 after 15-40 s of loading). A
-    process that was busy a fraction ``u`` of its ``e`` seconds of life adds about
-    ``u (1 - exp(-e / 60))`` to the exponentially damped 1-minute figure. 0 where the platform
-    does not say how long the process has lived (not Linux).
-    """
+def _usable_cpu_ids() -> set[int] | None:
     try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            start_ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: start time, clock ticks
-        with open("/proc/uptime", encoding="ascii") as f:
-            uptime = float(f.read().split()[0])
-        elapsed = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
-    if elapsed <= 0:
-        return 0.0
-    t = os.times()
-    busy = min(1.0, (t.user + t.system) / elapsed)
-    return busy * (1.0 - math.exp(-elapsed / 60.0))
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return None
 
 
-def auto_workers(pending: int, *, load: float | None = None, own: float | None = None) -> int:
-    """Default worker count: the CPUs other processes leave idle, at least 1, at most one per chunk to sample.
+def _cpu_jiffies(cpus: set[int] | None) -> tuple[int, int, int] | None:
+    """(busy ticks, total ticks, CPUs counted) since boot from ``/proc/stat``, over ``cpus`` (None: all)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            lines = [line.split() for line in f if line.startswith("cpu") and line[3:4].isdigit()]
+    except OSError:
+        return None
+    busy = total = counted = 0
+    for fields in lines:
+        if cpus is not None and int(fields[0][3:]) not in cpus:
+            continue
+        ticks = [int(x) for x in fields[1:9]]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+        busy, total, counted = busy + sum(ticks) - idle, total + sum(ticks), counted + 1
+    return (busy, total, counted) if counted else None
 
-    One worker per CPU that other processes leave at least :data:`IDLE_FRACTION` idle: the
-    load of other processes is the 1-minute load average (``load``; read from the system when
-    None, 0 where the platform has none) minus this process's own share of it (``own``;
-    :func:`own_load_share` when None). The old rule (CPUs minus the whole load average,
-    rounded half up) chose serial on a nearly idle 2-core machine: a load of 0.5 from anything,
-    the driver's own loading included, left "1.5 idle CPUs", rounded to 1, although a second
-    worker process gets most of a CPU there (each CPU's time is shared among the runnable
-    processes). On an idle 2-core
-    machine this is 2 worker processes (each with 1 torch thread: more threads per process
-    were measured slower). On the shared, busy 2-core development machine (load 14-17) 2
-    workers sampled the default run's chunks no faster than 1 (each chunk took 1.77x longer,
-    docs/SCALE.md), so a machine whose cores other jobs already use gets 1 worker, which also
-    spares the worker start-up.
+
+def busy_cpus_now(window_s: float = BUSY_WINDOW_S) -> float | None:
+    """CPUs that OTHER processes keep busy right now: measured over ``window_s`` seconds, this process excluded.
+
+    Reads the busy and total time of the CPUs this process may run on before and after a short
+    sleep (this process's own CPU time in the window is taken off), so it says what the machine
+    is doing now, not what the 1-minute load average remembers (right after ``pip install``, or
+    a previous run, that average still reads ~1 on an idle 2-core machine). None where the
+    platform has no ``/proc/stat`` (then :func:`auto_workers` takes every usable CPU).
+    """
+    cpus = _usable_cpu_ids()
+    before, own_before = _cpu_jiffies(cpus), os.times()
+    if before is None:
+        return None
+    time.sleep(window_s)
+    after, own_after = _cpu_jiffies(cpus), os.times()
+    if after is None or after[1] <= before[1]:
+        return None
+    own = ((own_after.user + own_after.system) - (own_before.user + own_before.system)) * os.sysconf("SC_CLK_TCK")
+    busy = max(0.0, (after[0] - before[0]) - own)
+    return min(float(after[2]), busy / (after[1] - before[1]) * after[2])
+
+
+def auto_workers(pending: int, *, busy: float | None = None) -> int:
+    """Default worker count: the CPUs other processes leave idle now, at least 1, at most one per chunk to sample.
+
+    One worker per usable CPU that other processes leave at least :data:`IDLE_FRACTION` idle;
+    ``busy``: CPUs other processes keep busy (:func:`busy_cpus_now` when None; every CPU is
+    taken when the platform cannot say). On an idle 2-core machine this is 2 worker processes
+    (each with 1 torch thread: more threads per process were measured slower), also right
+    after an install; on the shared, busy 2-core development machine (both cores taken by
+    other jobs) 2 workers sampled the default run's chunks no faster than 1 (each chunk took
+    1.77x longer, docs/SCALE.md), so a machine whose cores other jobs use gets 1 worker, which
+    also spares the worker start-up.
     """
     cpus = usable_cpus()
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):  # Windows; no load figure
-            load = 0.0
-    if own is None:
-        own = own_load_share()
-    others = max(0.0, load - own)
-    idle = math.ceil(cpus - others - IDLE_FRACTION)  # CPUs at least IDLE_FRACTION idle
+    if busy is None:
+        busy = busy_cpus_now() or 0.0
+    idle = math.ceil(cpus - busy - IDLE_FRACTION)  # CPUs at least IDLE_FRACTION idle
     return max(1, min(cpus, idle, pending))
 
 
 def auto_workers_reason(pending: int) -> tuple[int, str]:
     """``--workers auto``'s count and why, for the run's log line."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    own = own_load_share()
-    n = auto_workers(pending, load=load, own=own)
-    return n, (f"--workers auto: {n} ({usable_cpus()} usable CPUs, 1-minute load {load:.2f} of which {own:.2f} "
-               f"this process, {pending} items to run)")
+    busy = busy_cpus_now()
+    n = auto_workers(pending, busy=busy or 0.0)
+    now = "not measurable here" if busy is None else f"{busy:.2f} busy with other processes now"
+    return n, f"--workers auto: {n} ({usable_cpus()} usable CPUs, {now}, {pending} items to run)"
 
 
 def worker_threads(threads: int | None) -> int:

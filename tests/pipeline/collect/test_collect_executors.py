@@ -115,8 +115,8 @@ def test_executor_choice():
     assert isinstance(proc, ProcessExecutor) and (proc.workers, proc.threads) == (2, 2)
     assert 1 <= auto_workers(100) and auto_workers(1) == 1
     cpus = usable_cpus()
-    assert auto_workers(100, load=0.0, own=0.0) == cpus and auto_workers(100, load=float(cpus), own=0.0) == 1
-    assert auto_workers(100, load=cpus + 10.0, own=0.0) == 1 and auto_workers(1, load=0.0, own=0.0) == 1
+    assert auto_workers(100, busy=0.0) == cpus and auto_workers(100, busy=float(cpus)) == 1
+    assert auto_workers(1, busy=0.0) == 1
     recipes = engine_recipes(engines, {"baseline": ("rel/my_engine.py:fn", {}), "candidate": (SPEC, {"shift": 0.1})})
     assert Path(recipes["baseline"].spec.rpartition(":")[0]).is_absolute()
     assert recipes["candidate"].spec == SPEC and dict(recipes["candidate"].options) == {"shift": 0.1}
@@ -126,34 +126,39 @@ def test_auto_workers_on_a_nearly_idle_machine_uses_every_core(monkeypatch):
     import speceq.pipeline.collect as collect_pkg
 
     monkeypatch.setattr(collect_pkg, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(collect_pkg, "own_load_share", lambda: 0.3)  # the driver loading its models
-
-    def load(one_minute):
-        monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (one_minute, 0.5, 0.3))
-
-    load(0.9)  # 0.6 from other processes: the old rule (round(2 - 0.9) = 1) chose serial here
-    assert auto_workers(72) == 2
-    assert auto_workers(72, own=0.0) == 1  # 0.9 from others leaves the second CPU only 10 % idle
-    load(1.0)
-    assert auto_workers(72) == 2  # 0.7 from others: the second CPU is still 30 % idle
-    load(1.3)
-    assert auto_workers(72) == 1  # 1.0 from others: one CPU is taken
-    assert auto_workers(1) == 1  # never more workers than chunks to sample
-    load(2.1)  # 1.8 from others: less than a quarter of a CPU idle
-    assert auto_workers(72) == 1
-    load(16.0)  # the busy shared machine
-    assert auto_workers(72) == 1
-    n, why = collect_pkg.auto_workers_reason(72)
-    assert n == 1 and "2 usable CPUs, 1-minute load 16.00 of which 0.30 this process" in why
+    assert auto_workers(72, busy=0.0) == 2
+    assert auto_workers(72, busy=0.7) == 2  # the second CPU is still 30 % idle
+    assert auto_workers(72, busy=0.9) == 1  # only 10 % of it is left
+    assert auto_workers(72, busy=1.0) == 1  # one CPU is taken
 
 
-def test_own_load_share_is_a_fraction_of_one_core():
-    from speceq.pipeline.collect import own_load_share
+def test_busy_cpus_are_measured_now_and_leave_out_this_process(monkeypatch):
+    """The figure is the CPU time other processes take in the window, not the 1-minute load average."""
+    import speceq.pipeline.collect as collect_pkg
 
-    share = own_load_share()
-    assert 0.0 <= share <= 1.0
-    if sys.platform.startswith("linux"):  # this test process has been busy for a while: it counts
-        assert share > 0.0
+    readings = iter([(1000, 10_000, 2), (1150, 10_200, 2)])  # 150 busy of 200 ticks over 2 CPUs
+    own = iter([collect_pkg.os.times_result((1.0, 0.0, 0.0, 0.0, 0.0)),
+                collect_pkg.os.times_result((1.5, 0.0, 0.0, 0.0, 0.0))])  # this process: 0.5 s = 50 ticks
+    monkeypatch.setattr(collect_pkg, "_cpu_jiffies", lambda cpus: next(readings))
+    monkeypatch.setattr(collect_pkg.os, "times", lambda: next(own))
+    monkeypatch.setattr(collect_pkg.os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(collect_pkg.os, "getloadavg", lambda: (1.3, 1.3, 1.3))  # a stale average: not read
+    monkeypatch.setattr(collect_pkg.time, "sleep", lambda s: None)
+    assert collect_pkg.busy_cpus_now() == pytest.approx(1.0)  # (150 - 50) / 200 * 2
+    monkeypatch.setattr(collect_pkg, "_cpu_jiffies", lambda cpus: None)  # no /proc/stat: every CPU is free
+    monkeypatch.setattr(collect_pkg.os, "times", lambda: collect_pkg.os.times_result((0.0,) * 5))
+    assert collect_pkg.busy_cpus_now() is None
+
+
+def test_busy_cpu_reading_counts_only_this_process_cpus(monkeypatch, tmp_path):
+    import speceq.pipeline.collect as collect_pkg
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  9 9 9 9 9 0 0 0 0 0\ncpu0 10 0 10 80 0 0 0 0 0 0\ncpu1 50 0 0 50 0 0 0 0 0 0\nintr 1\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(stat if path == "/proc/stat" else path, *a, **k))
+    assert collect_pkg._cpu_jiffies({1}) == (50, 100, 1)
+    assert collect_pkg._cpu_jiffies(None) == (70, 200, 2)
 
 
 def test_resume_with_workers_reuses_what_serial_stored(tmp_path):

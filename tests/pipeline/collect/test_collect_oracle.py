@@ -95,11 +95,11 @@ def test_two_worker_processes_score_the_serial_token_scores_bit_for_bit(scored):
 
 def test_the_share_prefix_option_reaches_the_oracle_and_the_rerun_command(scored):
     from speceq.oracles.build import make_oracle
-    from speceq.pipeline.analysis import rerun_command
+    from speceq.pipeline.analysis import settings_rerun_command
 
     _, engines, case, _ = scored
     off = RunConfig(oracle_share_prefix=False)
     assert make_oracle(off.oracle_spec(), engines).share_prefix is False
     assert make_oracle(RunConfig().oracle_spec(), engines).share_prefix is True  # the default since the main-job measurement
-    assert "--no-oracle-share-prefix" in rerun_command(off.settings(), 100, case)
-    assert "share-prefix" not in rerun_command(RunConfig().settings(), 100, case)
+    assert "--no-oracle-share-prefix" in settings_rerun_command(off.settings(), 100, case)
+    assert "share-prefix" not in settings_rerun_command(RunConfig().settings(), 100, case)
