@@ -8,6 +8,7 @@ with the path monitored at every observation. benchmarks/sequential.py runs the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -53,15 +54,36 @@ def test_paired_exchangeability_matches_its_definition(pairs: list[tuple[int, in
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
 
 
+def _plugin_lr_one_step_mean(log_e_of: Callable[..., np.ndarray], p: np.ndarray, past: np.ndarray,
+                             betas: tuple[float, ...]) -> float:
+    """E_{x ~ p}[E_{t+1} / E_t] of the plug-in LR after ``past``, each factor read off ``log_e_of``'s path."""
+    total = 0.0
+    for x in range(p.size):
+        path = log_e_of(np.append(past, x), p, betas=betas)
+        prev = path[-2] if past.size else 0.0
+        total += p[x] * math.exp(path[-1] - prev)
+    return total
+
+
 @settings(max_examples=80, deadline=None, derandomize=True)
 @given(probs, st.integers(0, 30), st.floats(0.5, 100))
 def test_plugin_lr_one_step_is_fair_under_the_null(p: np.ndarray, seen: int, beta: float) -> None:
-    """E_p[q(x) / p(x)] = 1 for any predictive q built from the past: the product is a martingale."""
-    rng = np.random.default_rng(seen)
-    past = rng.integers(0, p.size, size=seen)
-    c = np.bincount(past, minlength=p.size)
-    factor = (c + beta * p) / (seen + beta) / p
-    assert float(np.sum(p * factor)) == pytest.approx(1.0, abs=1e-12)
+    """E_p[E_{t+1} / E_t | past] = 1 exactly, for one prior strength and for the default mixture:
+    the path is a martingale. The factors come from ``plugin_lr_log_e`` itself."""
+    past = np.random.default_rng(seen).integers(0, p.size, size=seen)
+    assert _plugin_lr_one_step_mean(seq.plugin_lr_log_e, p, past, (beta,)) == pytest.approx(1.0, abs=1e-9)
+    assert _plugin_lr_one_step_mean(seq.plugin_lr_log_e, p, past, seq.DEFAULT_BETAS) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_the_fairness_check_fails_a_plugin_lr_that_is_not_a_martingale() -> None:
+    """Planted bug: log E gains log 2 per observation. The one-step check must see a mean of 2."""
+    def inflated(x: np.ndarray, probs: np.ndarray, betas: tuple[float, ...]) -> np.ndarray:
+        return seq.plugin_lr_log_e(x, probs, betas=betas) + math.log(2.0) * np.arange(1, np.size(x) + 1)
+
+    p = np.array([0.5, 0.3, 0.2])
+    past = np.array([0, 0, 1, 2, 0])
+    assert _plugin_lr_one_step_mean(inflated, p, past, (2.0,)) == pytest.approx(2.0, abs=1e-9)
+    assert _plugin_lr_one_step_mean(seq.plugin_lr_log_e, p, past, (2.0,)) == pytest.approx(1.0, abs=1e-9)
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)
