@@ -8,7 +8,8 @@ Each size check is a binomial tail: the count of p <= level over R null replicat
 within the (1 - 1e-6) quantile of Binomial(R, FACTOR x level), so a test up to FACTOR (1.5x)
 liberal fails it with probability <= 1e-6 (the chi-square laws are asymptotic; exact tests
 use factor 1). R is computed (tests/binomial_tail.py) so that a test CATCH (3x) too liberal fails
-with probability >= 0.99: R = 47 232 at 1e-3. Catching 2x at 1e-3 takes R = 345 088 per row
+with probability >= 0.99: R = 47 232 at 1e-3 (one row, see GOF_MODERATE_REPS, catches 4x in the
+default run). Catching 2x at 1e-3 takes R = 345 088 per row
 (7x the default run's ~50 s on 2 busy cores), so those rows run under ``-m slow``.
 """
 
@@ -62,9 +63,22 @@ def test_chi2_tests_hold_their_size_at_1e_3(law: tc.Law, groups: tuple[tuple[int
     for n_a, n_b in groups:
         pv = tc.homogeneity_null_pvalues(law.probs, n_a, n_b, reps, rng, check=20, mc_level=LEVEL)
         _assert_size(pv, LEVEL, (law.name, n_a, n_b))
-    if law.kind == "token":
-        pv = tc.gof_null_pvalues(law.probs, 3000, reps, rng, mc_level=LEVEL)
-        _assert_size(pv, LEVEL, (law.name, "goodness of fit"))
+
+
+#: The goodness-of-fit row on the moderate law pays a Monte Carlo p-value for every p < 0.01
+#: (~25 s at REPS here), so the default run checks it with R to catch 4x (19 904); 2x under -m slow.
+GOF_MODERATE_REPS = reps_to_catch(LEVEL, 4.0, FACTOR)
+
+
+@pytest.mark.parametrize(("law", "reps"), [
+    (_laws()[0], REPS),
+    (_laws()[2], GOF_MODERATE_REPS),
+    pytest.param(_laws()[0], SLOW_REPS, marks=pytest.mark.slow),
+    pytest.param(_laws()[2], SLOW_REPS, marks=pytest.mark.slow),
+], ids=lambda x: x.name if isinstance(x, tc.Law) else str(x))
+def test_goodness_of_fit_holds_its_size_at_1e_3(law: tc.Law, reps: int) -> None:
+    pv = tc.gof_null_pvalues(law.probs, 3000, reps, np.random.default_rng(10), mc_level=LEVEL)
+    _assert_size(pv, LEVEL, (law.name, "goodness of fit"))
 
 
 def test_the_size_check_fails_a_chi_square_three_times_too_liberal() -> None:
