@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.samples:
             run += ["--samples", str(args.samples)]
         run_s, proc = timed(run, cwd=clone)
-        chosen = re.search(r"--workers auto: [^\n]*", proc.stderr)
+        chosen = re.search(r"--workers auto: [^)]*\)", proc.stderr)
         verdict = re.search(r"run verdict [A-Z]+[^\n]*", proc.stdout)
         old_rule = max(1, min(cpus, math.ceil(cpus - load - 0.25)))
         print(f"first run on a fresh clone of {head} ({'README install' if args.full_install else 'quick install'}), "
