@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -528,14 +529,16 @@ def markov_model(T: float = 1.0, eos_boost: float = 0.0, top: int = 40) -> tuple
 def pipeline_aa(runs: int, samples: int, alphas: Sequence[float], seed: int = 0, eos_boost: float = 0.3,
                 progress: Callable[[str], None] | None = None,
                 models: Callable[[float], tuple[np.ndarray, np.ndarray]] | None = None,
-                fired: list[tuple[int, float, str, str, float, float]] | None = None) -> dict[float, tuple[int, int]]:
+                fired: list[tuple[int, float, str, str, float, float]] | None = None,
+                results: list[Any] | None = None) -> dict[float, tuple[int, int]]:
     """Run-level false-``shifted`` count per alpha over A/A runs of the whole analysis + decision.
 
     Each run has two cases of Markov models from the bundled target (T = 1.0 plain, and
     EOS-prone: EOS probability ``eos_boost`` per step), 4 new tokens, baseline and candidate
     drawn independently from the same model, the exact oracle, Holm over the run. Returns alpha -> (runs with any shifted case, runs).
     ``fired``: when given, each false ``shifted`` appends (run, alpha, case, the primary test with the
-    smallest Holm-adjusted p-value, its raw p-value, its adjusted p-value).
+    smallest Holm-adjusted p-value, its raw p-value, its adjusted p-value). ``results``: when
+    given, every run's RunResult is appended (run order, then alpha order).
     """
     from speceq.core.params import SamplingParams
     from speceq.engines.base import SampleBatch
@@ -562,6 +565,8 @@ def pipeline_aa(runs: int, samples: int, alphas: Sequence[float], seed: int = 0,
             res = analyse_run(cases, base, cand, oracle=oracle, alpha=a, tolerance=0.15, seed=r, engines={},
                               provenance={})
             counts[a] += res.verdict == "shifted"
+            if results is not None:
+                results.append(res)
             if fired is not None and res.verdict == "shifted":
                 case, test = min(((c, t) for c in res.cases for t in c.tests if t.adjusted_pvalue is not None),
                                  key=lambda ct: ct[1].adjusted_pvalue)

@@ -40,13 +40,55 @@ def test_every_numpy_load_disables_pickle() -> None:
                 assert "allow_pickle=False" in line, f"{path.relative_to(ROOT)}: {line.strip()}"
 
 
+MODELS = ROOT / "harness" / "models"
+#: File endings of pickle-based weight formats (torch.save, pickle, joblib, TF checkpoints).
+PICKLE_ENDINGS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
+
+
+def weight_problems(models: Path) -> list[str]:
+    """What breaks "bundled weights are safetensors only" under ``models``, one line each.
+
+    Every file anywhere below it with a pickle-format ending; every model folder (a folder
+    holding ``config.json``) without ``model.safetensors``; every ``*.safetensors`` that is
+    not one (a safetensors file opens with an 8-byte little-endian header length, then ``{``).
+    """
+    problems = [f"{p.relative_to(models)}: pickle-format weights" for p in sorted(models.rglob("*"))
+                if p.is_file() and p.name.endswith(PICKLE_ENDINGS)]
+    for config in sorted(models.rglob("config.json")):
+        if not (config.parent / "model.safetensors").is_file():
+            problems.append(f"{config.parent.relative_to(models)}: no model.safetensors")
+    for weights in sorted(models.rglob("*.safetensors")):
+        with weights.open("rb") as f:
+            head = f.read(9)
+        if len(head) < 9 or head[8:9] != b"{":
+            problems.append(f"{weights.relative_to(models)}: not in safetensors format")
+    return problems
+
+
 def test_model_weights_are_safetensors_only() -> None:
-    for folder in (ROOT / "harness" / "models" / "target", ROOT / "harness" / "models" / "draft"):
-        names = {p.name for p in folder.iterdir()}
-        assert "model.safetensors" in names
-        assert not {n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))}
-    loader = (ROOT / "harness" / "models" / "__init__.py").read_text(encoding="utf-8")
+    """Every bundled model folder, found by its config.json (the five known ones at least)."""
+    folders = {c.parent.name for c in MODELS.rglob("config.json")}
+    assert {"target", "draft", "draft-hd32", "bpe-target", "bpe-draft"} <= folders, folders
+    assert weight_problems(MODELS) == []
+    loader = (MODELS / "__init__.py").read_text(encoding="utf-8")
     assert "use_safetensors=True" in loader
+
+
+def test_the_weights_check_sees_every_folder_and_fake_safetensors(tmp_path: Path) -> None:
+    """Planted: a new model folder with torch.save weights, and a pickle renamed to .safetensors."""
+    import shutil
+
+    shutil.copytree(MODELS / "draft-hd32", tmp_path / "draft-hd32")
+    new = tmp_path / "new-model"
+    new.mkdir()
+    (new / "config.json").write_text("{}", encoding="utf-8")
+    (new / "pytorch_model.bin").write_bytes(b"\x80\x04\x95")  # pickle protocol 4 header
+    (tmp_path / "draft-hd32" / "model.safetensors").write_bytes(b"\x80\x04\x95" + bytes(64))
+    assert weight_problems(tmp_path) == [
+        "new-model/pytorch_model.bin: pickle-format weights",
+        "new-model: no model.safetensors",
+        "draft-hd32/model.safetensors: not in safetensors format",
+    ]
 
 
 def test_public_api_is_lazy_and_complete() -> None:

@@ -125,21 +125,40 @@ def test_the_oracle_masks_the_bpe_eos(bpe_target: torch.nn.Module) -> None:
 
 
 def test_bpe_world_black_box_run(tmp_path: Path, bpe_target: torch.nn.Module) -> None:
-    """baseline vs reference on the ignore_eos BPE case, 1 new token, 200 samples, no oracle: not 'shifted'."""
+    """baseline vs reference on the ignore_eos BPE case, 2 new tokens, 200 samples, no oracle: not 'shifted';
+    the same run against mutant:greedy-acceptance (a bug of the accept test, so it acts only when
+    the engine drafts) is 'shifted'.
+
+    2 tokens, so the reference drafts (a step never drafts past max_new_tokens: with 1 token it
+    drafts nothing and any rejection bug is invisible). The positive control is greedy-acceptance,
+    whose exact first-token TV on this prompt is 0.36 (smallest Holm p 9e-12 at 200 samples);
+    resample-from-target (TV 0.14, spread over a flat law of 32 000 tokens) is not resolved by the
+    black-box tests at this size (smallest Holm p 0.76), so it would be no control here.
+    """
     import dataclasses
 
     from speceq.engines.baseline import BaselineEngine
+    from speceq.engines.mutants import make_mutant
     from speceq.engines.reference import ReferenceSpeculativeEngine
     from speceq.pipeline.config import RunConfig
     from speceq.pipeline.runner import run
 
     (case,) = [c for c in bpe_cases() if c.case_id == "bpe-ignore-eos-t07-b4"]
-    case = dataclasses.replace(case, params=dataclasses.replace(case.params, max_new_tokens=1))
-    engines = {"baseline": BaselineEngine(bpe_target), "candidate": ReferenceSpeculativeEngine(bpe_target, BPE_DRAFT_DIR)}
-    config = RunConfig(samples=200, chunk_size=200, out_dir=tmp_path / "out", progress=False, oracle=False)
-    (res,) = run(config, [case], engines=engines).cases
-    assert res.verdict != "shifted", res.summary()
-    assert res.candidate_tokens == 200 * (1 + len(case.companions))  # ignore_eos: every row has 1 token
+    case = dataclasses.replace(case, params=dataclasses.replace(case.params, max_new_tokens=2))
+    candidates = {
+        "reference": ReferenceSpeculativeEngine(bpe_target, BPE_DRAFT_DIR),
+        "greedy-acceptance": make_mutant("greedy-acceptance", target=bpe_target, draft=BPE_DRAFT_DIR),
+    }
+    results = {}
+    for name, candidate in candidates.items():
+        config = RunConfig(samples=200, chunk_size=200, out_dir=tmp_path / name, progress=False, oracle=False)
+        (results[name],) = run(config, [case], engines={"baseline": BaselineEngine(bpe_target),
+                                                         "candidate": candidate}).cases
+    ref, mutant = results["reference"], results["greedy-acceptance"]
+    assert ref.verdict != "shifted", ref.summary()
+    assert ref.candidate_tokens == 200 * 2 * (1 + len(case.companions))  # ignore_eos: every row has 2 tokens
+    assert ref.acceptance_rate is not None and 0 < ref.acceptance_rate < 1  # it drafted, and some drafts were accepted
+    assert mutant.verdict == "shifted", mutant.summary()
 
 
 @pytest.mark.slow

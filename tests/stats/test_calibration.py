@@ -5,10 +5,17 @@ alpha +- 2 sqrt(alpha (1 - alpha) / R) = [0.019, 0.081], and the collected p-val
 look uniform (KS at a loose fixed threshold). Tests on heavily tied data (sequence lengths)
 have discrete exact p-values, which are uniform only at their attainable levels
 (P(p <= x) <= x); for them only the anti-conservative side is checked. Seeded: deterministic.
-Power sanity: a known shift is detected by each family.
+The band lets a test up to 1.6x liberal at 0.05 pass (a chi-square homogeneity p-value on one
+degree of freedom too few did), so the homogeneity test's size is also computed exactly on
+small tables (every table of the conditional null enumerated). Power sanity: a known shift is
+detected by each family.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -60,6 +67,49 @@ def test_oracle_tests_are_calibrated(name: str, oracle_pvalues: dict[str, np.nda
 @pytest.mark.parametrize("name", TWO_SAMPLE_TESTS)
 def test_two_sample_tests_are_calibrated(name: str, two_sample_pvalues: dict[str, np.ndarray]) -> None:
     _check(name, two_sample_pvalues[name])
+
+
+def conditional_size(margins: tuple[int, ...], n_a: int, alpha: float) -> float:
+    """P(chisquare_homogeneity p <= alpha | both margins), exactly: a sum over every table.
+
+    Under H0, given the column sums ``margins`` and group a's size ``n_a``, group a's row is
+    multivariate hypergeometric; every such row is enumerated with its probability.
+    """
+    m = np.array(margins)
+    log_total = math.lgamma(m.sum() + 1) - math.lgamma(n_a + 1) - math.lgamma(m.sum() - n_a + 1)
+    size = 0.0
+    for head in itertools.product(*(range(x + 1) for x in m[:-1])):
+        row = np.array([*head, n_a - sum(head)])
+        if not 0 <= row[-1] <= m[-1]:
+            continue
+        log_w = sum(math.lgamma(x + 1) - math.lgamma(r + 1) - math.lgamma(x - r + 1) for x, r in zip(m, row))
+        if chisquare_homogeneity(row, m - row).pvalue <= alpha:
+            size += math.exp(log_w - log_total)
+    return size
+
+
+#: (margins, n_a, alpha): equal groups, every label its own bin. Exact sizes 0.043-0.056 at 0.05 and 0.0084 at 0.01;
+#: with the chi-square law at one degree of freedom too few, 0.13-0.20 and 0.034.
+SMALL_TABLES = [((20, 20, 20), 30, 0.05), ((30, 20, 10), 30, 0.05), ((25, 15, 12), 26, 0.05), ((20, 20, 20), 30, 0.01)]
+#: Tolerated factor of the exact conditional size over alpha (the chi-square law is asymptotic).
+SMALL_TABLE_FACTOR = 1.2
+
+
+@pytest.mark.parametrize(("margins", "n_a", "alpha"), SMALL_TABLES)
+def test_chi_square_homogeneity_size_is_exact_on_small_tables(margins: tuple[int, ...], n_a: int, alpha: float) -> None:
+    """The chi-square rows above (R = 200) cannot see a p-value 1.5x too liberal; the exact conditional
+    size can: it must stay within SMALL_TABLE_FACTOR x alpha (no sampling noise)."""
+    assert conditional_size(margins, n_a, alpha) <= SMALL_TABLE_FACTOR * alpha
+
+
+def test_the_exact_size_check_fails_a_chi_square_with_one_dof_too_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted bug: the homogeneity p-value from chi2(K - 2) instead of chi2(K - 1) (anti-conservative)."""
+    import speceq.stats.twosample as twosample
+
+    chi2 = stats.chi2
+    monkeypatch.setattr(twosample, "stats", SimpleNamespace(chi2=SimpleNamespace(sf=lambda x, df: chi2.sf(x, df - 1))))
+    margins, n_a, alpha = SMALL_TABLES[0]
+    assert conditional_size(margins, n_a, alpha) > 2 * alpha
 
 
 def test_every_replicate_test_is_checked(oracle_pvalues: dict, two_sample_pvalues: dict) -> None:

@@ -8,6 +8,7 @@ with the path monitored at every observation. benchmarks/sequential.py runs the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -53,15 +54,36 @@ def test_paired_exchangeability_matches_its_definition(pairs: list[tuple[int, in
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
 
 
+def _plugin_lr_one_step_mean(log_e_of: Callable[..., np.ndarray], p: np.ndarray, past: np.ndarray,
+                             betas: tuple[float, ...]) -> float:
+    """E_{x ~ p}[E_{t+1} / E_t] of the plug-in LR after ``past``, each factor read off ``log_e_of``'s path."""
+    total = 0.0
+    for x in range(p.size):
+        path = log_e_of(np.append(past, x), p, betas=betas)
+        prev = path[-2] if past.size else 0.0
+        total += p[x] * math.exp(path[-1] - prev)
+    return total
+
+
 @settings(max_examples=80, deadline=None, derandomize=True)
 @given(probs, st.integers(0, 30), st.floats(0.5, 100))
 def test_plugin_lr_one_step_is_fair_under_the_null(p: np.ndarray, seen: int, beta: float) -> None:
-    """E_p[q(x) / p(x)] = 1 for any predictive q built from the past: the product is a martingale."""
-    rng = np.random.default_rng(seen)
-    past = rng.integers(0, p.size, size=seen)
-    c = np.bincount(past, minlength=p.size)
-    factor = (c + beta * p) / (seen + beta) / p
-    assert float(np.sum(p * factor)) == pytest.approx(1.0, abs=1e-12)
+    """E_p[E_{t+1} / E_t | past] = 1 exactly, for one prior strength and for the default mixture:
+    the path is a martingale. The factors come from ``plugin_lr_log_e`` itself."""
+    past = np.random.default_rng(seen).integers(0, p.size, size=seen)
+    assert _plugin_lr_one_step_mean(seq.plugin_lr_log_e, p, past, (beta,)) == pytest.approx(1.0, abs=1e-9)
+    assert _plugin_lr_one_step_mean(seq.plugin_lr_log_e, p, past, seq.DEFAULT_BETAS) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_the_fairness_check_fails_a_plugin_lr_that_is_not_a_martingale() -> None:
+    """Planted bug: log E gains log 2 per observation. The one-step check must see a mean of 2."""
+    def inflated(x: np.ndarray, probs: np.ndarray, betas: tuple[float, ...]) -> np.ndarray:
+        return seq.plugin_lr_log_e(x, probs, betas=betas) + math.log(2.0) * np.arange(1, np.size(x) + 1)
+
+    p = np.array([0.5, 0.3, 0.2])
+    past = np.array([0, 0, 1, 2, 0])
+    assert _plugin_lr_one_step_mean(inflated, p, past, (2.0,)) == pytest.approx(2.0, abs=1e-9)
+    assert _plugin_lr_one_step_mean(seq.plugin_lr_log_e, p, past, (2.0,)) == pytest.approx(1.0, abs=1e-9)
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)
@@ -171,23 +193,55 @@ def test_look_grid_is_anchored_and_levels_sum_to_alpha() -> None:
     assert sum(seq.grid_level(k, 0.01) for k in range(10_000)) == pytest.approx(0.01, rel=1e-3)
 
 
-def test_tv_confidence_sequence_covers_the_true_tv_at_every_look() -> None:
-    """P(some look's bound < true TV) <= alpha, with the bound read at every grid point."""
-    rng = np.random.default_rng(3)
-    p = np.array([0.4, 0.3, 0.2, 0.1])
-    q = np.array([0.5, 0.3, 0.1, 0.1])  # TV 0.1
-    R, alpha = 300, 0.2
-    grid = seq.look_grid(1500)
-    fails = 0
-    for _ in range(R):
-        a = rng.choice(4, size=grid[-1], p=p)
-        b = rng.choice(4, size=grid[-1], p=q)
-        for k, g in enumerate(grid):
-            tv = 0.5 * np.abs(np.bincount(a[:g], minlength=4) - np.bincount(b[:g], minlength=4)).sum() / g
-            if seq.sequential_tv_upper_bound(tv, g, k, g, alpha).upper < 0.1:
-                fails += 1
-                break
-    assert fails / R <= alpha
+def _time_uniform_non_coverage(pa: float, pb: float, max_n: int, alpha: float) -> float:
+    """P(the bound read at some grid point <= max_n is below the true TV), exactly.
+
+    Two laws on 2 symbols (group a puts pa on symbol 0, group b pb; TV = |pa - pb|), one draw
+    of each per step: with D_t = (a's count of symbol 0) - (b's), the plug-in TV at n is |D_n| / n,
+    and D is a random walk with steps +1 (pa (1 - pb)), -1 ((1 - pa) pb), 0 (otherwise). The law
+    of D is carried forward step by step; at each grid point the states whose bound misses
+    the TV are removed and their mass counted, so the sum is the probability of a miss at any look.
+    """
+    grid = seq.look_grid(max_n)
+    up, down = pa * (1 - pb), (1 - pa) * pb
+    tv = abs(pa - pb)
+    mass = np.zeros(2 * max_n + 1)
+    mass[max_n] = 1.0
+    distance = np.abs(np.arange(-max_n, max_n + 1))
+    missed, t = 0.0, 0
+    for k, g in enumerate(grid):
+        for _ in range(g - t):
+            step = (1 - up - down) * mass
+            step[1:] += up * mass[:-1]
+            step[:-1] += down * mass[1:]
+            mass = step
+        t = g
+        upper = np.array([seq.sequential_tv_upper_bound(d / g, g, k, g, alpha).upper for d in range(g + 1)])
+        miss = upper[np.minimum(distance, g)] < tv
+        missed += float(mass[miss].sum())
+        mass[miss] = 0.0
+    return missed
+
+
+#: (pa, pb, max_n, alpha): exact miss probability <= 2e-4 with the bound; 0.229 / 0.345 without the look correction.
+LOOK_CASES = [(0.35, 0.65, 3000, 0.2), (0.4, 0.6, 6000, 0.3)]
+
+
+@pytest.mark.parametrize(("pa", "pb", "max_n", "alpha"), LOOK_CASES)
+def test_tv_confidence_sequence_covers_the_true_tv_at_every_look(pa: float, pb: float, max_n: int, alpha: float) -> None:
+    """P(some look's bound < true TV) <= alpha, with the bound read at every grid point (exact, no simulation).
+
+    Two symbols and a TV of many standard errors: the plug-in has no upward bias to hide a
+    too narrow bound behind, and 40-odd looks make a missing correction for looks visible.
+    """
+    assert _time_uniform_non_coverage(pa, pb, max_n, alpha) <= alpha
+
+
+def test_the_look_check_fails_a_bound_without_a_correction_for_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted bug: every look spends the whole alpha (grid_level(k, alpha) = alpha)."""
+    monkeypatch.setattr(seq, "grid_level", lambda k, alpha: alpha)
+    for pa, pb, max_n, alpha in LOOK_CASES:
+        assert _time_uniform_non_coverage(pa, pb, max_n, alpha) > alpha
 
 
 def test_sequential_bound_is_wider_than_the_fixed_one() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
 from speceq.stats import tv_distance, tv_to_oracle, tv_upper_bound_oracle, tv_upper_bound_two_sample
 
@@ -43,16 +45,40 @@ def test_tv_invariant_to_relabelling_and_bound_never_below_plug_in(ca: list[int]
     assert tv_upper_bound_oracle(tv, int(a.sum()), alpha) >= tv
 
 
-def test_two_sample_bound_covers_the_true_tv() -> None:
-    """Coverage of the 95% bound for a known TV = 0.1 (it is conservative: expect ~100%)."""
-    rng = np.random.default_rng(11)
-    p = np.array([0.4, 0.3, 0.2, 0.1])
-    q = np.array([0.5, 0.3, 0.1, 0.1])  # TV = 0.1
-    reps, n = 400, 300
-    a = rng.multinomial(n, p, size=reps)
-    b = rng.multinomial(n, q, size=reps)
-    covered = [tv_upper_bound_two_sample(tv_distance(x, y), n, n, 0.05) >= 0.1 for x, y in zip(a, b)]
-    assert np.mean(covered) >= 0.95
+def non_coverage(bound: Callable[[float, int, int, float], float], pa: float, pb: float, n1: int, n2: int,
+                 alpha: float) -> float:
+    """P(bound(TV_hat, n1, n2, alpha) < TV), exactly, for two laws on 2 symbols.
+
+    Group a puts pa on symbol 0, group b pb, so TV = |pa - pb| and TV_hat = |x / n1 - y / n2|
+    with x ~ Binomial(n1, pa), y ~ Binomial(n2, pb) independent: a sum over every (x, y).
+    With two symbols the plug-in has almost no upward bias once |pa - pb| is a few standard
+    errors, so this is where a too narrow bound shows.
+    """
+    x, y = np.arange(n1 + 1), np.arange(n2 + 1)
+    weight = stats.binom.pmf(x, n1, pa)[:, None] * stats.binom.pmf(y, n2, pb)[None, :]
+    values, where = np.unique(np.abs(x[:, None] / n1 - y[None, :] / n2), return_inverse=True)
+    upper = np.array([bound(float(v), n1, n2, alpha) for v in values])[where.reshape(weight.shape)]
+    return float(weight[upper < abs(pa - pb)].sum())
+
+
+#: (pa, pb, n1, n2, alpha): the bound's exact non-coverage is <= 0.0063 here, a half-width bound's 0.058-0.116.
+COVERAGE_CASES = [(0.5, 0.6, 300, 300, 0.05), (0.5, 0.7, 300, 300, 0.01), (0.5, 0.6, 300, 120, 0.05),
+                  (0.5, 0.55, 1000, 1000, 0.05)]
+
+
+@pytest.mark.parametrize(("pa", "pb", "n1", "n2", "alpha"), COVERAGE_CASES)
+def test_two_sample_bound_covers_the_true_tv(pa: float, pb: float, n1: int, n2: int, alpha: float) -> None:
+    """P(upper bound < true TV) <= alpha, computed exactly (no simulation)."""
+    assert non_coverage(tv_upper_bound_two_sample, pa, pb, n1, n2, alpha) <= alpha
+
+
+def test_the_coverage_check_fails_a_bound_of_half_the_width() -> None:
+    """Planted bug: the McDiarmid margin halved. Exact non-coverage then exceeds alpha in every case."""
+    def half(tv: float, n1: int, n2: int, alpha: float) -> float:
+        return tv + 0.5 * (tv_upper_bound_two_sample(tv, n1, n2, alpha) - tv)
+
+    for pa, pb, n1, n2, alpha in COVERAGE_CASES:
+        assert non_coverage(half, pa, pb, n1, n2, alpha) > alpha
 
 
 @pytest.mark.parametrize(

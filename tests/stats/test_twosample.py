@@ -125,11 +125,30 @@ def test_detects_a_shift_of_the_top_token() -> None:
 table = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), min_size=2, max_size=15)
 
 
+def _statistic_on_pooled_bins(a: np.ndarray, b: np.ndarray, min_pooled: int) -> float | None:
+    """Pearson X^2 of the 2 x K table binned by ``pooled_bins(a + b, ...)`` with the group sizes.
+
+    None when fewer than 2 bins meet the rule (the function then tests the unmerged table).
+    """
+    m = a + b
+    bins = pooled_bins(m, min_pooled, n_a=int(a.sum()), n_b=int(b.sum()))
+    used = bins >= 0
+    k = int(bins.max()) + 1 if used.any() else 0
+    if k < 2:
+        return None
+    ta = np.bincount(bins[used], weights=a[used], minlength=k)
+    tb = np.bincount(bins[used], weights=b[used], minlength=k)
+    return float(stats.chi2_contingency(np.stack([ta, tb]), correction=False)[0])
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(table, st.data())
-def test_bins_depend_on_pooled_counts_only(cells: list[tuple[int, int]], data: st.DataObject) -> None:
-    """Swapping group labels, or moving counts between groups at fixed pooled counts,
-    leaves the bins unchanged; relabelling tokens permutes nothing but the order."""
+def test_bins_depend_on_pooled_counts_and_group_sizes_only(cells: list[tuple[int, int]], data: st.DataObject) -> None:
+    """Swapping group labels, or redrawing the split of the pooled counts with both group sizes
+    kept (a table of the conditional null), leaves the bins unchanged; the statistic on any
+    split is Pearson's X^2 on exactly the bins of ``pooled_bins(a + b, n_a, n_b)``; relabelling
+    tokens changes nothing but the order, unless two kept labels tie for the bin the small
+    merged bin folds into (the first of them in label order takes it)."""
     a = np.array([c[0] for c in cells])
     b = np.array([c[1] for c in cells])
     if a.sum() == 0 or b.sum() == 0:
@@ -140,13 +159,41 @@ def test_bins_depend_on_pooled_counts_only(cells: list[tuple[int, int]], data: s
     assert (fwd.n_bins, fwd.merged_labels) == (rev.n_bins, rev.merged_labels)
     assert fwd.statistic == pytest.approx(rev.statistic, rel=1e-9, abs=1e-12)
     assert fwd.pvalue == pytest.approx(rev.pvalue, rel=1e-9, abs=1e-12)
-    # another split of the same pooled counts gives the same bins
-    other_a = np.array([data.draw(st.integers(0, int(x + y))) for x, y in zip(a, b)])
-    assert pooled_bins(other_a + (a + b - other_a), m).tolist() == pooled_bins(a + b, m).tolist()
+    # another split of the same pooled counts with the same group sizes: the same bins
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    other_a = rng.multivariate_hypergeometric(a + b, int(a.sum()))
+    other_b = a + b - other_a
+    other = chisquare_homogeneity(other_a, other_b, min_pooled=m, method="asymptotic")
+    assert (other.n_bins, other.merged_labels, other.dof) == (fwd.n_bins, fwd.merged_labels, fwd.dof)
     perm = np.array(data.draw(st.permutations(range(len(cells)))))
     shuffled = chisquare_homogeneity(a[perm], b[perm], min_pooled=m, method="asymptotic")
-    assert shuffled.statistic == pytest.approx(fwd.statistic, rel=1e-9, abs=1e-12)
+    for x, y, res in ((a, b, fwd), (other_a, other_b, other), (a[perm], b[perm], shuffled)):
+        expected = _statistic_on_pooled_bins(x, y, m)
+        if expected is not None:
+            assert res.statistic == pytest.approx(expected, rel=1e-9, abs=1e-9)
     assert shuffled.tv == pytest.approx(fwd.tv, abs=1e-12)
+    # the small merged bin folds into the FIRST kept label of smallest pooled count, so only
+    # without a tie there is the statistic free of the label order
+    pooled = a + b
+    threshold = max(m, 5.0 * pooled.sum() / min(a.sum(), b.sum()))
+    kept, rare = pooled >= threshold, (pooled > 0) & (pooled < threshold)
+    folds = kept.any() and rare.any() and pooled[rare].sum() < threshold
+    if not folds or np.sum(pooled[kept] == pooled[kept].min()) == 1:
+        assert shuffled.statistic == pytest.approx(fwd.statistic, rel=1e-9, abs=1e-12)
+
+
+def test_group_sizes_enter_the_bins_by_design() -> None:
+    """The rule is an expected count >= 5 in the SMALLER group, so the same pooled counts bin
+    differently at other group sizes; under H0 both margins are fixed (the conditional test
+    draws its null tables that way), so a binning from pooled counts and group sizes keeps the
+    test exact. Here: pooled [60, 60, 6, 6] in groups 66/66 keep 2 labels plus an "other" bin;
+    in groups 122/10 no label expects 5 in the group of 10, so the unmerged table is tested."""
+    even = chisquare_homogeneity([30, 30, 6, 0], [30, 30, 0, 6])
+    assert (even.n_bins, even.merged_labels, even.method) == (3, 2, "asymptotic")
+    assert pooled_bins(np.array([60, 60, 6, 6]), n_a=66, n_b=66).tolist() == [0, 1, 2, 2]
+    assert pooled_bins(np.array([60, 60, 6, 6]), n_a=122, n_b=10).tolist() == [0, 0, 0, 0]
+    lopsided = chisquare_homogeneity([55, 55, 6, 6], [5, 5, 0, 0])
+    assert (lopsided.n_bins, lopsided.merged_labels, lopsided.method) == (4, 0, "monte-carlo")
 
 
 @pytest.mark.parametrize(
