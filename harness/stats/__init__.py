@@ -30,7 +30,14 @@ from speceq.stats.martingale import (
 )
 from speceq.stats.montecarlo import mc_draws_for_level, sequential_mc_pvalue
 from speceq.stats.multitest import benjamini_hochberg, holm
-from speceq.stats.oracle_rows import OracleComparisons, compare_oracle_scores, impossible_rows, row_scores
+from speceq.stats.oracle_rows import (
+    OracleComparisons,
+    SequentialComparisons,
+    compare_oracle_scores,
+    impossible_rows,
+    row_scores,
+    sequential_oracle_comparisons,
+)
 from speceq.stats.pit import (
     anderson_darling_uniform_sf,
     anderson_darling_uniform_statistic,
@@ -72,7 +79,8 @@ __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
     "pair_rows_by_prompt", "paired_comparison", "row_sums", "support_comparison",
-    "OracleComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
+    "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
+    "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",
     "benjamini_hochberg", "holm",

@@ -38,6 +38,7 @@ import numpy as np
 from speceq.stats.comparison import pair_rows_by_prompt, paired_comparison, row_sums, support_comparison
 from speceq.stats.results import ComparisonResult, SupportComparisonResult, _Result
 from speceq.stats.scores import TokenScores
+from speceq.stats.sequential import EProcessResult, paired_sign_eprocess
 
 #: Lower winsorising point of the log-likelihood score, in nats below E_p log p.
 LOGP_FLOOR = 10.0
@@ -115,3 +116,50 @@ def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, ca
     support = support_comparison(impossible_rows(baseline, bp.size), impossible_rows(candidate, cp.size),
                                  baseline_strata=bp, candidate_strata=cp)
     return OracleComparisons(tests=tests, support=support)
+
+
+#: Name of the support comparison in sequential mode.
+SUPPORT_NAME = "support comparison"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SequentialComparisons(_Result):
+    """The comparison e-processes of one case at a look: one per row score, and the support one.
+
+    crossing_rows: per e-process, the later row index (within its engine's batch) of the pair
+    at which it first reached 1 / level (None: not crossed), so a driver can say at which
+    sample count the evidence was enough.
+    """
+
+    tests: tuple[EProcessResult, ...]
+    crossing_rows: tuple[int | None, ...]
+
+    def summary(self) -> str:
+        return "; ".join(t.summary() for t in self.tests)
+
+
+def sequential_oracle_comparisons(baseline: TokenScores, baseline_prompt: np.ndarray, candidate: TokenScores,
+                                  candidate_prompt: np.ndarray, *, level: float) -> SequentialComparisons:
+    """Paired sign e-processes of every row score and of the impossible-row flags, pairs in collection order.
+
+    Valid at every look (the look schedule may depend on the data so far) whatever the oracle's
+    error: under H0 the sign of each pair difference is a fair coin given the magnitudes.
+    level: the share of alpha of each e-process (it rejects once E >= 1 / level).
+    """
+    bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
+    wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
+    ib, ic = pair_rows_by_prompt(bp, cp)
+    later = np.maximum(ib, ic)
+    tests, rows = [], []
+
+    def add(name: str, b: np.ndarray, c: np.ndarray) -> None:
+        res = paired_sign_eprocess(b, c, name=name, level=level)
+        tests.append(res)
+        rows.append(None if res.first_crossing is None else int(later[res.first_crossing]))
+
+    for k in COMPARISONS:
+        if k in wb and k in wc:
+            add(f"seq {k} comparison", wb[k][ib], wc[k][ic])
+    add(f"seq {SUPPORT_NAME}", impossible_rows(baseline, bp.size)[ib].astype(np.float64),
+        impossible_rows(candidate, cp.size)[ic].astype(np.float64))
+    return SequentialComparisons(tests=tuple(tests), crossing_rows=tuple(rows))

@@ -160,3 +160,31 @@ def test_a_shared_oracle_error_cancels_and_a_candidate_only_shift_does_not(name:
     t_ref, l_ref = hot.sample(rng, 3000, 4, law="oracle")
     moved = compare_oracle_scores(hot.score(t_ref, l_ref), rows, hot.score(t_hot, l_hot), rows)
     assert min(t.pvalue for t in moved.tests) < 1e-4
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(real_magnitudes, st.sampled_from(("two-sided", "greater", "less")), st.booleans())
+def test_conditional_size_is_the_enumerated_rejection_rate(mags: list[float], alternative: str, whole: bool) -> None:
+    """The calibration's Rao-Blackwellised size equals P(p <= a) over every sign vector."""
+    m = np.round(np.array(mags)) if whole else np.array(mags)
+    pvals = np.array([paired_comparison(np.zeros(m.size), s * m, name="t", alternative=alternative).pvalue
+                      for s in _all_signs(m.size)])
+    np.testing.assert_allclose(cmp.conditional_size(m, LEVELS, alternative), [np.mean(pvals <= a) for a in LEVELS],
+                               atol=1e-12)
+
+
+def test_sequential_comparisons_stay_quiet_under_a_shared_error_and_catch_a_candidate_shift() -> None:
+    from speceq.stats import sequential_oracle_comparisons
+
+    world = mismatch_world("boundary token", seed=5, boundary_mass=1e-3)
+    rng = np.random.default_rng(6)
+    rows = np.zeros(2000, dtype=np.int64)
+    sb, sc = world.score(*world.sample(rng, 2000, 4)), world.score(*world.sample(rng, 2000, 4))
+    quiet = sequential_oracle_comparisons(sb, rows, sc, rows, level=1e-4)
+    assert [t.name for t in quiet.tests][-1] == "seq support comparison"
+    assert not any(t.rejects for t in quiet.tests) and all(r is None for r in quiet.crossing_rows)
+    # a candidate that leaks out of the nucleus 20x more often than the baseline
+    leaky = mismatch_world("boundary token", seed=5, boundary_mass=2e-2)
+    loud = sequential_oracle_comparisons(sb, rows, leaky.score(*leaky.sample(rng, 2000, 4)), rows, level=1e-4)
+    support = loud.tests[-1]
+    assert support.rejects and loud.crossing_rows[-1] is not None and loud.crossing_rows[-1] < 2000
