@@ -56,7 +56,8 @@ class Cell:
 
     predictable: the oracle gives the fourth moments (True) or the function estimates them
     from the observed fourth powers (False: the log-ratio draft drift).
-    comparison: the row score of the two-sample comparison in the same cell.
+    comparison: the row score of the two-sample comparison in the same cell ("log q - log p":
+    the cell's own unbounded score, to show the comparison's validity does not need bounds).
     """
 
     name: str
@@ -93,7 +94,7 @@ def _draft_cell(name: str, outside: float, n: int, ratio: bool) -> Cell:
         f = np.where(p > 0, np.minimum(q / p, DRAFT_RATIO_CAP), DRAFT_RATIO_CAP)
         return Cell(name, "draft ratio", p, f, n, True, "draft ratio")
     f = np.log(np.maximum(q, 1e-30)) - np.log(p)
-    return Cell(name, "draft drift (log q - log p)", p, f, n, False, "draft ratio")
+    return Cell(name, "draft drift (log q - log p)", p, f, n, False, "log q - log p")
 
 
 def _truncated_draft_cell(ratio: bool, n: int = 1200) -> Cell:
@@ -108,7 +109,7 @@ def _truncated_draft_cell(ratio: bool, n: int = 1200) -> Cell:
         f = np.minimum(q / p, DRAFT_RATIO_CAP)
         return Cell(name, "draft ratio", p, f, n, True, "draft ratio")
     f = np.log(np.maximum(q, 1e-30)) - np.log(p)
-    return Cell(name, "draft drift (log q - log p)", p, f, n, False, "draft ratio")
+    return Cell(name, "draft drift (log q - log p)", p, f, n, False, "log q - log p")
 
 
 def default_cells() -> list[Cell]:
