@@ -30,7 +30,7 @@ class TokenScores:
     logp: log p_t(x_t) (natural log; -inf when prob == 0).
     logp_mean, logp_var: E_{p_t}[log p] (= -entropy, nats) and Var_{p_t}[log p] over the support.
         ``None`` when the oracle does not know the whole law (a server's top-K log-probabilities:
-        :class:`speceq.server_oracle.ServerOracle`); the log-likelihood tests then do not run.
+        :class:`speceq.oracles.server.ServerOracle`); the log-likelihood tests then do not run.
     logp_m4: E_{p_t}[(log p - E log p)^4] (nats^4), the fourth central moment the one-sample
         z-test's validity condition uses (:func:`speceq.stats.martingale.effective_jumps`);
         ``None``: not computed (the condition then uses the observed fourth powers).
