@@ -326,8 +326,9 @@ def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
     own = [c.case_id for c in need if isinstance(c.case, dict) and c.case.get("samples")]
     tail = (f" (cases {', '.join(own)} set their own samples in the cases file: raise them there)" if own else "")
     if not argv:
-        return f"to decide: rerun with --samples {n} and the same --out (stored samples are reused){tail}"
-    return f"to decide: {reasons.argv_rerun_command(argv, n)}   (reuses the stored samples){tail}"
+        return (f"to decide: rerun with --samples {n} and the same --out (stored samples are reused; "
+                f"{reasons.SECOND_LOOK}){tail}")
+    return f"to decide: {reasons.argv_rerun_command(argv, n)}   (reuses the stored samples; {reasons.SECOND_LOOK}){tail}"
 
 
 def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:

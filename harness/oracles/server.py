@@ -312,7 +312,7 @@ class ServerOracle:
                 logits = dense_logits(tops[a : a + step], params, self.vocab_size, self.eos_token_id, wheres[a : a + step])
                 parts.append(dense_token_fields(process_logits(logits, proc, eos_token_id=self.eos_token_id),
                                                 tokens[a : a + step]))
-            names = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var")
+            names = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "logp_m4")
             fields = {n: np.concatenate([p[n] for p in parts]) if parts else
                       np.zeros(0, dtype=bool if n == "is_argmax" else np.float64) for n in names}
         if kind == "top" and not tops:

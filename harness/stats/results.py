@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from scipy import optimize, stats
+
+from speceq.stats.bounds import BD_CONSTANT, newcombe_interval
 from speceq.stats.tv import tv_upper_bound_oracle, tv_upper_bound_two_sample
 
 
@@ -304,10 +307,6 @@ class ComparisonResult(_Test):
         The set of shifts delta for which the sign-flip bound does not reject D - delta at
         1 - level: {delta : |sum (D - delta)| < x ||D - delta||} with c* (1 - Phi(x)) = (1 - level) / 2.
         """
-        from scipy import optimize, stats
-
-        from speceq.stats.comparison import BD_CONSTANT
-
         n = self.n_pairs
         if n == 0:
             return ConfidenceInterval(low=-float("inf"), high=float("inf"), level=level)
@@ -365,8 +364,6 @@ class SupportComparisonResult(_Test):
 
     def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
         """Newcombe's hybrid score interval for the difference of the two rates."""
-        from speceq.stats.comparison import newcombe_interval
-
         lo, hi = newcombe_interval(self.candidate_flagged, self.candidate_rows, self.baseline_flagged,
                                    self.baseline_rows, level)
         return ConfidenceInterval(low=lo, high=hi, level=level)

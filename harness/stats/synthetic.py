@@ -225,10 +225,14 @@ class MismatchWorld:
         rows, pos = np.nonzero(np.arange(tok.shape[1])[None, :] < lens[:, None])
         x = tok[rows, pos]
         prev = np.where(pos > 0, tok[rows, np.maximum(pos - 1, 0)], 0)
-        first = (pos == 0)[:, None]
-        p = np.where(first, self.initial[pr[rows]], self.transition[prev])
-        q = np.where(first, self.draft_initial[pr[rows]], self.draft_transition[prev])
-        s = scores_from_probs(p, x, draft_probs=q)
+        # contexts: prompt j (position 0) then the previous token; score every (context, token) once, look up
+        n_prompts, vocab = self.initial.shape[0], self.vocab_size
+        context = np.where(pos == 0, pr[rows], n_prompts + prev)
+        laws = np.concatenate([self.initial, self.transition])
+        drafts = np.concatenate([self.draft_initial, self.draft_transition])
+        table = scores_from_probs(np.repeat(laws, vocab, axis=0), np.tile(np.arange(vocab), laws.shape[0]),
+                                  draft_probs=np.repeat(drafts, vocab, axis=0))
+        s = table.select(context * vocab + x)
         return dataclasses.replace(s, row=rows.astype(np.int64), position=pos.astype(np.int64))
 
     def tv_per_token(self) -> float:
