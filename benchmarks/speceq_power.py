@@ -4,7 +4,7 @@ The "speceq (sampled rows)" column of the power table, alone: for each mutant of
 the full analysis (oracle on, every primary test, Holm) of n baseline and n candidate rows,
 ``--reps`` repetitions on disjoint slices of seeded sample pools, at sizes of the grid in
 increasing order until the rejection rate at ``--alpha`` reaches 0.9 (the same cases, pools,
-seeds and rule as ``speceq calibrate``, whose other columns this script does not run).
+seeds and rule as ``speceq power``, whose other columns this script does not run).
 Run it with two versions of the package to compare their power on the same samples.
 
 Usage::
@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     import speceq
-    from speceq.calibrate.calibrator import Calibrator
-    from speceq.calibrate.settings import CalibrationSettings
     from speceq.engines.mutants import MUTANTS
+    from speceq.power.pools import SamplePool
+    from speceq.power.settings import PowerSettings
+    from speceq.power.study import PowerStudy
 
     names = [m for m in args.mutants.split(",") if m] or [n for n, s in MUTANTS.items() if not s.lossless]
     grid = [int(g) for g in args.grid.split(",") if int(g) >= args.start]
@@ -43,12 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.time() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
-    settings = CalibrationSettings(mode="full", reps=args.reps, alpha=args.alpha, seed=args.seed)
-    cal = Calibrator(settings, log=log)
-    try:
-        from speceq.oracles.transformers import TargetOracle  # after the package restructure
-    except ImportError:
-        from speceq.oracle import TargetOracle
+    settings = PowerSettings(mode="full", reps=args.reps, alpha=args.alpha, seed=args.seed)
+    cal = PowerStudy(settings, log=log)
+    from speceq.oracles.hf import TargetOracle
     print(f"speceq from {speceq.__file__}; reps {args.reps}, alpha {args.alpha:g}\n")
     print("| mutant | samples per engine to detect (rate >= 0.9) | rates along the grid |")
     print("|---|---|---|")
@@ -57,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         engine = cal.engine(spec)
         case = cal.case(name, spec)
         oracle = TargetOracle(cal.baseline.model, draft=engine.draft)
-        from speceq.calibrate.pools import SamplePool
-
         base, cand = cal.baseline_pool(case), SamplePool(engine, case, seed=args.seed, label=f"candidate|{name}")
         found, trail = None, []
         for n in grid:

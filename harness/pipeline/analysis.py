@@ -357,7 +357,8 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         tests.append(_outcome("chi2 GOF first token", "oracle", False, gof))
     base_sup = stats.support_violations(base_scores)
     if base_sup.failed:
-        notes.append(f"the baseline too emits tokens of probability 0 under the oracle ({base_sup.statistic} tokens, e.g. "
+        count = f"{base_sup.statistic} token{'s' if base_sup.statistic != 1 else ''}"
+        notes.append(f"the baseline too emits tokens of probability 0 under the oracle ({count}, e.g. "
                      f"{_impossible_tokens(case, base, base_scores, tok)[0]}): the oracle's processed law is not the "
                      "engines' at its support's edge (e.g. bf16 rounding at a top-p boundary); the support comparison "
                      "decides whether the candidate has more of them")

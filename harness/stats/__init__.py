@@ -15,7 +15,13 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
 - Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
 
-from speceq.stats.comparison import pair_rows_by_prompt, paired_comparison, row_sums, support_comparison
+from speceq.stats.comparison import (
+    conditional_size,
+    pair_rows_by_prompt,
+    paired_comparison,
+    row_sums,
+    support_comparison,
+)
 from speceq.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
 from speceq.stats.goodness import chisquare_gof, probability_bins
 from speceq.stats.martingale import (
@@ -78,7 +84,7 @@ from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, po
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
-    "pair_rows_by_prompt", "paired_comparison", "row_sums", "support_comparison",
+    "conditional_size", "pair_rows_by_prompt", "paired_comparison", "row_sums", "support_comparison",
     "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
     "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
