@@ -3,7 +3,8 @@
 The "speceq (sampled rows)" column of the power table, alone: for each mutant of the gallery,
 the full analysis (oracle on, every primary test, Holm) of n baseline and n candidate rows,
 ``--reps`` repetitions on disjoint slices of seeded sample pools, at sizes of the grid in
-increasing order until the rejection rate at ``--alpha`` reaches 0.9 (the same cases, pools,
+increasing order until the rejection rate at ``--alpha`` reaches 0.9, and whether it is
+``shifted`` at the default budget (3 000, alpha 1e-3, ``--budget-reps`` repetitions) (the same cases, pools,
 seeds and rule as ``speceq power``, whose other columns this script does not run).
 Run it with two versions of the package to compare their power on the same samples.
 
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", default=",".join(str(g) for g in GRID))
     ap.add_argument("--start", type=int, default=1, help="skip grid sizes below this")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=3000, help="the default budget of speceq run")
+    ap.add_argument("--budget-reps", type=int, default=3, help="repetitions at the budget (alpha 1e-3); 0: skip")
     args = ap.parse_args(argv)
     import speceq
     from speceq.engines.mutants import MUTANTS
@@ -48,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     cal = PowerStudy(settings, log=log)
     from speceq.oracles.hf import TargetOracle
     print(f"speceq from {speceq.__file__}; reps {args.reps}, alpha {args.alpha:g}\n")
-    print("| mutant | samples per engine to detect (rate >= 0.9) | rates along the grid |")
-    print("|---|---|---|")
+    print(f"| mutant | samples per engine to detect (rate >= 0.9) | rates along the grid | shifted at {args.budget} "
+          "(alpha 1e-3) |")
+    print("|---|---|---|---|")
     for name in names:
         spec = MUTANTS[name]
         engine = cal.engine(spec)
@@ -64,8 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             if rate >= 0.9:
                 found = n
                 break
-        print(f"| {name} | {found if found is not None else 'not at ' + str(grid[-1])} | {', '.join(trail)} |",
-              flush=True)
+        at_budget = "—"
+        if args.budget_reps:
+            log(f"{name}: {args.budget_reps} x {args.budget} (the default budget)")
+            rate = cal.speceq_rates(case, base, cand, oracle, args.budget, args.budget_reps)[1]
+            at_budget = f"{round(rate * args.budget_reps)}/{args.budget_reps}"
+        print(f"| {name} | {found if found is not None else 'not at ' + str(grid[-1])} | {', '.join(trail)} | "
+              f"{at_budget} |", flush=True)
     log("done")
     return 0
 

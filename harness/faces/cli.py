@@ -79,7 +79,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="target model folder of the oracle. Default: the baseline engine's target model if it "
                         "loads one, else the bundled target")
     g.add_argument("--oracle-draft", metavar="auto|bundled|none|DIR", default="auto",
-                   help="draft the oracle scores for the draft-drift test. Default: %(default)s (the candidate "
+                   help="draft the oracle scores for the draft ratio comparison. Default: %(default)s (the candidate "
                         "engine's own draft model, if it has one)")
     g.add_argument("--oracle-share-prefix", action=argparse.BooleanOptionalAction, default=True,
                    help="the oracle runs each prompt once and scores only the generated tokens against its cache: "

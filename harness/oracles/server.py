@@ -11,7 +11,7 @@ gives the whole vocabulary (or when top-k/top-p keep only known tokens), a coars
 log-likelihood moments when it gives only the top-K of a plain sampler's law, and a
 :class:`~speceq.errors.ConfigError` where processing cannot be reproduced exactly. Same
 interface as :class:`speceq.oracles.hf.TargetOracle` (``score``, ``next_token_probs``,
-``raw_top2_margin``, ``describe``, ``vocab_size``), no draft (the draft-drift test is not run).
+``raw_top2_margin``, ``describe``, ``vocab_size``), no draft (the draft ratio comparison is not run).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class ServerOracle:
 
     @property
     def has_draft(self) -> bool:
-        """Never: a server scores the target only (no draft-drift test)."""
+        """Never: a server scores the target only (no draft ratio comparison)."""
         return False
 
     def law_kind(self, params: SamplingParams, *, where: str = "oracle") -> str:

@@ -10,7 +10,7 @@ Three constructions, each a mixture of test (super)martingales, so the mixture i
 
 ``normal_mixture_log_e``
     For martingale increments d_t = f(x_t) - E_{p_t} f with known conditional variance
-    v_t = Var_{p_t} f (the oracle tests: argmax leak, temperature drift, draft drift).
+    v_t = Var_{p_t} f (martingale increments such as the one-sample z-tests: argmax leak, temperature drift, draft drift).
     Bercu & Touati (2008, Thm 2.1): for any square-integrable martingale difference d and
     every real lambda, E[exp(lambda d - lambda^2 (d^2 + v) / 2) | past] <= 1, with no
     boundedness assumption (log p is unbounded below). Mixing lambda ~ N(0, 1/rho) gives
