@@ -21,7 +21,7 @@ from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFreq
 PIT_BAND_LEVEL = 0.99
 #: The candidate's one-sample diagnostic drawn for each oracle comparison.
 COMPARISON_PATHS = {"argmax comparison": "z argmax leak", "log-likelihood comparison": "z temperature drift",
-                    "draft ratio comparison": "z draft ratio"}
+                    "draft ratio comparison": "z draft ratio", "draft log-ratio comparison": "z draft drift"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,12 +78,13 @@ TOP_POSITIONS = (0, 1)
 SAMPLE_TEXTS = 3
 #: Most greedy divergences displayed per case (all of them are classified and counted).
 MAX_DIVERGENCES = 10
-#: Oracle tests of a case (upper count) when planning the Monte Carlo level: four comparisons and the support one.
-_ORACLE_PRIMARY_TESTS = 5
+#: Oracle tests of a case (upper count) when planning the Monte Carlo level: five comparisons and the support one.
+_ORACLE_PRIMARY_TESTS = 6
 #: The one-sample z diagnostics and the comparison each one is read against.
 _Z_DIAGNOSTICS = (("z argmax leak", stats.argmax_leak_z, "argmax comparison"),
                   ("z temperature drift", stats.temperature_drift_z, "log-likelihood comparison"),
-                  ("z draft ratio", stats.draft_ratio_z, "draft ratio comparison"))
+                  ("z draft ratio", stats.draft_ratio_z, "draft ratio comparison"),
+                  ("z draft drift", stats.draft_drift_z, "draft log-ratio comparison"))
 
 
 def case_rng(seed: int, case_id: str, stream: int) -> np.random.Generator:

@@ -84,7 +84,7 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     up = test.statistic > 0
     name = test.name
     same = "than the baseline's do, both scored by the same oracle"
-    if name == "draft ratio comparison":
+    if name in ("draft ratio comparison", "draft log-ratio comparison"):
         return (f"{engine}'s tokens are ones its draft model favours {'more' if up else 'less'} often {same}: its output "
                 f"leans {'toward' if up else 'away from'} the draft, the signature of a wrong accept/resample rule.")
     if name == "argmax comparison":
@@ -178,10 +178,10 @@ def skipped_tests(result: RunResult, face: str = "cli") -> list[str]:
         return []
     if result.oracle is None:
         return ["oracle tests not run (black-box mode): the comparisons of oracle scores (argmax, log-likelihood, PIT, "
-                f"draft ratio, support) need the target oracle; {hints['oracle']}"]
+                f"draft ratio and log-ratio, support) need the target oracle; {hints['oracle']}"]
     if "draft" in result.oracle and result.oracle["draft"] is None:
-        return ["draft ratio comparison not run: the oracle has no draft model (the candidate exposes none). It is the "
-                f"test that catches a wrong accept/resample rule; {hints['draft']}"]
+        return ["draft ratio comparison not run (nor the draft log-ratio one): the oracle has no draft model (the "
+                f"candidate exposes none). They are the tests that catch a wrong accept/resample rule; {hints['draft']}"]
     return []
 
 

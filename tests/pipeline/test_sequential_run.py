@@ -47,6 +47,7 @@ def test_planned_tests_depend_only_on_the_case_settings() -> None:
         "seq pair prompt 0 position 1", "seq pair prompt 0 position 2", "seq pair prompt 0 position 3"]
     names = planned_tests(b, oracle=True, has_draft=True)
     assert "seq pair prompt 1 position 0" in names and "seq draft ratio comparison" in names
+    assert "seq draft log-ratio comparison" in names
     assert {"seq argmax comparison", "seq log-likelihood comparison", "seq PIT comparison", "seq support comparison"} <= set(names)
     assert "seq log-likelihood comparison" not in planned_tests(b, oracle=True, has_draft=False, full_law=False)
 

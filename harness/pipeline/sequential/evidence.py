@@ -10,7 +10,7 @@ two-sample (always), each a paired exchangeability e-process of baseline vs cand
 oracle (when an oracle scores both engines' rows, pairs in collection order): the paired sign
 e-processes of the row-score comparisons, ``seq argmax comparison``, ``seq log-likelihood
 comparison`` (when the oracle knows the whole law), ``seq PIT comparison``, ``seq draft ratio
-comparison`` (when the oracle has the draft), and ``seq support comparison`` (rows with a token
+comparison`` and ``seq draft log-ratio comparison`` (when the oracle has the draft), and ``seq support comparison`` (rows with a token
 of oracle probability 0). Under H0 the sign of each pair's difference is a fair coin given the
 magnitudes, so each is a test martingale at every look whatever the oracle's error
 (:func:`speceq.stats.sequential_oracle_comparisons`).
@@ -53,7 +53,7 @@ def planned_tests(case: Case, *, oracle: bool, has_draft: bool, full_law: bool =
             names.append("seq log-likelihood comparison")
         names.append("seq PIT comparison")
         if has_draft:
-            names.append("seq draft ratio comparison")
+            names += ["seq draft ratio comparison", "seq draft log-ratio comparison"]
         names.append("seq support comparison")
     return names
 
