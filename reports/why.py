@@ -142,6 +142,9 @@ def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView])
     if picture is None:
         picture = _bins_chart(case, name)
         caption = "The bins of this test that differ most between the engines (share of each engine's samples)."
+    if picture is not None and name == "support comparison":
+        caption = ("Rows holding a token the processed target gives probability 0, baseline against candidate "
+                   "(share of each engine's rows).")
     if picture is None and name.endswith(" comparison"):
         caption = ("A comparison of the two engines' row scores, both scored by the oracle (the counts are in the "
                    "evidence table); it has no picture of its own.")

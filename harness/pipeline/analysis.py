@@ -67,6 +67,7 @@ from speceq.verdicts.result import (
     GreedySummary,
     RunResult,
     SampleText,
+    TestBins,
     TestOutcome,
     TokenFrequency,
 )
@@ -112,6 +113,7 @@ class OracleFindings:
     histogram: tuple[int, ...]
     notes: tuple[str, ...] = ()
     z_paths: tuple[Any, ...] = ()
+    test_bins: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,8 +365,16 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
                      f"{_impossible_tokens(case, base, base_scores, tok)[0]}): the oracle's processed law is not the "
                      "engines' at its support's edge (e.g. bf16 rounding at a top-p boundary); the support comparison "
                      "decides whether the candidate has more of them")
+    bins = ()
+    if sup.pvalue <= alpha:  # the support comparison may decide: its counts are its picture
+        bins = (TestBins(test="support comparison", labels=("rows with a token of oracle probability 0",
+                                                             "rows without"),
+                         baseline_counts=(sup.baseline_flagged, sup.baseline_rows - sup.baseline_flagged),
+                         candidate_counts=(sup.candidate_flagged, sup.candidate_rows - sup.candidate_flagged),
+                         n_baseline=sup.baseline_rows, n_candidate=sup.candidate_rows),)
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), notes=tuple(notes),
-                          histogram=tuple(int(h) for h in pit.histogram), z_paths=tuple(martingale_paths(scores)))
+                          histogram=tuple(int(h) for h in pit.histogram), z_paths=tuple(martingale_paths(scores)),
+                          test_bins=bins)
 
 
 def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -502,7 +512,8 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         tests += found.tests
         failures = found.support_failures
         notes += found.notes
-        details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths)
+        details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths,
+                           test_bins=details.test_bins + found.test_bins)
     if bounds:
         worst = max(range(len(bounds)), key=lambda i: bounds[i][1])
         tv_est = max(b[0] for b in bounds)

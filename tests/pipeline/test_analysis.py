@@ -145,6 +145,8 @@ def test_zero_probability_tokens_only_in_the_candidate_are_a_hard_failure_naming
     assert cr.verdict == "shifted" and cr.reason.startswith("hard failure")
     assert "30 of 500 candidate rows" in cr.hard_failures[0] and "none" in cr.hard_failures[0]
     assert "row 3" in cr.hard_failures[0] and "position 2" in cr.hard_failures[0]
+    (bins,) = [b for b in cr.test_bins if b.test == "support comparison"]  # the report's picture of it
+    assert bins.candidate_counts == (30, 470) and bins.baseline_counts == (0, 500)
     one = sample(p, 1, 500, 4, 2)
     one.tokens[3, 2] = 5  # a single such token: not more than chance would give a shared oracle error
     single = run([c], {"zero": sample(p, 1, 500, 4, 1)}, {"zero": one}, oracle=ExactOracle(p)).cases[0]
