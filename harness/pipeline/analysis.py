@@ -321,7 +321,8 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     params = case.params
     base_scores = oracle.score(case.prompts, base, params)
     scores = oracle.score(case.prompts, cand, params)
-    found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index))
+    found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index),
+                                        rng=rng, level=mc_level)
     tests = [_outcome(t.name, "oracle comparison", True, t) for t in found.tests]
     sup = found.support
     tests.append(_outcome("support comparison", "oracle comparison", True, sup))

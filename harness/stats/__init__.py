@@ -19,6 +19,7 @@ from speceq.stats.comparison import (
     conditional_size,
     pair_rows_by_prompt,
     paired_comparison,
+    permutation_comparison,
     row_sums,
     support_comparison,
 )
@@ -84,7 +85,7 @@ from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, po
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
-    "conditional_size", "pair_rows_by_prompt", "paired_comparison", "row_sums", "support_comparison",
+    "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "row_sums", "support_comparison",
     "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
     "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",

@@ -42,7 +42,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from speceq.stats.comparison import pair_rows_by_prompt, paired_comparison, row_sums, support_comparison
+from speceq.stats.comparison import (
+    PERMUTATION_MAX_PAIRS,
+    pair_rows_by_prompt,
+    paired_comparison,
+    permutation_comparison,
+    row_sums,
+    support_comparison,
+)
 from speceq.stats.results import ComparisonResult, SupportComparisonResult, _Result
 from speceq.stats.scores import TokenScores
 from speceq.stats.sequential import EProcessResult, paired_sign_eprocess
@@ -115,17 +122,25 @@ class OracleComparisons(_Result):
 
 
 def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, candidate: TokenScores,
-                          candidate_prompt: np.ndarray) -> OracleComparisons:
+                          candidate_prompt: np.ndarray, *, rng: np.random.Generator | None = None,
+                          level: float = 1e-3) -> OracleComparisons:
     """Score both engines' rows and compare them: every row score present in both, and the support.
 
     baseline_prompt / candidate_prompt: the prompt index of every row of each batch (its length
-    is the batch's row count); rows are paired within each prompt in collection order.
+    is the batch's row count); rows are paired within each prompt in collection order. With
+    fewer than PERMUTATION_MAX_PAIRS pairs (and an ``rng``) the stratified permutation test
+    replaces the paired sign-flip test, its Monte Carlo sized to ``level`` (the level the
+    p-values are compared at).
     """
     bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
     wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
     ib, ic = pair_rows_by_prompt(bp, cp)
-    tests = tuple(paired_comparison(wb[k][ib], wc[k][ic], name=f"{k} comparison") for k in COMPARISONS
-                  if k in wb and k in wc)
+    names = [k for k in COMPARISONS if k in wb and k in wc]
+    if rng is not None and ib.size < PERMUTATION_MAX_PAIRS:
+        tests = tuple(permutation_comparison(wb[k], wc[k], name=f"{k} comparison", level=level, rng=rng,
+                                             baseline_strata=bp, candidate_strata=cp) for k in names)
+    else:
+        tests = tuple(paired_comparison(wb[k][ib], wc[k][ic], name=f"{k} comparison") for k in names)
     support = support_comparison(impossible_rows(baseline, bp.size), impossible_rows(candidate, cp.size),
                                  baseline_strata=bp, candidate_strata=cp)
     return OracleComparisons(tests=tests, support=support)

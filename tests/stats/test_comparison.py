@@ -188,3 +188,54 @@ def test_sequential_comparisons_stay_quiet_under_a_shared_error_and_catch_a_cand
     loud = sequential_oracle_comparisons(sb, rows, leaky.score(*leaky.sample(rng, 2000, 4)), rows, level=1e-4)
     support = loud.tests[-1]
     assert support.rejects and loud.crossing_rows[-1] is not None and loud.crossing_rows[-1] < 2000
+
+
+def test_permutation_comparison_matches_the_enumerated_permutation_law() -> None:
+    """3 + 3 rows: every relabelling enumerated; the Monte Carlo p agrees with the exact one."""
+    base, cand = np.array([0.3, 1.7, 0.2]), np.array([2.5, 1.1, 3.0])
+    pooled = np.concatenate([base, cand])
+    centred = pooled - pooled.mean()
+    obs = abs(centred[3:].sum())
+    exact = np.mean([abs(centred[list(idx)].sum()) >= obs - 1e-12 for idx in itertools.combinations(range(6), 3)])
+    res = cmp.permutation_comparison(base, cand, name="t", level=1e-4, rng=np.random.default_rng(0))
+    assert res.pvalue == pytest.approx(exact, abs=3 * math.sqrt(exact * (1 - exact) / 20_000) + 1e-3)
+    assert res.method.startswith("stratified permutation") and res.n_pairs == 3
+
+
+def test_permutation_comparison_holds_its_size_within_strata() -> None:
+    """Prompts with different laws, fewer rows of the far prompt in the baseline: labels are exchanged within
+    each prompt only, so the A/A size holds (pooling the strata would not: their means differ)."""
+    rng = np.random.default_rng(7)
+    reps, hits, pooled_hits = 1500, 0, 0
+    for _ in range(reps):
+        b = np.r_[rng.normal(size=12), 5 + rng.normal(size=3)]
+        c = np.r_[rng.normal(size=6), 5 + rng.normal(size=9)]
+        sb, sc = np.r_[np.zeros(12), np.ones(3)].astype(int), np.r_[np.zeros(6), np.ones(9)].astype(int)
+        hits += cmp.permutation_comparison(b, c, name="t", level=0.05, rng=rng, baseline_strata=sb,
+                                           candidate_strata=sc).pvalue <= 0.05
+        pooled_hits += cmp.permutation_comparison(b, c, name="t", level=0.05, rng=rng).pvalue <= 0.05
+    assert hits / reps <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+    assert pooled_hits / reps > 0.5  # the same data without strata: a spurious shift
+
+
+def test_few_pairs_use_the_permutation_test_and_many_the_sign_flip() -> None:
+    world = mismatch_world("temperature 1.03", seed=2)
+    rng = np.random.default_rng(3)
+    for n, permutation in ((20, True), (400, False)):
+        rows = np.zeros(n, dtype=np.int64)
+        sb, sc = world.score(*world.sample(rng, n, 4)), world.score(*world.sample(rng, n, 4))
+        found = compare_oracle_scores(sb, rows, sc, rows, rng=rng, level=1e-3)
+        assert found.tests and all(t.method.startswith("stratified permutation") == permutation
+                                   for t in found.tests), [t.method for t in found.tests]
+    small = compare_oracle_scores(sb, rows, sc, rows)  # no rng: always the sign-flip test
+    assert all(not t.method.startswith("stratified") for t in small.tests)
+
+
+def test_few_pairs_reach_a_holm_level_only_through_the_permutation_test() -> None:
+    """10 rows per engine, the candidate's scores all above the baseline's: the sign-flip p cannot go below
+    2^-9 (~0.002), the permutation p reaches 1 / C(20, 10) ~ 5e-6, so a Holm level of 1e-4 is reachable."""
+    base, cand = np.linspace(0.0, 0.9, 10), np.linspace(2.0, 2.9, 10)
+    flip = paired_comparison(base, cand, name="t")
+    perm = cmp.permutation_comparison(base, cand, name="t", level=1e-4, rng=np.random.default_rng(1))
+    assert flip.pvalue >= 2.0 ** -9 - 1e-12
+    assert perm.pvalue <= 1e-4
