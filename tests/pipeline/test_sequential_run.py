@@ -81,6 +81,7 @@ def test_equal_engines_are_certified_and_a_larger_budget_continues_the_same_sequ
     assert prov["chunks"]["reused"] == 2 * len(look_totals(700))  # every slice of the first run
     assert big.verdict == "equivalent", big.cases[0].reason
     assert "time-uniform TV upper bound" in big.cases[0].reason
+    assert "certifies the per-position marginal TV of the case's prompt" in big.cases[0].reason  # the scope (#22)
     assert big.cases[0].tv_upper_bound < 0.2
     assert big.cases[0].n_baseline < 20000
 
