@@ -10,7 +10,8 @@ between plain sampling (the ``baseline`` engine) and the float32 target law:
    per-token numerics floor a perfect test could at best detect.
 2. Statistical distinguishability: float32, bf16 and fp16 plain samples (``--tokens``
    generated tokens per engine) analysed with :func:`speceq.pipeline.analysis.analyse_run` against a
-   float32 plain run (two-sample tests) and the float32 oracle (z-tests, PIT, GOF), at
+   float32 plain run (two-sample tests; the float32 oracle's comparisons of both engines' scores,
+   and its one-sample diagnostics: z-tests, PIT, GOF), at
    ``--alpha``. A float32 A/A run (second seed) is the control. The bf16 candidate is also
    analysed with a bf16 oracle (the oracle in the deployment's dtype).
 3. Greedy (temperature 0): how often bf16 / fp16 rows diverge from float32 rows, and how the
@@ -52,7 +53,8 @@ from speceq.oracles.hf import TargetOracle
 from speceq.pipeline.analysis import analyse_run
 from speceq.pipeline.greedy import classify_margin, first_divergence
 
-ORACLE_TESTS = ("z argmax leak", "z temperature drift", "PIT Anderson-Darling", "PIT Kolmogorov-Smirnov",
+ORACLE_TESTS = ("argmax comparison", "log-likelihood comparison", "PIT comparison", "support comparison",
+                "z argmax leak", "z temperature drift", "PIT Anderson-Darling", "PIT Kolmogorov-Smirnov",
                 "chi2 GOF first token", "baseline vs oracle PIT Anderson-Darling")
 
 
@@ -131,7 +133,7 @@ def verdicts(cases: list[Case], base: dict[str, SampleBatch], cand: dict[str, Sa
         tests = {t.name: t for t in c.tests}
         primary = [t for t in c.tests if t.primary and t.adjusted_pvalue is not None]
         smallest = min(primary, key=lambda t: t.adjusted_pvalue, default=None)
-        two_sample = [t.pvalue for t in c.tests if t.family != "oracle"]
+        two_sample = [t.pvalue for t in c.tests if t.family not in ("oracle", "oracle comparison")]
         per_case.append({
             "case": c.case_id, "verdict": c.verdict, "tv": c.tv_estimate, "tv_upper": c.tv_upper_bound,
             "tokens": c.candidate_tokens,
@@ -208,15 +210,17 @@ def table(report: dict[str, Any]) -> str:
     lines += ["", "## Sampling collection", "", "| run | tokens | seconds | tokens/s |", "|---|---|---|---|"]
     lines += [f"| {k} | {v['tokens']} | {v['seconds']} | {v['tokens_per_s']} |" for k, v in report["collection"].items()]
     lines += ["", f"## Verdicts (alpha {report['settings']['alpha']}, tolerance {report['settings']['tolerance']})", "",
-              "| comparison | case | verdict | TV est. | TV bound | min 2-sample p | z argmax p | z temp p | PIT AD p | "
-              "GOF p | smallest adj. p (test) | hard failures |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| comparison | case | verdict | TV est. | TV bound | min 2-sample p | argmax cmp p | log-lik cmp p | "
+              "PIT cmp p | support cmp p | z temp p (diagnostic) | smallest adj. p (test) | hard failures |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x: "-" if x is None else f"{x:.2g}"  # noqa: E731
     for comp in report.get("comparisons", []):
         for c in comp["cases"]:
             o = c["oracle_p"]
             lines.append(f"| {comp['comparison']} | {c['case']} | {c['verdict']} | {fmt(c['tv'])} | {fmt(c['tv_upper'])} | "
-                         f"{fmt(c['min_two_sample_p'])} | {fmt(o['z argmax leak'])} | {fmt(o['z temperature drift'])} | "
-                         f"{fmt(o['PIT Anderson-Darling'])} | {fmt(o['chi2 GOF first token'])} | "
+                         f"{fmt(c['min_two_sample_p'])} | {fmt(o['argmax comparison'])} | "
+                         f"{fmt(o['log-likelihood comparison'])} | {fmt(o['PIT comparison'])} | "
+                         f"{fmt(o['support comparison'])} | {fmt(o['z temperature drift'])} | "
                          f"{fmt(c['smallest_adjusted_p'])} ({c['smallest_test']}) | "
                          f"{'; '.join(c.get('hard_failures', [])) or '-'} |")
     lines += ["", "## Greedy divergence from float32", "",

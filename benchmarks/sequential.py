@@ -4,11 +4,11 @@ Three parts (each prints a markdown table and adds its numbers to ``--json``):
 
 ``aa``
     False-``shifted`` rate of the whole sequential family of a case (the 8 tests of an oracle
-    case with one prompt: paired position 0, joint first 2 and length; argmax leak,
-    temperature drift, draft drift, 16-bin PIT, first token vs the oracle law) on synthetic
-    A/A data drawn with numpy from known laws, each path looked at after EVERY sample, at
-    alpha = 0.05, 0.01, 0.001 (e-value Bonferroni, as the driver). Also every test alone at
-    level alpha. Tokens come from a bank of random next-token laws (speceq.stats.synthetic).
+    case with one prompt: paired position 0, joint first 2 and length; the argmax,
+    log-likelihood, PIT, draft ratio and support comparisons of both engines' oracle scores)
+    on synthetic A/A data drawn with numpy from known laws, each path looked at after EVERY
+    sample, at alpha = 0.05, 0.01, 0.001 (e-value Bonferroni, as the driver). Also every test
+    alone at level alpha. Tokens come from a bank of random next-token laws (speceq.stats.synthetic).
 ``certify``
     Samples per engine at which a correct engine is certified (TV bound < tolerance),
     sequential (first look of the schedule whose time-uniform bound is below the tolerance)
@@ -66,10 +66,9 @@ class _Bank:
         self.logp = np.where(self.p > 0, logp, -np.inf)
         self.mean = (self.p * logp).sum(axis=1)
         self.var = np.maximum((self.p * logp**2).sum(axis=1) - self.mean**2, 0.0)
-        llr = np.log(np.maximum(q, 1e-30)) - logp
-        self.llr = llr
-        self.llr_mean = (self.p * llr).sum(axis=1)
-        self.llr_var = np.maximum((self.p * llr**2).sum(axis=1) - self.llr_mean**2, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(self.p > 0, np.minimum(q / np.where(self.p > 0, self.p, 1.0), 10.0), 10.0)
+        self.ratio = ratio - (self.p * ratio).sum(axis=1, keepdims=True)  # the draft-ratio score, centred under p
 
     def draw(self, rng: np.random.Generator, idx: np.ndarray) -> np.ndarray:
         u = rng.random(idx.shape)
@@ -77,8 +76,8 @@ class _Bank:
         return np.minimum(x, self.p.shape[1] - 1)
 
 
-TEST_NAMES = ("pair position 0", "pair joint first 2", "pair length", "argmax leak", "temperature drift",
-              "draft drift", "PIT 16 bins", "first token vs oracle")
+TEST_NAMES = ("pair position 0", "pair joint first 2", "pair length", "argmax comparison", "log-likelihood comparison",
+              "PIT comparison", "draft ratio comparison", "support comparison")
 
 
 def _aa_block(rng: np.random.Generator, bank: _Bank, reps: int, samples: int, length: int) -> np.ndarray:
@@ -91,19 +90,25 @@ def _aa_block(rng: np.random.Generator, bank: _Bank, reps: int, samples: int, le
     la, lb = (rng.choice(length, size=(reps, samples), p=lens) for _ in range(2))
     out = [seq.paired_exchangeability_log_e(a0, b0), seq.paired_exchangeability_log_e(a0 * 100 + a1, b0 * 100 + b1),
            seq.paired_exchangeability_log_e(la, lb)]
-    # oracle tokens: `length` per sample, each from a bank law chosen independently of the data
-    idx = rng.integers(0, bank.p.shape[0], size=(reps, samples * length))
-    idx[:, ::length] = 0  # position 0 always has the same law (the case's prompt)
-    x = bank.draw(rng, idx)
-    m = bank.m[idx]
-    out.append(seq.betting_log_e((x == bank.argmax[idx]).astype(float) - m, 1.0 - m, -m))
-    d = bank.logp[idx, x] - bank.mean[idx]
-    out.append(seq.betting_log_e(d, -bank.mean[idx], None, bank.var[idx]))
-    out.append(seq.normal_mixture_log_e(bank.llr[idx, x] - bank.llr_mean[idx], bank.llr_var[idx]))
-    u = bank.cdf_before[idx, x] + rng.random(x.shape) * bank.p[idx, x]
-    bins = np.minimum((u * 16).astype(np.int64), 15)
-    out.append(seq.plugin_lr_log_e(bins, np.full(16, 1 / 16)))
-    out.append(seq.plugin_lr_log_e(x[:, ::length], bank.p[0]))
+    # oracle tokens of both engines: `length` per sample, each from a bank law chosen independently of the data;
+    # row scores per sample, compared pair by pair (the driver's comparison e-processes)
+    rows = []
+    for _ in range(2):
+        idx = rng.integers(0, bank.p.shape[0], size=(reps, samples * length))
+        idx[:, ::length] = 0  # position 0 always has the same law (the case's prompt)
+        x = bank.draw(rng, idx)
+        p = bank.p[idx, x]
+        per = {
+            "argmax": (x == bank.argmax[idx]) - bank.m[idx],
+            "loglik": np.maximum(np.where(p > 0, bank.logp[idx, x], -np.inf) - bank.mean[idx], -10.0),
+            "pit": bank.cdf_before[idx, x] + p / 2 - 0.5,
+            "ratio": bank.ratio[idx, x],
+            "support": (p <= 0).astype(float),
+        }
+        rows.append({k: v.reshape(reps, samples, length).sum(axis=2) for k, v in per.items()})
+    for k in ("argmax", "loglik", "pit", "ratio"):
+        out.append(seq.paired_sign_log_e(rows[1][k] - rows[0][k]))
+    out.append(seq.paired_sign_log_e(np.minimum(rows[1]["support"], 1) - np.minimum(rows[0]["support"], 1)))
     return np.stack([np.maximum(o.max(axis=1), 0.0) for o in out], axis=1)
 
 

@@ -43,7 +43,9 @@ import numpy as np
 from scipy import stats as sps
 
 from speceq import stats
-from speceq.stats.martingale import MIN_SUMMED_VARIANCE
+from speceq.stats.martingale import MIN_EFFECTIVE_JUMPS
+from speceq.stats.scores import DRAFT_RATIO_CAP
+from speceq.stats.sequential import scale_free_mixture_log_e
 from speceq.stats.synthetic import sample_categorical
 
 LEVELS = (1e-3, 1e-4)
@@ -300,25 +302,37 @@ def martingale_null_pvalues(contexts: np.ndarray, n_tokens: int, reps: int, rng:
     """p-values of the martingale z-tests over ``n_tokens`` tokens, each at a random context.
 
     Returns test name -> p-values for argmax leak, temperature drift and (with draft laws)
-    draft drift, all on the same draws. Contexts are chosen independently of the past, so the
-    increments are martingale differences; the guard (summed variance < 50: p = 1) applies.
+    draft drift and the bounded draft ratio, all on the same draws. Contexts are chosen
+    independently of the past, so the increments are martingale differences; the validity
+    condition (effective jumps < 30: the e-process p-value) applies, with the predictable
+    fourth moments (observed ones for the draft drift, as the function does without them).
     """
     P = contexts / contexts.sum(axis=1, keepdims=True)
     C, V = P.shape
     with np.errstate(divide="ignore"):
         logp = np.where(P > 0, np.log(np.where(P > 0, P, 1.0)), 0.0)
-    fs: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    fs: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = {}
+
+    def moments(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        mu = (P * values).sum(axis=1)
+        dev = values - mu[:, None]
+        return mu, np.maximum((P * dev**2).sum(axis=1), 0.0), (P * dev**4).sum(axis=1)
+
     top = np.zeros_like(P)
     top[np.arange(C), P.argmax(axis=1)] = 1.0
-    m = P.max(axis=1)
-    fs["z argmax leak"] = (top, m, m * (1 - m))
-    mean = (P * logp).sum(axis=1)
-    fs["z temperature drift"] = (logp, mean, np.maximum((P * logp**2).sum(axis=1) - mean**2, 0.0))
+    fs["z argmax leak"] = (top, *moments(top))
+    fs["z temperature drift"] = (logp, *moments(logp))
     if draft_contexts is not None:
-        Q = np.maximum(draft_contexts / draft_contexts.sum(axis=1, keepdims=True), 1e-30)
-        llr = np.log(Q) - logp
-        mean = (P * llr).sum(axis=1)
-        fs["z draft drift"] = (llr, mean, np.maximum((P * llr**2).sum(axis=1) - mean**2, 0.0))
+        Qraw = draft_contexts / draft_contexts.sum(axis=1, keepdims=True)
+        llr = np.log(np.maximum(Qraw, 1e-30)) - logp
+        fs["z draft drift"] = (llr, *moments(llr)[:2], None)
+        from speceq.stats.synthetic import draft_ratio_fields
+
+        ratio = draft_ratio_fields(P, Qraw, np.zeros(C, dtype=np.int64))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rvals = np.where(P > 0, np.minimum(Qraw / np.where(P > 0, P, 1.0), DRAFT_RATIO_CAP),
+                             DRAFT_RATIO_CAP)
+        fs["z draft ratio"] = (rvals, ratio["draft_ratio_mean"], ratio["draft_ratio_var"], ratio["draft_ratio_m4"])
     # inverse CDF of every context at once: context c's CDF shifted to (c, c + 1]
     cdf = np.cumsum(P, axis=1)
     cdf /= cdf[:, -1:]
@@ -330,15 +344,21 @@ def martingale_null_pvalues(contexts: np.ndarray, n_tokens: int, reps: int, rng:
         ctx = rng.integers(0, C, size=(size, n_tokens))
         idx = np.searchsorted(flat, ctx + rng.random((size, n_tokens)), side="right")
         tok = np.clip(idx - ctx * V, 0, V - 1)
-        for name, (values, mu, var) in fs.items():
+        for name, (values, mu, var, m4) in fs.items():
             dev = values[ctx, tok] - mu[ctx]
             total = np.maximum(var[ctx].sum(axis=1), 1e-300)
             z = dev.sum(axis=1) / np.sqrt(total)
             p = skew_corrected_pvalues(z, (dev**3).sum(axis=1) / total**1.5)
-            out[name][s: s + size] = np.where(total < MIN_SUMMED_VARIANCE, 1.0, p)
+            fourth = (dev**4 if m4 is None else m4[ctx]).sum(axis=1)
+            guard = total * total < MIN_EFFECTIVE_JUMPS * fourth
+            if guard.any():
+                top_e = scale_free_mixture_log_e(dev[guard], var[ctx[guard]]).max(axis=1)
+                p[guard] = np.minimum(1.0, np.exp(-np.maximum(0.0, top_e)))
+            out[name][s: s + size] = p
             if s == 0:  # the vectorised p-value is the function's
                 for r in range(min(5, size)):
-                    real = stats.martingale_z(values[ctx[r], tok[r]], mu[ctx[r]], var[ctx[r]], name=name).pvalue
+                    real = stats.martingale_z(values[ctx[r], tok[r]], mu[ctx[r]], var[ctx[r]], name=name,
+                                              fourth_moment=None if m4 is None else m4[ctx[r]]).pvalue
                     if not math.isclose(real, out[name][r], rel_tol=1e-6, abs_tol=1e-12):
                         raise AssertionError(f"vectorised {name} p {out[name][r]} != martingale_z p {real}")
     return out

@@ -19,6 +19,9 @@ from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFreq
 
 #: Pointwise coverage of the uniform band drawn on PIT histograms (the report's PIT section uses it too).
 PIT_BAND_LEVEL = 0.99
+#: The candidate's one-sample diagnostic drawn for each oracle comparison.
+COMPARISON_PATHS = {"argmax comparison": "z argmax leak", "log-likelihood comparison": "z temperature drift",
+                    "draft ratio comparison": "z draft ratio", "draft log-ratio comparison": "z draft drift"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +114,14 @@ def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView])
     name = deciding.name
     picture, caption = None, ""
     zv = next((z for z in z_views if z.test == name), None)
-    if zv is not None:
+    shown = COMPARISON_PATHS.get(name)
+    cv = next((z for z in z_views if z.test == shown), None) if shown else None
+    if cv is not None:
+        picture = cv.chart
+        caption = (f"The decision compares the candidate's row scores with the baseline's (both scored by the oracle). "
+                   f"Drawn: the candidate's own running sum of f − E f ({shown}, a one-sample diagnostic whose band "
+                   "assumes an exact oracle), to show where the excess builds up.")
+    elif zv is not None:
         picture = zv.chart
         caption = (f"Running sum of f − E f over the candidate's tokens (orange) inside its null band ±{zv.z_crit:.3g}·sd "
                    f"({zv.level}). The test looks at the end of the path only: it rejects because the path ends outside "
@@ -119,8 +129,10 @@ def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView])
     elif name.startswith("PIT") and case.pit_histogram and sum(case.pit_histogram) > 0:
         band = svg.pit_band(case.pit_histogram, PIT_BAND_LEVEL)
         picture = svg.pit_histogram(case.pit_histogram, band)
-        caption = (f"PIT values of the candidate's tokens; uniform under the target. {band.outside} of {band.bins} bins "
-                   f"lie outside the {round(PIT_BAND_LEVEL * 100)} % band (red).")
+        caption = (f"PIT values of the candidate's tokens; uniform under an exact oracle. {band.outside} of {band.bins} "
+                   f"bins lie outside the {round(PIT_BAND_LEVEL * 100)} % band (red)."
+                   + (" The decision compares the candidate's mean PIT per row with the baseline's."
+                      if name.endswith(" comparison") else ""))
     elif name == "chi2 GOF first token" or (deciding.position is not None and deciding.prompt in (None, 0) and any(
             t.position == deciding.position for t in case.top_tokens)):
         position = 0 if name == "chi2 GOF first token" else int(deciding.position)  # type: ignore[arg-type]
@@ -130,7 +142,13 @@ def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView])
     if picture is None:
         picture = _bins_chart(case, name)
         caption = "The bins of this test that differ most between the engines (share of each engine's samples)."
-    if picture is None:
+    if picture is not None and name == "support comparison":
+        caption = ("Rows holding a token the processed target gives probability 0, baseline against candidate "
+                   "(share of each engine's rows).")
+    if picture is None and name.endswith(" comparison"):
+        caption = ("A comparison of the two engines' row scores, both scored by the oracle (the counts are in the "
+                   "evidence table); it has no picture of its own.")
+    elif picture is None:
         caption = "No picture of this test is stored in the result (it was written by an older speceq)."
     return picture, caption
 

@@ -1,9 +1,10 @@
 """The numerics control recipe of docs/explanation/numerics.md on the bundled models, in bfloat16.
 
-Recipe: compare like with like (candidate and baseline in the deployment's dtype) and use the
-oracle in that dtype too. Then a correct speculative engine is not shifted from plain
-sampling, while an algorithmic bug at the same sample size is: the control tells numerics
-apart from algorithm because it can fail. Seeded; about 30 s on one core.
+Recipe: compare like with like (candidate and baseline in the deployment's dtype); the oracle
+may be the default float32 one (its scores of both engines are compared, so the numerics the
+engines share cancel) or one in the deployment's dtype. Then a correct speculative engine is
+not shifted from plain sampling, while an algorithmic bug at the same sample size is: the
+control tells numerics apart from algorithm because it can fail. Seeded; about 30 s on one core.
 """
 
 from __future__ import annotations
@@ -79,3 +80,11 @@ def test_mutant_is_caught_by_the_two_sample_tests_alone(case: Case, bf16_runs: d
     # without any oracle (its dtype differing from the deployment's): like-with-like two-sample tests suffice
     assert _verdict(case, bf16_runs["baseline"], bf16_runs["mutant"], None) == "shifted"  # type: ignore[arg-type]
     assert _verdict(case, bf16_runs["baseline"], bf16_runs["reference"], None) != "shifted"  # type: ignore[arg-type]
+
+
+def test_the_default_float32_oracle_gives_the_same_verdicts(case: Case, bf16_runs: dict[str, SampleBatch]) -> None:
+    """Issue #22: with the float32 oracle, bf16 engines were shifted by its one-sample tests; now its scores of
+    both engines are compared."""
+    oracle = TargetOracle()
+    assert _verdict(case, bf16_runs["baseline"], bf16_runs["reference"], oracle) != "shifted"
+    assert _verdict(case, bf16_runs["baseline"], bf16_runs["mutant"], oracle) == "shifted"

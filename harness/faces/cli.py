@@ -79,7 +79,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="target model folder of the oracle. Default: the baseline engine's target model if it "
                         "loads one, else the bundled target")
     g.add_argument("--oracle-draft", metavar="auto|bundled|none|DIR", default="auto",
-                   help="draft the oracle scores for the draft-drift test. Default: %(default)s (the candidate "
+                   help="draft the oracle scores for the draft ratio comparison. Default: %(default)s (the candidate "
                         "engine's own draft model, if it has one)")
     g.add_argument("--oracle-share-prefix", action=argparse.BooleanOptionalAction, default=True,
                    help="the oracle runs each prompt once and scores only the generated tokens against its cache: "
@@ -326,8 +326,9 @@ def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
     own = [c.case_id for c in need if isinstance(c.case, dict) and c.case.get("samples")]
     tail = (f" (cases {', '.join(own)} set their own samples in the cases file: raise them there)" if own else "")
     if not argv:
-        return f"to decide: rerun with --samples {n} and the same --out (stored samples are reused){tail}"
-    return f"to decide: {reasons.argv_rerun_command(argv, n)}   (reuses the stored samples){tail}"
+        return (f"to decide: rerun with --samples {n} and the same --out (stored samples are reused; "
+                f"{reasons.SECOND_LOOK}){tail}")
+    return f"to decide: {reasons.argv_rerun_command(argv, n)}   (reuses the stored samples; {reasons.SECOND_LOOK}){tail}"
 
 
 def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:

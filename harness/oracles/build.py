@@ -2,7 +2,7 @@
 
 The oracle scores with the target model: by default the baseline engine's loaded model (so
 the oracle sees exactly the weights the baseline samples from), else the bundled target; the
-draft for the draft-drift test comes from the candidate engine when it exposes one. A server
+draft for the draft ratio comparison comes from the candidate engine when it exposes one. A server
 oracle (``server``) scores with an OpenAI-compatible server's prompt log-probabilities instead.
 Worker processes rebuild the same oracle from :class:`ModelSource` descriptions.
 """

@@ -27,7 +27,7 @@ from speceq.errors import ConfigError
 from speceq.models.fast_forward import FastLlama, fast_model
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import configure_threads
-from speceq.stats.scores import TokenScores
+from speceq.stats.scores import DRAFT_RATIO_CAP, TokenScores
 
 #: Floor of the draft probability inside log q (TokenScores.draft_llr).
 DRAFT_PROB_FLOOR = 1e-30
@@ -39,8 +39,10 @@ LOGITS_BUDGET = 2**25
 FIELDS_BUDGET = 2**20
 #: Default of ``eos_token_id``: the target model's own EOS id.
 MODEL_EOS: Any = object()
-_FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "raw_top2_margin")
-_DRAFT_FIELDS = ("draft_llr", "draft_llr_mean", "draft_llr_var", "draft_tv")
+_FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "logp_m4",
+           "raw_top2_margin")
+_DRAFT_FIELDS = ("draft_llr", "draft_llr_mean", "draft_llr_var", "draft_tv", "draft_ratio", "draft_ratio_mean",
+                 "draft_ratio_var", "draft_ratio_m4")
 
 
 class TargetOracle:
@@ -337,6 +339,7 @@ def _token_fields(probs: torch.Tensor, tokens: torch.Tensor) -> dict[str, np.nda
     logp_all = torch.where(p > 0, torch.log(p.clamp(min=1e-300)), torch.zeros_like(p))
     mean = (p * logp_all).sum(dim=1)
     var = (p * logp_all.square()).sum(dim=1) - mean.square()
+    m4 = (p * (logp_all - mean[:, None]).pow(4)).sum(dim=1)
     argmax = p.argmax(dim=1)  # first maximal index: ties to the lowest id
     return {
         "prob": px[:, 0].numpy(),
@@ -346,11 +349,13 @@ def _token_fields(probs: torch.Tensor, tokens: torch.Tensor) -> dict[str, np.nda
         "logp": torch.log(px[:, 0]).numpy(),
         "logp_mean": mean.numpy(),
         "logp_var": var.clamp(min=0.0).numpy(),
+        "logp_m4": m4.clamp(min=0.0).numpy(),
     }
 
 
 def _draft_fields(probs: torch.Tensor, draft_probs: torch.Tensor, tokens: torch.Tensor) -> dict[str, np.ndarray]:
-    """f = log q(x) - log p(x) at the emitted tokens, its mean and variance under p, and TV(p, q)."""
+    """f = log q(x) - log p(x) at the emitted tokens, its mean and variance under p, TV(p, q), and the
+    bounded draft score min(q / p, DRAFT_RATIO_CAP) with its mean, variance and fourth central moment under p."""
     p = probs.double()
     logq = torch.log(draft_probs.double().clamp(min=DRAFT_PROB_FLOOR))
     logp = torch.where(p > 0, torch.log(p.clamp(min=1e-300)), torch.zeros_like(p))
@@ -359,6 +364,13 @@ def _draft_fields(probs: torch.Tensor, draft_probs: torch.Tensor, tokens: torch.
     var = (p * f.square()).sum(dim=1) - mean.square()
     px = p.gather(1, tokens[:, None])[:, 0]
     llr = logq.gather(1, tokens[:, None])[:, 0] - torch.log(px)
-    tv = 0.5 * (p - draft_probs.double()).abs().sum(dim=1)
+    q = draft_probs.double()
+    tv = 0.5 * (p - q).abs().sum(dim=1)
+    ratio = torch.where(p > 0, torch.clamp(q / p.clamp(min=1e-300), max=DRAFT_RATIO_CAP),
+                        torch.full_like(p, DRAFT_RATIO_CAP))
+    r_mean = (p * ratio).sum(dim=1)
+    r_dev = ratio - r_mean[:, None]
     return {"draft_llr": llr.numpy(), "draft_llr_mean": mean.numpy(), "draft_llr_var": var.clamp(min=0.0).numpy(),
-            "draft_tv": tv.clamp(0.0, 1.0).numpy()}
+            "draft_tv": tv.clamp(0.0, 1.0).numpy(), "draft_ratio": ratio.gather(1, tokens[:, None])[:, 0].numpy(),
+            "draft_ratio_mean": r_mean.numpy(), "draft_ratio_var": (p * r_dev.square()).sum(dim=1).clamp(min=0.0).numpy(),
+            "draft_ratio_m4": (p * r_dev.pow(4)).sum(dim=1).numpy()}

@@ -27,7 +27,8 @@ class Oracle(Protocol):
 
     vocab_size: logits per position (the token ids it can score). eos_token_id: the EOS id
     that ``ignore_eos`` masks (None: no EOS). has_draft: :meth:`score` also fills the draft
-    fields of :class:`~speceq.stats.scores.TokenScores` (the draft-drift test runs).
+    fields of :class:`~speceq.stats.scores.TokenScores`, ``draft_ratio*`` included (the draft
+    ratio comparison runs).
     """
 
     vocab_size: int

@@ -11,7 +11,7 @@ gives the whole vocabulary (or when top-k/top-p keep only known tokens), a coars
 log-likelihood moments when it gives only the top-K of a plain sampler's law, and a
 :class:`~speceq.errors.ConfigError` where processing cannot be reproduced exactly. Same
 interface as :class:`speceq.oracles.hf.TargetOracle` (``score``, ``next_token_probs``,
-``raw_top2_margin``, ``describe``, ``vocab_size``), no draft (the draft-drift test is not run).
+``raw_top2_margin``, ``describe``, ``vocab_size``), no draft (the draft ratio comparison is not run).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class ServerOracle:
 
     @property
     def has_draft(self) -> bool:
-        """Never: a server scores the target only (no draft-drift test)."""
+        """Never: a server scores the target only (no draft ratio comparison)."""
         return False
 
     def law_kind(self, params: SamplingParams, *, where: str = "oracle") -> str:
@@ -312,7 +312,7 @@ class ServerOracle:
                 logits = dense_logits(tops[a : a + step], params, self.vocab_size, self.eos_token_id, wheres[a : a + step])
                 parts.append(dense_token_fields(process_logits(logits, proc, eos_token_id=self.eos_token_id),
                                                 tokens[a : a + step]))
-            names = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var")
+            names = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "logp_m4")
             fields = {n: np.concatenate([p[n] for p in parts]) if parts else
                       np.zeros(0, dtype=bool if n == "is_argmax" else np.float64) for n in names}
         if kind == "top" and not tops:

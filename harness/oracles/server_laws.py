@@ -164,6 +164,7 @@ def dense_token_fields(probs: torch.Tensor, tokens: np.ndarray) -> dict[str, np.
         "logp": torch.log(px[:, 0]).numpy(),
         "logp_mean": mean.numpy(),
         "logp_var": var.clamp(min=0.0).numpy(),
+        "logp_m4": (p * (logp_all - mean[:, None]).pow(4)).sum(dim=1).clamp(min=0.0).numpy(),
     }
 
 

@@ -7,31 +7,35 @@ black-box (always)
     and its companions), ``chi2 joint first 2`` on the case's prompt, and, unless
     ``ignore_eos``, ``chi2 length``. Without an oracle, ``chi2 prompt j position t`` for
     every later position t is primary too; with one, those are diagnostics.
-oracle (when a target oracle is given; over every generated token of the candidate, all
-prompts of the batch)
-    ``PIT Anderson-Darling``, ``z argmax leak``, ``z temperature drift``, ``z draft drift``
-    (when the oracle has the draft) and ``chi2 GOF first token`` (case prompt). KS, Cramér-von
-    Mises and the PIT histogram are diagnostics, and so is the same PIT on the *baseline*'s
-    tokens (an A/A check of the oracle itself: if it rejects, the oracle does not model the
-    baseline and the oracle tests are not trustworthy; a note says so).
+oracle (when a target oracle is given): every row of BOTH engines, all prompts of the batch,
+is scored by the same oracle, and the candidate is compared with the baseline
+(:mod:`speceq.stats.oracle_rows`): ``argmax comparison``, ``log-likelihood comparison`` (when
+the oracle knows the whole law), ``PIT comparison``, ``draft ratio comparison`` (when the
+oracle has the draft) -- paired sign-flip tests of row scores, exact given the magnitudes --
+and ``support comparison`` (rows holding a token of oracle probability 0, exact, one-sided).
+Under H0 both engines' rows are i.i.d. draws of one law, so these stay valid when the
+oracle's law is slightly off the engines' (bf16 numerics, a server's other graph): an offset
+both engines share cancels, a speculation bug does not.
+
+Diagnostics (never deciding): the one-sample tests of each engine against the oracle (PIT
+Anderson-Darling / KS / Cramér-von Mises / histogram, the martingale z-tests, the first-token
+goodness of fit). They are valid only for an exact oracle; no gate can make them valid under
+a shared mismatch (docs/explanation/statistics.md), so a note reads them side by side:
+"both engines depart from the oracle by z = ..., the candidate no more than the baseline".
 
 Effect size: for the case's prompt, the plug-in TV between baseline and candidate of the
 token (or END) at every generated position; the case's TV is the largest over positions and
 its upper bound is the largest per-position bound, each at level alpha / (positions), so the
-bound holds for all positions at once (union bound). With an oracle, position 0 uses the
-one-sample bound against the exact target law instead.
+bound holds for all positions at once (union bound). The reference is always the baseline
+(two-sample), oracle or not.
 
 Greedy cases (temperature 0) are not tested statistically: rows of every prompt of the
 batch must be equal token for token; every diverging row's first divergence is classified
 by the target's raw top-2 margin there (:mod:`speceq.pipeline.greedy`; the near-tie threshold is a
-setting). The verdict of every case, greedy or not, is decided in
-:func:`speceq.verdicts.decide.decide_run` from the typed :class:`CaseEvidence` built here.
-
-Oracle trust: the same PIT on the *baseline*'s tokens is an A/A check of the oracle
-itself. When it rejects at alpha, or the baseline emits tokens of probability 0 under the
-oracle, the oracle does not model the baseline (e.g. bf16 rounding at a top-p boundary):
-the oracle tests and the candidate's support violations are demoted to diagnostics and the
-two-sample tests decide; the verdict says so.
+setting), and a candidate row that diverged at a near-tie is teacher-forced through the
+oracle: every later token must be the target's argmax or a near-tie. The verdict of every
+case, greedy or not, is decided in :func:`speceq.verdicts.decide.decide_run` from the typed
+:class:`CaseEvidence` built here.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from speceq.inputs.cases import Case
 from speceq.models.tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
 from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ScoreRequest
-from speceq.pipeline.greedy import compare_greedy_rows
+from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
 from speceq.verdicts.decide import CaseDecision, decide_run, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
@@ -63,6 +67,7 @@ from speceq.verdicts.result import (
     GreedySummary,
     RunResult,
     SampleText,
+    TestBins,
     TestOutcome,
     TokenFrequency,
 )
@@ -72,12 +77,15 @@ TOP_TOKENS = 8
 TOP_POSITIONS = (0, 1)
 #: Decoded sample texts kept per engine.
 SAMPLE_TEXTS = 3
-#: Baseline rows scored by the oracle for its A/A trust check.
-BASELINE_AA_ROWS = 1000
 #: Most greedy divergences displayed per case (all of them are classified and counted).
 MAX_DIVERGENCES = 10
-#: Oracle tests of a case (upper count) when planning the Monte Carlo level.
-_ORACLE_PRIMARY_TESTS = 5
+#: Oracle tests of a case (upper count) when planning the Monte Carlo level: five comparisons and the support one.
+_ORACLE_PRIMARY_TESTS = 6
+#: The one-sample z diagnostics and the comparison each one is read against.
+_Z_DIAGNOSTICS = (("z argmax leak", stats.argmax_leak_z, "argmax comparison"),
+                  ("z temperature drift", stats.temperature_drift_z, "log-likelihood comparison"),
+                  ("z draft ratio", stats.draft_ratio_z, "draft ratio comparison"),
+                  ("z draft drift", stats.draft_drift_z, "draft log-ratio comparison"))
 
 
 def case_rng(seed: int, case_id: str, stream: int) -> np.random.Generator:
@@ -98,14 +106,14 @@ class PositionComparison:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OracleFindings:
-    """Oracle tests of one case and whether the oracle is trusted (its baseline A/A check)."""
+    """Oracle tests of one case: the comparisons (primary), the one-sample diagnostics, their reading."""
 
     tests: tuple[TestOutcome, ...]
     support_failures: tuple[str, ...]
     histogram: tuple[int, ...]
-    gof: stats.GoodnessOfFitResult | None
-    demoted: str | None
+    notes: tuple[str, ...] = ()
     z_paths: tuple[Any, ...] = ()
+    test_bins: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,13 +147,6 @@ def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | Non
         n=int(res.n) if getattr(res, "n", None) is not None else None,
         summary=summary if summary is not None else res.summary(),
     )
-
-
-def _head(batch: SampleBatch, rows: int) -> SampleBatch:
-    """The first ``rows`` rows of a batch (totals and timing dropped)."""
-    if batch.rows <= rows:
-        return batch
-    return SampleBatch(tokens=batch.tokens[:rows], lengths=batch.lengths[:rows], prompt_index=batch.prompt_index[:rows])
 
 
 def _rows_of(batch: SampleBatch, prompt: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,16 +187,15 @@ def score_requests(cases: Sequence[Case], baseline: Mapping[str, SampleBatch],
                    candidate: Mapping[str, SampleBatch]) -> list[ScoreRequest]:
     """The ``oracle.score`` requests :func:`analyse_run` makes, in its order, so they can be scored ahead.
 
-    Case by case (sampling cases only): the baseline's first :data:`BASELINE_AA_ROWS` rows for
-    the oracle's A/A check, then the candidate's rows.
+    Case by case (sampling cases only): every baseline row, then every candidate row (the
+    comparisons score both engines with the same oracle).
     """
     out: list[ScoreRequest] = []
     for case in cases:
         if case.params.greedy:
             continue
         base, cand = baseline[case.case_id], candidate[case.case_id]
-        out += [(case.case_id, case.prompts, _head(base, BASELINE_AA_ROWS), case.params),
-                (case.case_id, case.prompts, cand, case.params)]
+        out += [(case.case_id, case.prompts, base, case.params), (case.case_id, case.prompts, cand, case.params)]
     return out
 
 
@@ -281,61 +281,152 @@ def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
     return tuple(out)
 
 
-def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
-                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float) -> OracleFindings:
-    """Baseline A/A trust check first; then PIT, martingale z-tests, first-token GOF, support check."""
-    params = case.params
-    base_scores = oracle.score(case.prompts, _head(base, BASELINE_AA_ROWS), params)
-    base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
-    base_sup = stats.support_violations(base_scores)
-    demoted = None
-    if base_sup.failed or base_pit.pvalue <= alpha:
-        why = []
-        if base_pit.pvalue <= alpha:
-            why.append(f"its PIT A/A check on the baseline rejects, p={base_pit.pvalue:.2g} <= alpha={alpha:g}")
-        if base_sup.failed:
-            why.append(f"the baseline emits {base_sup.statistic} tokens of probability 0 under it")
-        demoted = (f"the oracle does not model the baseline ({'; '.join(why)}), so the two-sample tests decide; "
-                   "check the oracle model and its processing (e.g. bf16 rounding at a top-p boundary)")
-    primary = demoted is None
-    scores = oracle.score(case.prompts, cand, params)
+def _impossible_tokens(case: Case, batch: SampleBatch, scores: stats.TokenScores, tok: _Tok) -> list[str]:
+    """Up to 5 descriptions of tokens of probability 0 under the oracle, with their prefixes."""
     sup = stats.support_violations(scores)
-    failures: list[str] = []
+    out = []
     for idx in sup.indices[:5]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
-        pj = int(cand.prompt_index[r])
-        prefix = tok.text(list(case.prompts[pj]) + cand.row_tokens(r)[:t])
-        failures.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} has probability 0 "
-                        f"under the processed target after {prefix[-40:]!r}")
-    if sup.failed and sup.statistic > 5:
-        failures.append(f"... {sup.statistic} such tokens in all")
+        pj = int(batch.prompt_index[r])
+        prefix = tok.text(list(case.prompts[pj]) + batch.row_tokens(r)[:t])
+        out.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} has probability 0 "
+                   f"under the processed target after {prefix[-40:]!r}")
+    return out
+
+
+def offset_reading(test: str, baseline: stats.ZTestResult, candidate: stats.ZTestResult,
+                   comparison: TestOutcome | None, alpha: float) -> str | None:
+    """One sentence reading a one-sample z diagnostic of both engines against their comparison (None: nothing to say).
+
+    Said when either engine departs from the oracle at ``alpha``: a departure both share is the
+    oracle's or the numerics', not the speculation's; only the comparison can say the latter.
+    """
+    if min(baseline.pvalue, candidate.pvalue) > alpha:
+        return None
+    zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
+    cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
+    if comparison is not None and comparison.pvalue <= alpha:
+        return (f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the comparison "
+                f"of the two engines rejects ({cmp_p}): the speculation, not the oracle")
+    if baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
+        return (f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
+                f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
+    return (f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not reject "
+            f"({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
+
+
+def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
+                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float) -> OracleFindings:
+    """Both engines scored by the same oracle: the comparisons (primary), then the one-sample diagnostics."""
+    params = case.params
+    base_scores = oracle.score(case.prompts, base, params)
+    scores = oracle.score(case.prompts, cand, params)
+    found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index),
+                                        rng=rng, level=mc_level)
+    tests = [_outcome(t.name, "oracle comparison", True, t) for t in found.tests]
+    sup = found.support
+    tests.append(_outcome("support comparison", "oracle comparison", True, sup))
+    failures: list[str] = []
+    if sup.baseline_clean and sup.candidate_flagged and sup.pvalue <= mc_level:
+        # impossible tokens only in the candidate, significantly more than chance at the first Holm step
+        lead = (f"{sup.candidate_flagged} of {sup.candidate_rows} candidate rows hold a token the processed target "
+                f"gives probability 0, the baseline's {sup.baseline_rows} rows none (exact p = {sup.pvalue:.2g})")
+        failures = [f"{lead}; {d}" for d in _impossible_tokens(case, cand, scores, tok)[:1]]
+        failures += _impossible_tokens(case, cand, scores, tok)[1:]
     pit = stats.pit_uniformity(stats.randomized_pit(scores, rng))
-    tests = [
-        _outcome("PIT Anderson-Darling", "oracle", primary, pit.anderson_darling),
+    base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
+    tests += [
+        _outcome("PIT Anderson-Darling", "oracle", False, pit.anderson_darling),
         _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks),
         _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises),
         _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2),
-        _outcome("z argmax leak", "oracle", primary, stats.argmax_leak_z(scores)),
+        _outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit),
     ]
-    if scores.logp_mean is not None:  # None: a top-K oracle, the test is not run (a note says so)
-        tests.append(_outcome("z temperature drift", "oracle", primary, stats.temperature_drift_z(scores)))
-    if scores.has_draft:
-        tests.append(_outcome("z draft drift", "oracle", primary, stats.draft_drift_z(scores)))
-    gof = None
+    by_name = {t.name: t for t in tests}
+    notes = []
+    for name, fn, comparison in _Z_DIAGNOSTICS:
+        try:
+            zc, zb = fn(scores), fn(base_scores)
+        except ValueError:  # the oracle lacks the fields (top-K law, no draft): the test is not run
+            continue
+        tests += [_outcome(name, "oracle", False, zc), _outcome(f"baseline {name}", "oracle", False, zb)]
+        reading = offset_reading(name, zb, zc, by_name.get(comparison), alpha)
+        if reading:
+            notes.append(reading)
     if first_probs is not None:  # None: the oracle does not know the whole first-token law
-        first = scores.position == 0
-        first_tokens = scores.token[first & (np.asarray(cand.prompt_index)[scores.row] == 0)]
-        counts = np.bincount(first_tokens, minlength=first_probs.size)
-        gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=mc_level)
-        tests.append(_outcome("chi2 GOF first token", "oracle", primary, gof))
-    tests.append(_outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit))
-    return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), histogram=tuple(int(h) for h in pit.histogram),
-                          gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)))
+        first = (scores.position == 0) & (np.asarray(cand.prompt_index)[scores.row] == 0)
+        counts = np.bincount(scores.token[first], minlength=first_probs.size)
+        # a diagnostic: its Monte Carlo p-value is sized to alpha, not to the Holm level of the primary tests
+        gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=alpha)
+        tests.append(_outcome("chi2 GOF first token", "oracle", False, gof))
+    base_sup = stats.support_violations(base_scores)
+    if base_sup.failed:
+        count = f"{base_sup.statistic} token{'s' if base_sup.statistic != 1 else ''}"
+        notes.append(f"the baseline too emits tokens of probability 0 under the oracle ({count}, e.g. "
+                     f"{_impossible_tokens(case, base, base_scores, tok)[0]}): the oracle's processed law is not the "
+                     "engines' at its support's edge (e.g. bf16 rounding at a top-p boundary); the support comparison "
+                     "decides whether the candidate has more of them")
+    bins = ()
+    if sup.pvalue <= alpha:  # the support comparison may decide: its counts are its picture
+        bins = (TestBins(test="support comparison", labels=("rows with a token of oracle probability 0",
+                                                             "rows without"),
+                         baseline_counts=(sup.baseline_flagged, sup.baseline_rows - sup.baseline_flagged),
+                         candidate_counts=(sup.candidate_flagged, sup.candidate_rows - sup.candidate_flagged),
+                         n_baseline=sup.baseline_rows, n_candidate=sup.candidate_rows),)
+    return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), notes=tuple(notes),
+                          histogram=tuple(int(h) for h in pit.histogram), z_paths=tuple(martingale_paths(scores)),
+                          test_bins=bins)
+
+
+def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate rows that differ from the baseline's row of the same pair (all prompts), and where they first do."""
+    out: list[tuple[int, int]] = []
+    for j in range(len(case.prompts)):
+        ia, ib = np.flatnonzero(np.asarray(base.prompt_index) == j), np.flatnonzero(np.asarray(cand.prompt_index) == j)
+        for ra, rb in zip(ia, ib):
+            d = first_divergence(base.tokens[ra, : base.lengths[ra]], cand.tokens[rb, : cand.lengths[rb]])
+            if d is not None:
+                out.append((int(rb), d.position))
+    out.sort()
+    return np.array([r for r, _ in out], dtype=np.int64), np.array([t for _, t in out], dtype=np.int64)
+
+
+def _teacher_forced(case: Case, cand: SampleBatch, rows: np.ndarray, diverged_at: np.ndarray, oracle: Oracle,
+                    tok: _Tok, near_tie_nats: float) -> tuple[int, list[str]]:
+    """Score the diverging candidate rows through the oracle: after the divergence, every token must be the
+    target's argmax or a near-tie.
+
+    Returns (rows off the argmax path, descriptions of up to MAX_DIVERGENCES of them). A row
+    that left the baseline's at a near-tie continues on its own prefix, where the baseline's
+    row no longer says anything; the oracle still does. Tokens up to the divergence are the
+    baseline's too (the divergence itself is classified by its margin).
+    """
+    if rows.size == 0:
+        return 0, []
+    sub = SampleBatch(tokens=cand.tokens[rows], lengths=cand.lengths[rows], prompt_index=cand.prompt_index[rows])
+    scores = oracle.score(case.prompts, sub, case.params)
+    after = np.asarray(scores.position) > diverged_at[np.asarray(scores.row)]
+    off = after & ~np.asarray(scores.is_argmax) & (np.asarray(scores.raw_top2_margin) > near_tie_nats)
+    bad_rows = np.unique(np.asarray(scores.row)[off])
+    msgs = []
+    for idx in np.flatnonzero(off)[:MAX_DIVERGENCES]:
+        r, t = int(scores.row[idx]), int(scores.position[idx])
+        pj = int(sub.prompt_index[r])
+        prefix = tok.text(list(case.prompts[pj]) + sub.row_tokens(r)[:t])
+        msgs.append(f"greedy row {int(rows[r])} of prompt {pj}, teacher-forced through the oracle after it left the "
+                    f"baseline's row, emits {tok.token(int(scores.token[idx]))} at position {t}, not the target's argmax, "
+                    f"where the top-2 margin is {float(scores.raw_top2_margin[idx]):.3g} nats (> {near_tie_nats:g}) "
+                    f"after {prefix[-30:]!r}")
+    return int(bad_rows.size), msgs
 
 
 def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: _Tok, *, alpha: float,
             near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[str, ...]]:
-    """Row comparison over every prompt; every divergence classified; mismatches as hard failures."""
+    """Row comparison over every prompt; every divergence classified; mismatches as hard failures.
+
+    With an oracle every diverging candidate row is also teacher-forced (:func:`_teacher_forced`):
+    a token off the target's argmax path that is no near-tie is a hard failure too.
+    """
     rows = [(*_rows_of(base, j), *_rows_of(cand, j)) for j in range(len(case.prompts))]
     cmp = compare_greedy_rows(rows, case.prompts, None if oracle is None else oracle.raw_top2_margin, near_tie_nats)
     mismatches = [d for d in cmp.divergences if d.classification == "mismatch"]
@@ -346,12 +437,20 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
                 for d in mismatches[:MAX_DIVERGENCES]]
     if len(mismatches) > MAX_DIVERGENCES:
         failures.append(f"... {len(mismatches)} distinct mismatches in all")
+    forced, off_path = 0, 0
+    if oracle is not None:
+        diverging, diverged_at = _diverging_candidate_rows(case, base, cand)
+        forced = int(diverging.size)
+        off_path, msgs = _teacher_forced(case, cand, diverging, diverged_at, oracle, tok, near_tie_nats)
+        failures += msgs
     n_case = max(1, cmp.case_rows)
     evidence = GreedyEvidence(
         rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, mismatches=cmp.rows_classified("mismatch"),
         near_ties=cmp.rows_classified("near-tie"), unexplained=cmp.rows_classified("unexplained"),
         near_tie_nats=near_tie_nats, tv_estimate=cmp.case_rows_diverging / n_case,
         tv_upper_bound=stats.tv_upper_bound_row_mismatch(cmp.case_rows_diverging, n_case, alpha),
+        rows_teacher_forced=forced, rows_off_argmax=off_path, case_rows=cmp.case_rows,
+        case_rows_diverging=cmp.case_rows_diverging,
     )
     shown = tuple(
         GreedyDivergence(prompt_index=d.prompt_index, position=d.divergence.position,
@@ -399,7 +498,6 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     failures: tuple[str, ...] = ()
     notes: list[str] = []
     first_probs = None
-    demoted = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"
     if oracle is not None:
@@ -407,25 +505,16 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
         else:
             notes.append("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
-                         "'z temperature drift' (needs the mean and variance of log p over the whole law) and "
+                         "'log-likelihood comparison' and 'z temperature drift' (need log p over the whole law) and "
                          "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
                          "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
         found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
                               alpha=alpha, mc_level=mc_level)
         tests += found.tests
-        demoted = found.demoted
-        details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths)
-        if demoted is None:
-            failures = found.support_failures
-            if bounds and found.gof is not None:
-                gof = found.gof
-                bounds[0] = (gof.tv, stats.tv_upper_bound_oracle(gof.tv, gof.n, alpha / max(1, len(bounds))))
-            tv_reference = "oracle (position 0) and two-sample" if found.gof is not None else "two-sample"
-        else:
-            notes.append(f"oracle tests demoted to diagnostics: {demoted}")
-            if found.support_failures:
-                notes.append("candidate tokens of probability 0 under the oracle (not counted as failures while the "
-                             f"oracle is not trusted): {found.support_failures[0]}")
+        failures = found.support_failures
+        notes += found.notes
+        details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths,
+                           test_bins=details.test_bins + found.test_bins)
     if bounds:
         worst = max(range(len(bounds)), key=lambda i: bounds[i][1])
         tv_est = max(b[0] for b in bounds)
@@ -439,7 +528,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                        tv_reference=tv_reference)
     ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
                       effective_support=k_eff, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures,
-                      oracle_demoted=demoted, bound_alpha=alpha / max(1, len(bounds)))
+                      bound_alpha=alpha / max(1, len(bounds)))
     return ev, details
 
 

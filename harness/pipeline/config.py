@@ -32,7 +32,7 @@ class RunConfig:
     keyword options for each. oracle: score the candidate's tokens with the target
     (``oracle_model``: a model folder; None = the baseline engine's loaded target model when
     it exposes one as ``.model``, else the bundled target). oracle_draft: the draft the
-    oracle scores for the draft-drift test: ``"auto"`` (the candidate engine's loaded
+    oracle scores for the draft ratio comparison: ``"auto"`` (the candidate engine's loaded
     ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). oracle_share_prefix:
     the oracle runs each prompt once and scores only the generated tokens against its cache
     (~6x less oracle work; log-probabilities equal to 1e-5, not bit for bit, see

@@ -44,7 +44,7 @@ def thin_path(test: str, f: np.ndarray, mean: np.ndarray, var: np.ndarray, point
 
 
 def martingale_paths(scores: TokenScores) -> tuple[ZPath, ...]:
-    """Paths of ``z argmax leak``, ``z temperature drift`` and (with draft scores) ``z draft drift``.
+    """Paths of ``z argmax leak``, ``z temperature drift`` and (with draft scores) ``z draft ratio`` and ``z draft drift``.
 
     Names are those of the analysis's TestOutcome objects. Tokens with p = 0 are left out of
     the log-probability tests exactly as the tests leave them out.
@@ -54,9 +54,10 @@ def martingale_paths(scores: TokenScores) -> tuple[ZPath, ...]:
     ok = np.asarray(scores.prob) > 0
     if ok.any() and scores.logp_mean is not None and scores.logp_var is not None:
         paths.append(thin_path("z temperature drift", scores.logp[ok], scores.logp_mean[ok], scores.logp_var[ok]))
-        if scores.has_draft and scores.draft_llr_mean is not None and scores.draft_llr_var is not None:
-            paths.append(thin_path("z draft drift", scores.draft_llr[ok], scores.draft_llr_mean[ok],
-                                   scores.draft_llr_var[ok]))
+    if scores.has_draft_ratio:
+        paths.append(thin_path("z draft ratio", scores.draft_ratio, scores.draft_ratio_mean, scores.draft_ratio_var))
+    if ok.any() and scores.has_draft and scores.draft_llr_mean is not None and scores.draft_llr_var is not None:
+        paths.append(thin_path("z draft drift", scores.draft_llr[ok], scores.draft_llr_mean[ok], scores.draft_llr_var[ok]))
     return tuple(paths)
 
 

@@ -6,18 +6,30 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
 - counting (black-box): :func:`position_symbols`, :func:`joint_symbols`, :func:`paired_counts`
 - two-sample: :func:`chisquare_homogeneity` (pooled-count binning), :func:`ks_2samp_jittered`,
   :func:`cramervonmises_2samp_permutation`
-- oracle: :func:`randomized_pit` + :func:`pit_uniformity`, the martingale z-tests,
-  :func:`support_violations`, :func:`chisquare_gof`
+- oracle, one-sample (diagnostics: valid only for an exact oracle): :func:`randomized_pit` +
+  :func:`pit_uniformity`, the martingale z-tests, :func:`support_violations`, :func:`chisquare_gof`
+- oracle, candidate vs baseline (valid under any shared oracle error): :func:`paired_comparison`,
+  :func:`support_comparison`, :func:`compare_oracle_scores`
 - effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
 - Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
 
+from speceq.stats.comparison import (
+    conditional_size,
+    pair_rows_by_prompt,
+    paired_comparison,
+    permutation_comparison,
+    row_sums,
+    support_comparison,
+)
 from speceq.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
 from speceq.stats.goodness import chisquare_gof, probability_bins
 from speceq.stats.martingale import (
     argmax_leak_z,
     draft_drift_z,
+    draft_ratio_z,
+    effective_jumps,
     martingale_z,
     skew_corrected_pvalue,
     support_violations,
@@ -25,6 +37,14 @@ from speceq.stats.martingale import (
 )
 from speceq.stats.montecarlo import mc_draws_for_level, sequential_mc_pvalue
 from speceq.stats.multitest import benjamini_hochberg, holm
+from speceq.stats.oracle_rows import (
+    OracleComparisons,
+    SequentialComparisons,
+    compare_oracle_scores,
+    impossible_rows,
+    row_scores,
+    sequential_oracle_comparisons,
+)
 from speceq.stats.pit import (
     anderson_darling_uniform_sf,
     anderson_darling_uniform_statistic,
@@ -32,10 +52,12 @@ from speceq.stats.pit import (
     randomized_pit,
 )
 from speceq.stats.results import (
+    ComparisonResult,
     ConfidenceInterval,
     GoodnessOfFitResult,
     HomogeneityResult,
     PITResult,
+    SupportComparisonResult,
     SupportResult,
     TwoSampleResult,
     UniformityResult,
@@ -63,13 +85,16 @@ from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, po
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
-    "argmax_leak_z", "draft_drift_z", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
+    "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "row_sums", "support_comparison",
+    "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
+    "sequential_oracle_comparisons",
+    "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",
     "benjamini_hochberg", "holm",
     "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",
     "effective_support_upper", "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
     "required_n_oracle", "required_n_two_sample",
-    "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "SupportResult",
+    "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "SupportComparisonResult", "SupportResult",
     "TwoSampleResult", "UniformityResult", "ZTestResult",
     "TokenScores",
     "cramervonmises_2samp_permutation", "ks_2samp_jittered",

@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from scipy import optimize, stats
+
+from speceq.stats.bounds import BD_CONSTANT, newcombe_interval
 from speceq.stats.tv import tv_upper_bound_oracle, tv_upper_bound_two_sample
 
 
@@ -204,10 +207,12 @@ class PITResult(_Result):
 class ZTestResult(_Test):
     """Martingale z-test Z = sum(f - E_p f) / sqrt(sum Var_p f), two-sided normal p-value.
 
-    The p-value is asymptotic: the normal law (martingale CLT) with a one-term Edgeworth
-    correction for the observed skewness on the side of the observed Z (never below the
-    normal p-value). summed_variance: sum Var_p f; skewness: sum (f - E_p f)^3 / (sum Var_p f)^1.5;
-    guarded: the summed variance was below the guard, so the p-value was set to 1.
+    method ``"normal"``: the normal law (martingale CLT) with a one-term Edgeworth correction
+    for the observed skewness on the side of the observed Z (never below the normal p-value),
+    used when the effective number of jumps is at least the validity threshold; ``"e-process"``
+    (``guarded``): below it, the always-valid p of a scale-free mixture e-process (conservative);
+    ``"deterministic"``: zero variance. summed_variance: sum Var_p f; skewness:
+    sum (f - E_p f)^3 / (sum Var_p f)^1.5; effective_jumps: (sum Var)^2 / sum E (f - E f)^4.
 
     observed_mean / expected_mean: mean of f and of E_p f over the n tokens used; effect is
     their difference (per-token bias of f, in f's units). excluded: tokens left out because
@@ -224,6 +229,8 @@ class ZTestResult(_Test):
     summed_variance: float | None = None
     guarded: bool = False
     skewness: float = 0.0
+    effective_jumps: float | None = None
+    method: str = "normal"
 
     @property
     def effect(self) -> float:
@@ -232,7 +239,8 @@ class ZTestResult(_Test):
     def summary(self) -> str:
         ex = f", {self.excluded} excluded" if self.excluded else ""
         if self.guarded:
-            ex += f"; summed variance {self.summed_variance:.3g} below the guard, p set to 1"
+            ex += (f"; {self.effective_jumps:.3g} effective jumps, too few for the normal tail: "
+                   "always-valid e-process p")
         return (
             f"z {self.name} Z={self.statistic:.4g}, p={_fmt_p(self.pvalue)}; mean f {self.observed_mean:.5g} "
             f"vs expected {self.expected_mean:.5g} (n={self.n}{ex})"
@@ -260,3 +268,107 @@ class SupportResult(_Test):
         if not self.failed:
             return f"support: all {self.n} tokens have positive target probability"
         return f"support: {self.statistic} of {self.n} tokens have target probability 0 (hard failure)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComparisonResult(_Test):
+    """Paired sign-flip comparison of a row score, candidate minus baseline (:mod:`speceq.stats.comparison`).
+
+    statistic: Z = sum D / sqrt(sum D^2) over the pairs, D = candidate score - baseline score;
+    pvalue: exact sign-flip p (integer scores) or the Bentkus-Dzindzalieta bound (method says
+    which), valid at every level whatever the oracle's error. n_pairs: pairs used;
+    n_informative: pairs with D != 0. mean_difference: mean D (score units per row), the effect;
+    rms_difference: sqrt(mean D^2). baseline_mean / candidate_mean: mean score of each side's rows.
+    """
+
+    name: str
+    statistic: float
+    pvalue: float
+    n_pairs: int
+    n_informative: int
+    mean_difference: float
+    rms_difference: float
+    baseline_mean: float
+    candidate_mean: float
+    method: str
+    alternative: str = "two-sided"
+
+    @property
+    def n(self) -> int:
+        return self.n_pairs
+
+    @property
+    def effect(self) -> float:
+        return self.mean_difference
+
+    def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
+        """Two-sided interval for the mean row-score difference under a location-shift model.
+
+        The set of shifts delta for which the sign-flip bound does not reject D - delta at
+        1 - level: {delta : |sum (D - delta)| < x ||D - delta||} with c* (1 - Phi(x)) = (1 - level) / 2.
+        """
+        n = self.n_pairs
+        if n == 0:
+            return ConfidenceInterval(low=-float("inf"), high=float("inf"), level=level)
+        tail = (1.0 - level) / 2.0
+        x = float(optimize.brentq(lambda t: BD_CONSTANT * stats.norm.sf(t) - tail, 0.0, 40.0))
+        s1, s2 = self.mean_difference * n, self.rms_difference**2 * n
+        if n <= x * x:
+            return ConfidenceInterval(low=-float("inf"), high=float("inf"), level=level)
+        centre = s1 / n
+        disc = centre * centre - (s1 * s1 - x * x * s2) / (n * (n - x * x))
+        half = float(disc) ** 0.5 if disc > 0 else 0.0
+        return ConfidenceInterval(low=centre - half, high=centre + half, level=level)
+
+    def summary(self) -> str:
+        return (f"{self.name}: Z={self.statistic:.4g}, p={_fmt_p(self.pvalue)} ({self.method}, {self.alternative}); "
+                f"mean row score candidate {self.candidate_mean:.5g} vs baseline {self.baseline_mean:.5g} "
+                f"(difference {self.mean_difference:+.4g}; {self.n_pairs} pairs, {self.n_informative} differ)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupportComparisonResult(_Test):
+    """Rows with a token of probability 0 under the oracle, candidate against baseline (exact, one-sided).
+
+    statistic: the candidate's count of such rows; pvalue: P(count >= observed) under H0 given
+    each prompt's pooled count (stratified Fisher test). baseline_clean: the baseline has none,
+    the only case in which a significant excess may be read as a hard failure of the candidate.
+    """
+
+    statistic: int
+    pvalue: float
+    baseline_rows: int
+    candidate_rows: int
+    baseline_flagged: int
+    candidate_flagged: int
+
+    @property
+    def n(self) -> int:
+        return self.baseline_rows + self.candidate_rows
+
+    @property
+    def baseline_clean(self) -> bool:
+        return self.baseline_flagged == 0
+
+    @property
+    def baseline_rate(self) -> float:
+        return self.baseline_flagged / self.baseline_rows if self.baseline_rows else 0.0
+
+    @property
+    def candidate_rate(self) -> float:
+        return self.candidate_flagged / self.candidate_rows if self.candidate_rows else 0.0
+
+    @property
+    def effect(self) -> float:
+        return self.candidate_rate - self.baseline_rate
+
+    def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
+        """Newcombe's hybrid score interval for the difference of the two rates."""
+        lo, hi = newcombe_interval(self.candidate_flagged, self.candidate_rows, self.baseline_flagged,
+                                   self.baseline_rows, level)
+        return ConfidenceInterval(low=lo, high=hi, level=level)
+
+    def summary(self) -> str:
+        return (f"support comparison: {self.candidate_flagged} of {self.candidate_rows} candidate rows vs "
+                f"{self.baseline_flagged} of {self.baseline_rows} baseline rows hold a token of oracle probability 0, "
+                f"p={_fmt_p(self.pvalue)} (exact, one-sided)")

@@ -12,6 +12,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+#: Cap of the bounded draft score min(q / p, cap): a token the draft proposes 10x more often than
+#: the target scores 10, whatever the ratio (log q - log p with a floored q was unbounded).
+DRAFT_RATIO_CAP = 10.0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenScores:
@@ -27,11 +31,18 @@ class TokenScores:
     logp_mean, logp_var: E_{p_t}[log p] (= -entropy, nats) and Var_{p_t}[log p] over the support.
         ``None`` when the oracle does not know the whole law (a server's top-K log-probabilities:
         :class:`speceq.oracles.server.ServerOracle`); the log-likelihood tests then do not run.
+    logp_m4: E_{p_t}[(log p - E log p)^4] (nats^4), the fourth central moment the one-sample
+        z-test's validity condition uses (:func:`speceq.stats.martingale.effective_jumps`);
+        ``None``: not computed (the condition then uses the observed fourth powers).
     raw_top2_margin: log-prob of the raw (unprocessed, T=1) top-1 minus top-2 token (nats),
         used to classify greedy divergences as numerical near-ties.
     draft_llr, draft_llr_mean, draft_llr_var: f = log q_t(x) - log p_t(x) with q_t the
         processed draft distribution (q floored at 1e-30), and its mean and variance under
         p_t. ``None`` when no draft model is given to the oracle.
+    draft_ratio, draft_ratio_mean, draft_ratio_var, draft_ratio_m4: the bounded draft score
+        f = min(q_t(x) / p_t(x), DRAFT_RATIO_CAP) (q_t unfloored; p_t(x) = 0 gives the cap) and
+        its mean, variance and fourth central moment under p_t. ``None`` without a draft, or
+        from an oracle that does not compute them.
     draft_tv: TV(p_t, q_t), the total variation between the processed target and draft laws
         at the token's prefix (1 - draft_tv is the expected acceptance of a draft there).
         ``None`` when no draft model is given to the oracle.
@@ -56,6 +67,11 @@ class TokenScores:
     draft_llr_mean: np.ndarray | None = None
     draft_llr_var: np.ndarray | None = None
     draft_tv: np.ndarray | None = None
+    logp_m4: np.ndarray | None = None
+    draft_ratio: np.ndarray | None = None
+    draft_ratio_mean: np.ndarray | None = None
+    draft_ratio_var: np.ndarray | None = None
+    draft_ratio_m4: np.ndarray | None = None
     pit_mass: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -71,6 +87,11 @@ class TokenScores:
     @property
     def has_draft(self) -> bool:
         return self.draft_llr is not None
+
+    @property
+    def has_draft_ratio(self) -> bool:
+        """The bounded draft score and its moments under p are present."""
+        return self.draft_ratio is not None and self.draft_ratio_mean is not None and self.draft_ratio_var is not None
 
     @property
     def has_full_law(self) -> bool:

@@ -10,7 +10,7 @@ Three constructions, each a mixture of test (super)martingales, so the mixture i
 
 ``normal_mixture_log_e``
     For martingale increments d_t = f(x_t) - E_{p_t} f with known conditional variance
-    v_t = Var_{p_t} f (the oracle tests: argmax leak, temperature drift, draft drift).
+    v_t = Var_{p_t} f (martingale increments such as the one-sample z-tests: argmax leak, temperature drift, draft drift).
     Bercu & Touati (2008, Thm 2.1): for any square-integrable martingale difference d and
     every real lambda, E[exp(lambda d - lambda^2 (d^2 + v) / 2) | past] <= 1, with no
     boundedness assumption (log p is unbounded below). Mixing lambda ~ N(0, 1/rho) gives
@@ -22,6 +22,13 @@ Three constructions, each a mixture of test (super)martingales, so the mixture i
     Bayes factor of a Dirichlet(beta p) prior, E_t = prod_s q_{s-1}(x_s) / p(x_s) with the
     predictive q_{s-1}(x) = (c_{s-1}(x) + beta p(x)) / (s - 1 + beta). A token with
     p(x) = 0 gives E = inf (impossible under H0).
+``paired_sign_log_e``
+    Two-sample test of paired real scores (candidate row score minus baseline row score, D_t).
+    Under H0 the two rows of a pair are i.i.d., so given every magnitude |D_s| the signs are
+    i.i.d. fair coins and E_t = prod_t (1 + c D_t / B_t) is a test martingale for any bet c in
+    (-1, 1) and any B_t >= |D_t| that depends only on the magnitudes and the past; here
+    B_t = max(|D_t|, 2 x the RMS of the earlier D). Valid at every look whatever the oracle's
+    error (the scores are oracle-derived, the validity is not).
 ``paired_exchangeability_log_e``
     Two-sample test of baseline draws a_t and candidate draws b_t (i.i.d. within each engine).
     Under H0 (same law) the order within the pair (a_t, b_t) is a fair coin given the
@@ -78,6 +85,30 @@ def normal_mixture_log_e(d: np.ndarray, v: np.ndarray, rhos: tuple[float, ...] =
     w = np.cumsum(d * d + v, axis=-1)
     parts = np.stack([0.5 * (np.log(r) - np.log(r + w)) + s * s / (2.0 * (r + w)) for r in rhos])
     return _log_mean_exp(parts, axis=0)
+
+
+#: theta grid of the scale-free mixture (each with both signs): lambda_t = theta / sqrt(mean v_1..v_t).
+DEFAULT_THETAS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+
+
+def scale_free_mixture_log_e(d: np.ndarray, v: np.ndarray, thetas: tuple[float, ...] = DEFAULT_THETAS) -> np.ndarray:
+    """log E_t of a scale-free mixture of Bercu-Touati supermartingales along the last axis.
+
+    For each theta in +-``thetas`` the process exp(sum_s l_s d_s - sum_s l_s^2 (d_s^2 + v_s) / 2)
+    with the predictable l_s = theta / sqrt(mean(v_1 .. v_s)) is a supermartingale for any
+    square-integrable martingale differences d with conditional variances v (v_s is known
+    before d_s); their average is one too. Multiplying d by c and v by c^2 leaves it unchanged,
+    unlike a mixture with a fixed prior scale. Same shapes in, log E_t out.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    steps = np.arange(1, d.shape[-1] + 1, dtype=np.float64)
+    mean_v = np.cumsum(v, axis=-1) / steps
+    unit = np.where(mean_v > 0, 1.0 / np.sqrt(np.where(mean_v > 0, mean_v, 1.0)), 0.0)
+    a = np.cumsum(unit * d, axis=-1)
+    b = np.cumsum(unit * unit * (d * d + v), axis=-1) / 2.0
+    parts = [sign * th * a - th * th * b for th in thetas for sign in (1.0, -1.0)]
+    return _log_mean_exp(np.stack(parts), axis=0)
 
 
 #: Betting fractions c of the bounded betting e-process (each used with both signs).
@@ -182,6 +213,40 @@ def paired_exchangeability_log_e(a: np.ndarray, b: np.ndarray, weights: tuple[fl
     out = [np.cumsum(np.log1p(w * (2.0 * r - 1.0)), axis=-1) for w in weights]
     res = _log_mean_exp(np.stack(out), axis=0)
     return res if np.ndim(a) == 2 else res[0]
+
+
+#: Betting fractions of the paired sign e-process (each used with both signs).
+SIGN_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
+#: B_t = max(|D_t|, SIGN_SCALE x RMS of the earlier differences).
+SIGN_SCALE = 2.0
+
+
+def paired_sign_log_e(d: np.ndarray, fractions: tuple[float, ...] = SIGN_FRACTIONS) -> np.ndarray:
+    """log E_t of the paired sign e-process of differences ``d`` (last axis = pairs in collection order).
+
+    Each fraction c is bet both ways: factor 1 +- c D_t / B_t, B_t = max(|D_t|, 2 RMS(D_1..D_{t-1}))
+    (the first pair: B = |D|). Pairs with D_t = 0 carry no bet. Same shape in, log E_t out.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    n = d.shape[-1]
+    sq = np.cumsum(d * d, axis=-1)
+    past = np.concatenate([np.zeros(d.shape[:-1] + (1,)), sq[..., :-1]], axis=-1)
+    counts = np.maximum(np.arange(n, dtype=np.float64), 1.0)
+    scale = np.maximum(np.abs(d), SIGN_SCALE * np.sqrt(past / counts))
+    x = np.where(scale > 0, d / np.where(scale > 0, scale, 1.0), 0.0)
+    parts = [np.cumsum(np.log1p(sign * c * x), axis=-1) for c in fractions for sign in (1.0, -1.0)]
+    return _log_mean_exp(np.stack(parts), axis=0)
+
+
+def paired_sign_eprocess(baseline: np.ndarray, candidate: np.ndarray, *, name: str, level: float) -> EProcessResult:
+    """The paired sign e-process of row scores ``candidate[i] - baseline[i]`` (pairs in collection order)."""
+    b = np.asarray(baseline, dtype=np.float64)
+    c = np.asarray(candidate, dtype=np.float64)
+    if b.ndim != 1 or b.shape != c.shape:
+        raise ValueError(f"`baseline` and `candidate` must be 1-D of equal length, got shapes {b.shape} and {c.shape}")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(c))):
+        raise ValueError(f"row scores must be finite ({name})")
+    return eprocess_result(name, paired_sign_log_e(c - b) if b.size else np.zeros(0), level)
 
 
 def first_crossing(log_e: np.ndarray, threshold: float) -> int | None:

@@ -5,13 +5,14 @@ Every verdict, greedy ones included, is decided here and only here:
 - Holm across ALL primary tests of the run, so the family-wise error of "shifted" verdicts
   is at most alpha under any dependence between tests and cases.
 - Benjamini-Hochberg q-values across all tests of the run (diagnostic only).
-- Per case: ``shifted`` iff a hard failure occurred (impossible under H0: a token with
-  probability 0 under a trusted oracle, a greedy mismatch) or a Holm-adjusted primary
-  p-value is <= alpha. A greedy case is otherwise ``inconclusive`` when a divergence could
-  not be classified (no oracle) and ``equivalent`` when its rows are equal or differ only at
-  numerical near-ties. A sampling case is ``equivalent`` iff no primary test rejects and the
-  TV upper bound is below the tolerance, else ``inconclusive`` with the sample size that
-  would decide.
+- Per case: ``shifted`` iff a hard failure occurred (candidate rows with tokens the oracle
+  calls impossible where the baseline has none, significant at the first Holm step; a greedy
+  mismatch) or a Holm-adjusted primary p-value is <= alpha. A greedy case is otherwise
+  ``inconclusive`` when a divergence could not be classified (no oracle) or its row-mismatch
+  TV bound is not below the tolerance, and ``equivalent`` when its rows are equal or differ
+  only at numerical near-ties AND that bound is below the tolerance. A sampling case is
+  ``equivalent`` iff no primary test rejects and the TV upper bound is below the tolerance,
+  else ``inconclusive`` with the sample size that would decide.
 - Run: ``shifted`` if any case is, else ``inconclusive`` if any case is, else ``equivalent``.
 
 The required n of an inconclusive case (samples per engine) is the larger of (a) the size
@@ -32,7 +33,7 @@ import numpy as np
 
 from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
-from speceq.verdicts.evidence import CERTIFIES, CaseEvidence, GreedyEvidence
+from speceq.verdicts.evidence import CERTIFIES, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import TestOutcome, worst_verdict
 
 #: Power of detection, and probability of certification, at the required sample size.
@@ -132,28 +133,27 @@ def _decide_case(
     case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float, primary_count: int
 ) -> CaseDecision:
     common = dict(case_id=case.case_id, tests=tests, tv_estimate=case.tv_estimate, tv_upper_bound=case.tv_upper_bound)
-    demoted = f"; oracle tests are diagnostics only: {case.oracle_demoted}" if case.oracle_demoted else ""
     if case.hard_failures:
         more = f" (+{len(case.hard_failures) - 1} more)" if len(case.hard_failures) > 1 else ""
-        return CaseDecision(verdict="shifted", reason=f"hard failure: {case.hard_failures[0]}{more}{demoted}", **common)
+        return CaseDecision(verdict="shifted", reason=f"hard failure: {case.hard_failures[0]}{more}", **common)
     primary = [t for t in tests if t.primary]
     best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
         detail = f": {best.summary}" if best.summary else f" (statistic {best.statistic:.4g})"
         return CaseDecision(
             verdict="shifted",
-            reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}{demoted}",
+            reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}",
             **common,
         )
     if case.greedy is not None:
-        return _decide_greedy(case.greedy, alpha, common)
+        return _decide_greedy(case.greedy, alpha, tolerance, common)
     smallest = f"smallest Holm-adjusted p={best.adjusted_pvalue:.3g}" if best is not None else "no primary test"
     bound = case.tv_upper_bound
     if bound is not None and bound < tolerance:
         return CaseDecision(
             verdict="equivalent",
             reason=(f"no primary test rejects ({smallest}) and TV upper bound {bound:.4f} < tolerance {tolerance:g}; "
-                    f"this {CERTIFIES}{demoted}"),
+                    f"this {CERTIFIES}"),
             **common,
         )
     required = _required_n(case, alpha, tolerance, primary_count)
@@ -165,13 +165,18 @@ def _decide_case(
         need = (f"the design size {required} samples per engine is reached (now {now}); "
                 "the TV may be close to the tolerance")
     return CaseDecision(
-        verdict="inconclusive", reason=f"no primary test rejects ({smallest}) but {why}; {need}{demoted}",
+        verdict="inconclusive", reason=f"no primary test rejects ({smallest}) but {why}; {need}",
         required_n=required, **common,
     )
 
 
-def _decide_greedy(g: GreedyEvidence, alpha: float, common: dict) -> CaseDecision:
-    """A greedy case without hard failure: unexplained divergences or equal rows / near-ties."""
+def greedy_rows_to_certify(tolerance: float, alpha: float) -> int:
+    """Greedy rows per engine at which all-equal rows certify TV < tolerance: 1 - alpha^(1/n) < tolerance."""
+    return math.floor(math.log(alpha) / math.log1p(-tolerance)) + 1
+
+
+def _decide_greedy(g: GreedyEvidence, alpha: float, tolerance: float, common: dict) -> CaseDecision:
+    """A greedy case without hard failure: unexplained divergences, or equal rows / near-ties and the bound."""
     rows = f"{g.rows_diverging} of {g.rows_compared} greedy row pairs (all prompts of the batch)"
     bound = (f"row-mismatch TV of the case's prompt {g.tv_estimate:.4f} <= {g.tv_upper_bound:.4f} "
              f"(confidence 1-{alpha:g})")
@@ -181,12 +186,29 @@ def _decide_greedy(g: GreedyEvidence, alpha: float, common: dict) -> CaseDecisio
             reason=f"{rows} diverge and {g.unexplained} could not be classified without an oracle; rerun with the oracle",
             **common,
         )
+    forced = (f"; the {g.rows_teacher_forced} diverging candidate rows, teacher-forced through the oracle, follow the "
+              "target's argmax or a near-tie at every position") if g.rows_teacher_forced else ""
     if g.rows_diverging == 0:
-        reason = f"all {g.rows_compared} greedy row pairs (all prompts of the batch) are equal token for token; {bound}"
+        what = f"all {g.rows_compared} greedy row pairs (all prompts of the batch) are equal token for token"
     else:
-        reason = (f"{rows} diverge, every one at a numerical near-tie (target top-2 margin <= {g.near_tie_nats:g} nats); "
-                  f"no real mismatch; {bound}, from near-ties only")
-    return CaseDecision(verdict="equivalent", reason=reason, **common)
+        what = (f"{rows} diverge, every one at a numerical near-tie (target top-2 margin <= {g.near_tie_nats:g} nats): "
+                f"no real mismatch{forced}")
+    if g.tv_upper_bound < tolerance:
+        return CaseDecision(verdict="equivalent", reason=f"{what}; {bound} < tolerance {tolerance:g}; this "
+                                                          f"{GREEDY_CERTIFIES}", **common)
+    need = greedy_rows_to_certify(tolerance, alpha)
+    if g.tv_estimate >= tolerance:
+        why = (f"the rows differ at near-ties in {g.tv_estimate:.1%} of the case's row pairs, at or above the "
+               f"tolerance {tolerance:g}: more rows will not certify it (the numerics' near-ties, not a mismatch; "
+               "a larger --tolerance would)")
+        return CaseDecision(verdict="inconclusive", reason=f"{what}; but {bound} >= tolerance {tolerance:g}: {why}",
+                            **common)
+    return CaseDecision(
+        verdict="inconclusive",
+        reason=(f"{what}; but {bound} >= tolerance {tolerance:g}: {g.case_rows} rows cannot certify it; "
+                f"at least {need} equal greedy rows per engine would"),
+        required_n=need if g.rows_diverging == 0 else None, **common,
+    )
 
 
 def _run_verdict_iv(decisions: object) -> list[CaseDecision]:

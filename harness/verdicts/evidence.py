@@ -15,8 +15,14 @@ from speceq.verdicts.result import TestOutcome
 
 #: What an ``equivalent`` sampling verdict certifies, said in every such verdict's reason.
 CERTIFIES = (
-    "certifies the per-position marginal TV of the case's prompt; companion prompts and "
-    "dependence beyond the joint test of the first 2 tokens are tested, not certified"
+    "certifies the per-position marginal TV of the case's prompt, between the baseline's and the candidate's "
+    "laws of the token (or END) at each generated position; companion prompts and dependence beyond the "
+    "joint test of the first 2 tokens are tested, not certified"
+)
+#: What an ``equivalent`` greedy verdict certifies.
+GREEDY_CERTIFIES = (
+    "certifies, for the case's prompt, the TV between the two engines' laws of whole greedy rows (hence of every "
+    "position); companion prompts' rows are compared token for token, not certified"
 )
 
 
@@ -31,6 +37,10 @@ class GreedyEvidence:
     tv_estimate / tv_upper_bound: the fraction of diverging row pairs of the case's prompt and
     its upper (1 - alpha) Clopper-Pearson bound; P(rows differ) >= TV for any coupling, so the
     bound is an upper bound on the TV between the engines' row laws for that prompt.
+    case_rows / case_rows_diverging: row pairs of the case's prompt compared and diverging.
+    rows_teacher_forced: diverging candidate rows scored through the oracle after their
+    divergence; rows_off_argmax: those with a later token that is neither the target's argmax
+    nor a near-tie (hard failures).
     """
 
     rows_compared: int
@@ -41,6 +51,10 @@ class GreedyEvidence:
     near_tie_nats: float
     tv_estimate: float
     tv_upper_bound: float
+    case_rows: int = 0
+    case_rows_diverging: int = 0
+    rows_teacher_forced: int = 0
+    rows_off_argmax: int = 0
 
     @property
     def rows_diverging(self) -> int:
@@ -56,10 +70,10 @@ class CaseEvidence:
     computed: the case can then not be ``equivalent``). effective_support: an UPPER estimate
     of the effective number of bins k_eff = (sum sqrt p)^2 of the case's widest position, used
     by the sample-size formulas. n_baseline / n_candidate: samples of the case's prompt.
-    hard_failures: descriptions of events impossible under H0 (a token with p = 0 under a
-    trusted oracle, a greedy mismatch). greedy: the row comparison of a temperature-0 case
-    (None for sampling cases). oracle_demoted: why the oracle tests were demoted to
-    diagnostics (None when the oracle is trusted or absent). bound_alpha: level at which
+    hard_failures: descriptions of events impossible under H0 (candidate rows with tokens of
+    oracle probability 0 where the baseline has none, significant at the first Holm step; a
+    greedy mismatch). greedy: the row comparison of a temperature-0 case (None for sampling
+    cases). bound_alpha: level at which
     ``tv_upper_bound`` was computed when it is not ``alpha`` (e.g. alpha / L for a bound that
     holds over L positions at once); the certification size uses it.
     """
@@ -73,7 +87,6 @@ class CaseEvidence:
     n_candidate: int
     hard_failures: tuple[str, ...] = ()
     greedy: GreedyEvidence | None = None
-    oracle_demoted: str | None = None
     bound_alpha: float | None = None
 
 

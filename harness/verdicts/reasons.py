@@ -18,8 +18,13 @@ from typing import Any
 
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 
+#: Said wherever a fixed-size rerun with more samples is advised.
+SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spend up to k x alpha; "
+               "--sequential stays valid however often it looks")
+
 _TV = re.compile(r"\bTV=([0-9.eE+-]+)")
 _MEAN_F = re.compile(r"mean f (\S+) vs expected (\S+?)[ (;]")
+_ROW_DIFF = re.compile(r"\(difference ([0-9.eE+-]+);")
 
 
 def deciding_test(case: CaseResult, alpha: float) -> TestOutcome | None:
@@ -35,8 +40,11 @@ def _fmt_p(p: float | None) -> str:
 
 
 def effect(test: TestOutcome) -> str:
-    """The test's effect in its own units, from its stored summary: TV for chi-square tests,
-    per-token excess of f for z-tests, the statistic otherwise."""
+    """The test's effect in its own units, from its stored summary: TV for chi-square tests, the
+    mean row-score difference for comparisons, per-token excess of f for z-tests, the statistic otherwise."""
+    d = _ROW_DIFF.search(test.summary)
+    if test.name.endswith(" comparison") and d:
+        return f"Z={test.statistic:+.3g}, candidate minus baseline row score {float(d.group(1)):+.3g}"
     m = _MEAN_F.search(test.summary + " ")
     if test.name.startswith("z ") and m:
         try:
@@ -75,6 +83,23 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
         return f"{case.reason}."
     up = test.statistic > 0
     name = test.name
+    same = "than the baseline's do, both scored by the same oracle"
+    if name in ("draft ratio comparison", "draft log-ratio comparison"):
+        return (f"{engine}'s tokens are ones its draft model favours {'more' if up else 'less'} often {same}: its output "
+                f"leans {'toward' if up else 'away from'} the draft, the signature of a wrong accept/resample rule.")
+    if name == "argmax comparison":
+        return (f"{engine} emits the target's most likely token {'more' if up else 'less'} often than the baseline does: "
+                f"{'some draws behave greedily' if up else 'probability moved off the top token'}.")
+    if name == "log-likelihood comparison":
+        return (f"{engine}'s tokens are {'likelier' if up else 'less likely'} under the target {same}: its distribution "
+                f"is {'sharper (a lower temperature or extra truncation)' if up else 'flatter (a higher temperature or missing truncation)'} "
+                "than the baseline's.")
+    if name == "PIT comparison":
+        return (f"{engine}'s tokens sit {'lower' if up else 'higher'} in the target's ranking {same}: mass moved toward the "
+                f"target's {'unlikely' if up else 'likely'} tokens.")
+    if name == "support comparison":
+        return (f"{engine} emits tokens the processed target gives probability 0 (outside its top-k/top-p) in more rows "
+                "than the baseline: a correct speculative sampler never does that more often than plain sampling.")
     if name == "z draft drift":
         return (f"{engine} emits the tokens its draft model favours {'more' if up else 'less'} often than the target "
                 f"allows: its output leans {'toward' if up else 'away from'} the draft, the signature of a wrong "
@@ -152,11 +177,11 @@ def skipped_tests(result: RunResult, face: str = "cli") -> list[str]:
     if not sampled:
         return []
     if result.oracle is None:
-        return ["oracle tests not run (black-box mode): PIT, the martingale z-tests and the first-token fit need the "
-                f"target oracle; {hints['oracle']}"]
+        return ["oracle tests not run (black-box mode): the comparisons of oracle scores (argmax, log-likelihood, PIT, "
+                f"draft ratio and log-ratio, support) need the target oracle; {hints['oracle']}"]
     if "draft" in result.oracle and result.oracle["draft"] is None:
-        return ["z draft drift not run: the oracle has no draft model (the candidate exposes none). It is the test "
-                f"that catches a wrong accept/resample rule; {hints['draft']}"]
+        return ["draft ratio comparison not run (nor the draft log-ratio one): the oracle has no draft model (the "
+                f"candidate exposes none). They are the tests that catch a wrong accept/resample rule; {hints['draft']}"]
     return []
 
 

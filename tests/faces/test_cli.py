@@ -242,6 +242,7 @@ def test_inconclusive_case_gives_the_samples_and_the_exact_rerun_command(tmp_pat
     need = RunResult.from_json((tmp_path / "out" / "result.json").read_text()).cases[0].required_n
     assert f"~{need:,} samples per engine would decide (now 300)" in out
     line = next(x for x in out.splitlines() if x.startswith("to decide: "))
+    assert "second look" in line and "up to k x alpha" in line and "--sequential" in line  # issue #22: say the cost
     command = shlex.split(line.removeprefix("to decide: ").split("   (")[0])
     rerun = command[1:]
     assert command[0] == "speceq" and "--fresh" not in rerun and rerun[-2:] == ["--samples", str(need)]

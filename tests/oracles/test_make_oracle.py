@@ -71,6 +71,8 @@ def test_run_with_the_server_oracle(engine, tmp_path) -> None:
         t_ref = next(t for t in ref.cases[0].tests if t.name == t_full.name)
         assert np.isclose(t_full.pvalue, t_ref.pvalue, rtol=1e-4, atol=1e-9), t_full.name
     top_names = {t.name for t in top.cases[0].tests if t.family == "oracle"}
-    assert top_names == names - {"z temperature drift", "chi2 GOF first token"}
+    assert top_names == names - {"z temperature drift", "baseline z temperature drift", "chi2 GOF first token"}
+    compared = {t.name for t in full.cases[0].tests if t.family == "oracle comparison"}
+    assert {t.name for t in top.cases[0].tests if t.family == "oracle comparison"} == compared - {"log-likelihood comparison"}
     assert any("'z temperature drift'" in n and "not run" in n for n in top.cases[0].notes)
     assert full.cases[0].verdict != "shifted" and top.cases[0].verdict != "shifted"

@@ -25,7 +25,7 @@ def test_each_path_ends_at_its_tests_statistic(seed: int) -> None:
     scores = _scores(seed)
     paths = {z.test: z for z in martingale_paths(scores)}
     expected = {"z argmax leak": stats.argmax_leak_z(scores), "z temperature drift": stats.temperature_drift_z(scores),
-                "z draft drift": stats.draft_drift_z(scores)}
+                "z draft ratio": stats.draft_ratio_z(scores), "z draft drift": stats.draft_drift_z(scores)}
     assert set(paths) == set(expected)
     for name, res in expected.items():
         z = paths[name]

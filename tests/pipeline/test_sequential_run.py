@@ -46,7 +46,10 @@ def test_planned_tests_depend_only_on_the_case_settings() -> None:
         "seq pair prompt 0 position 0", "seq pair joint first 2", "seq pair length",
         "seq pair prompt 0 position 1", "seq pair prompt 0 position 2", "seq pair prompt 0 position 3"]
     names = planned_tests(b, oracle=True, has_draft=True)
-    assert "seq pair prompt 1 position 0" in names and "seq draft drift" in names and "seq first token vs oracle" in names
+    assert "seq pair prompt 1 position 0" in names and "seq draft ratio comparison" in names
+    assert "seq draft log-ratio comparison" in names
+    assert {"seq argmax comparison", "seq log-likelihood comparison", "seq PIT comparison", "seq support comparison"} <= set(names)
+    assert "seq log-likelihood comparison" not in planned_tests(b, oracle=True, has_draft=False, full_law=False)
 
 
 def test_a_shifted_engine_is_stopped_early_and_says_when(tmp_path: Path) -> None:
@@ -78,6 +81,7 @@ def test_equal_engines_are_certified_and_a_larger_budget_continues_the_same_sequ
     assert prov["chunks"]["reused"] == 2 * len(look_totals(700))  # every slice of the first run
     assert big.verdict == "equivalent", big.cases[0].reason
     assert "time-uniform TV upper bound" in big.cases[0].reason
+    assert "certifies the per-position marginal TV of the case's prompt" in big.cases[0].reason  # the scope (#22)
     assert big.cases[0].tv_upper_bound < 0.2
     assert big.cases[0].n_baseline < 20000
 
@@ -98,3 +102,37 @@ def test_cli_sequential_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert code == 1
     assert "one: sequential: decided at n = " in out
+
+
+def test_sequential_oracle_comparisons_under_a_shared_oracle_error() -> None:
+    """Issue #22: sequential mode had no oracle gate at all (68/100 correct runs shifted by a boundary token the
+    oracle excludes). Now the oracle tests are comparison e-processes: quiet when both engines share the error,
+    and a candidate alone off the baseline's law crosses."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from mismatch_aa import WorldEngine, WorldOracle, world_case
+
+    from speceq.engines.base import SampleRequest
+    from speceq.pipeline.sequential.evidence import evaluate_case
+    from speceq.stats.synthetic import mismatch_world
+
+    case = world_case()
+    world = mismatch_world("boundary token", boundary_mass=2e-3)  # ~17x the issue's rate: most runs see some
+    names = planned_tests(case, oracle=True, has_draft=True)
+    oracle = WorldOracle(world)
+
+    def look(candidate: WorldEngine) -> object:
+        req = SampleRequest(prompts=case.prompts, params=case.params, n=2000, seed=1)
+        base = WorldEngine(world).sample(req)
+        cand = candidate.sample(SampleRequest(prompts=case.prompts, params=case.params, n=2000, seed=2))
+        return evaluate_case(case, base, cand, names=names, level=1e-5, alpha=1e-3,
+                             scores=oracle.score(case.prompts, cand, case.params),
+                             base_scores=oracle.score(case.prompts, base, case.params))
+
+    quiet = look(WorldEngine(world))
+    assert not any(t.rejects for t in quiet.tests)
+    support = next(t for t in quiet.tests if t.name == "seq support comparison")
+    assert support.n == 6000  # every pair of rows of the three prompts
+    loud = look(WorldEngine(mismatch_world("boundary token", boundary_mass=4e-2)))  # the candidate leaks 20x more
+    assert loud.first_crossing is not None and loud.first_crossing[0] == "seq support comparison"

@@ -130,7 +130,7 @@ def test_samples_are_side_by_side(example_html: str) -> None:
 def test_skipped_draft_drift_says_how_to_enable_it(mutant_result: RunResult) -> None:
     oracle = {**mutant_result.oracle, "draft": None}
     html = render_report(replace(mutant_result, oracle=oracle))
-    assert "Tests not run" in html and "z draft drift not run" in html and "--oracle-draft DIR" in html
+    assert "Tests not run" in html and "draft ratio comparison not run" in html and "--oracle-draft DIR" in html
     assert "Tests not run" not in render_report(mutant_result)
 
 

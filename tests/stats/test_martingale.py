@@ -6,11 +6,15 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from speceq.stats import (
     argmax_leak_z,
     draft_drift_z,
+    draft_ratio_z,
+    effective_jumps,
     martingale_z,
     skew_corrected_pvalue,
     support_violations,
@@ -23,7 +27,7 @@ def test_martingale_z_formula() -> None:
     f = np.array([1.0, 0.0, 1.0, 1.0])
     mean = np.array([0.5, 0.5, 0.2, 0.9])
     var = mean * (1 - mean)
-    res = martingale_z(f, mean, var, name="demo", min_variance=0.0)
+    res = martingale_z(f, mean, var, name="demo", min_effective_jumps=0.0)
     z = (f - mean).sum() / math.sqrt(var.sum())
     skew = ((f - mean) ** 3).sum() / var.sum() ** 1.5
     assert res.statistic == pytest.approx(z) and res.skewness == pytest.approx(skew)
@@ -33,20 +37,48 @@ def test_martingale_z_formula() -> None:
     assert tuple(res) == (res.statistic, res.pvalue)
 
 
-def test_small_summed_variance_is_guarded() -> None:
-    """Near-deterministic laws: sum of variances ~1 makes the normal tail ~100x too light.
+def test_few_effective_jumps_fall_back_to_the_e_process() -> None:
+    """Near-deterministic laws: 6 non-argmax tokens where max p = 0.999 (1000 tokens).
 
-    Before the guard 6 non-argmax tokens where max p = 0.999 (1000 tokens, summed variance
-    ~1) gave Z = -5, p = 6e-7, while the exact chance of 6 or more is P(Poisson(1) >= 6) ~ 6e-4;
-    now p = 1 and the result says why.
+    The sum is a Poisson(1) count: with the normal law Z = -5, p = 6e-7, while the exact chance
+    of 6 or more is P(Poisson(1) >= 6) ~ 6e-4. n_eff = 1, so the p-value is the e-process's,
+    which is never below the exact tail here.
     """
     n = 1000
     mean = np.full(n, 0.999)
     f = np.ones(n)
     f[:6] = 0.0
-    res = martingale_z(f, mean, mean * (1 - mean), name="demo")
-    assert res.guarded and res.pvalue == 1.0 and "below the guard" in res.summary()
-    assert not martingale_z(f, mean, mean * (1 - mean), name="demo", min_variance=0.5).guarded
+    var = mean * (1 - mean)
+    res = martingale_z(f, mean, var, name="demo", fourth_moment=var * ((1 - mean) ** 3 + mean**3))
+    assert res.guarded and res.method == "e-process" and "effective jumps" in res.summary()
+    assert res.effective_jumps == pytest.approx(1.0, rel=0.01)
+    assert res.pvalue >= stats.poisson.sf(5, 1.0)
+    # without the predictable fourth moments the observed ones stand in: 6 jumps of ~1 give n_eff = 1 / 6
+    assert martingale_z(f, mean, var, name="demo").effective_jumps == pytest.approx(1 / 6, rel=0.01)
+    assert not martingale_z(f, mean, var, name="demo", min_effective_jumps=0.1).guarded
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.floats(1e-3, 1e3), st.integers(1, 40), st.floats(1e-4, 0.5))
+def test_validity_condition_is_scale_invariant(scale: float, rare: int, r: float) -> None:
+    """Scaling f by c changes neither Z, nor the validity decision, nor the p-value.
+
+    The old guard (summed variance >= 50) failed this: the same law in nats or in 1/100 nats
+    was tested by the normal law in one unit and guarded in the other.
+    """
+    n = max(rare + 1, int(20 / r))
+    p = np.array([1 - r, r])
+    values = np.log(p)
+    mu = float(p @ values)
+    v = float(p @ (values - mu) ** 2)
+    m4 = float(p @ (values - mu) ** 4)
+    f = np.r_[np.full(rare, values[1]), np.full(n - rare, values[0])]
+    a = martingale_z(f, np.full(n, mu), np.full(n, v), name="t", fourth_moment=np.full(n, m4))
+    b = martingale_z(scale * f, np.full(n, scale * mu), np.full(n, scale**2 * v), name="t",
+                     fourth_moment=np.full(n, scale**4 * m4))
+    assert a.guarded == b.guarded and a.method == b.method
+    assert b.statistic == pytest.approx(a.statistic, rel=1e-9)
+    assert b.pvalue == pytest.approx(a.pvalue, rel=1e-6, abs=1e-300)
 
 
 def test_zero_variance_is_deterministic() -> None:
@@ -134,9 +166,11 @@ def _exact_size(top: float, k: int, n: int, levels: tuple[float, ...]) -> tuple[
     v = float((p * lp**2).sum() - mu**2)
     counts = np.arange(n + 1)
     weight = stats.binom.pmf(counts, n, 1 - top)
+    m4 = float((p * (lp - mu) ** 4).sum())
     normal, corrected = np.empty(n + 1), np.empty(n + 1)
     for c in counts:
-        res = martingale_z(np.r_[np.full(c, lp[1]), np.full(n - c, lp[0])], np.full(n, mu), np.full(n, v), name="t")
+        res = martingale_z(np.r_[np.full(c, lp[1]), np.full(n - c, lp[0])], np.full(n, mu), np.full(n, v), name="t",
+                           fourth_moment=np.full(n, m4))
         normal[c], corrected[c] = 2 * stats.norm.sf(abs(res.statistic)), res.pvalue
     return ([float(weight[normal <= a].sum() / a) for a in levels],
             [float(weight[corrected <= a].sum() / a) for a in levels])
@@ -150,3 +184,47 @@ def test_skewed_log_p_sums_keep_their_size_in_the_tail(top: float, k: int, n: in
     normal, corrected = _exact_size(top, k, n, levels)
     assert max(normal[1:]) > 1.9  # before: 2.2x / 2.1x at 1e-4, 2.0x / 2.9x at 2e-5
     assert max(corrected) <= 1.0, corrected
+
+
+def _two_point_sizes(r: float, summed_variance: float, levels: tuple[float, ...]) -> list[float]:
+    """Exact size / level of temperature drift on the two-point law {1 - r, r} (binomial rare count)."""
+    p = np.array([1 - r, r])
+    lp = np.log(p)
+    mu = float(p @ lp)
+    v = float(p @ (lp - mu) ** 2)
+    m4 = float(p @ (lp - mu) ** 4)
+    n = int(round(summed_variance / v))
+    counts = np.arange(0, min(n, 120) + 1)
+    weight = stats.binom.pmf(counts, n, r)
+    pv = np.array([martingale_z(np.r_[np.full(c, lp[1]), np.full(n - c, lp[0])], np.full(n, mu), np.full(n, v),
+                                name="t", fourth_moment=np.full(n, m4)).pvalue for c in counts])
+    return [float(weight[pv <= a].sum() / a) for a in levels]
+
+
+@pytest.mark.parametrize(("r", "summed_variance"), [(1e-4, 55.0), (1e-3, 55.0), (1e-2, 55.0)])
+def test_rare_large_jumps_keep_their_size_at_the_holm_level(r: float, summed_variance: float) -> None:
+    """Issue #22 section 2: with r = 1e-4 and summed variance 55 the normal p-value behind the old
+    guard (summed variance >= 50) was 0.56x / 5.6x / 27.9x nominal at 1e-3 / 1e-4 / 2e-5 (exact);
+    the n_eff condition sends these sums (n_eff = n r ~ 0.65 .. 2.6) to the e-process: at most nominal."""
+    sizes = _two_point_sizes(r, summed_variance, (1e-3, 1e-4, 2e-5))
+    assert max(sizes) <= 1.0, sizes
+
+
+def test_effective_jumps_is_the_poisson_rate_of_rare_jumps() -> None:
+    n, r = 50_000, 2e-4
+    m = np.full(n, 1 - r)
+    v = m * (1 - m)
+    assert effective_jumps(v, v * ((1 - m) ** 3 + m**3)) == pytest.approx(n * r, rel=1e-3)
+    assert effective_jumps(np.full(10, 0.25), np.full(10, 0.0625)) == pytest.approx(10.0)  # fair coins: n
+
+
+def test_draft_ratio_is_bounded_and_detects_a_mixture_toward_the_draft() -> None:
+    rng = np.random.default_rng(5)
+    probs = random_target_probs(rng, 4000, 20)
+    draft = random_target_probs(rng, 4000, 20, top_k=5)  # truncated draft: q = 0 outside its top 5
+    null = scores_from_probs(probs, sample_categorical(probs, rng), draft_probs=draft)
+    assert null.draft_ratio.max() <= 10.0 and null.draft_ratio.min() >= 0.0
+    assert draft_ratio_z(null).pvalue > 1e-3
+    shifted = scores_from_probs(probs, sample_categorical(0.8 * probs + 0.2 * draft, rng), draft_probs=draft)
+    res = draft_ratio_z(shifted)
+    assert res.statistic > 0 and res.pvalue < 1e-6

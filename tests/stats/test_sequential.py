@@ -253,3 +253,48 @@ def test_sequential_bound_is_wider_than_the_fixed_one() -> None:
     assert "grid point n = 3000" in b.summary()
     with pytest.raises(ValueError, match="exceeds"):
         seq.sequential_tv_upper_bound(0.05, 100, 3, 188, 0.01)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.floats(-4.0, 4.0, allow_subnormal=False), min_size=0, max_size=12), st.floats(0.0, 6.0))
+def test_paired_sign_process_is_a_martingale_given_the_magnitudes(past: list[float], last: float) -> None:
+    """Under H0 the sign of the newest pair difference is a fair coin given |D|: E[E_t | past] = E_{t-1}."""
+    up = seq.paired_sign_log_e(np.array([*past, last]))[-1]
+    down = seq.paired_sign_log_e(np.array([*past, -last]))[-1]
+    before = seq.paired_sign_log_e(np.array(past))[-1] if past else 0.0
+    assert 0.5 * (math.exp(up) + math.exp(down)) == pytest.approx(math.exp(before), rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.floats(-3.0, 3.0, allow_subnormal=False), min_size=0, max_size=10), st.floats(0.01, 0.99),
+       st.floats(0.1, 10.0), st.floats(0.01, 5.0))
+def test_scale_free_mixture_is_a_supermartingale(past: list[float], r: float, jump: float, v_past: float) -> None:
+    """One step of a two-point martingale difference (value jump (1-r) w.p. r, -jump r w.p. 1-r): E[E_t] <= E_{t-1}."""
+    d_hi, d_lo = jump * (1 - r), -jump * r
+    v = jump * jump * r * (1 - r)
+    vs = np.full(len(past) + 1, v_past)
+    vs[-1] = v
+    before = seq.scale_free_mixture_log_e(np.array(past), vs[:-1])[-1] if past else 0.0
+    hi = seq.scale_free_mixture_log_e(np.array([*past, d_hi]), vs)[-1]
+    lo = seq.scale_free_mixture_log_e(np.array([*past, d_lo]), vs)[-1]
+    assert r * math.exp(hi) + (1 - r) * math.exp(lo) <= math.exp(before) * (1 + 1e-9)
+
+
+def test_scale_free_mixture_does_not_depend_on_units() -> None:
+    rng = np.random.default_rng(8)
+    d, v = rng.standard_normal(200), np.full(200, 1.0)
+    np.testing.assert_allclose(seq.scale_free_mixture_log_e(d, v), seq.scale_free_mixture_log_e(1e-3 * d, 1e-6 * v),
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_paired_sign_eprocess_aa_and_power() -> None:
+    """Monitored at every pair: A/A crossings of 1/0.01 at most 0.01 (+ band); a shift is caught."""
+    rng = np.random.default_rng(9)
+    reps, n = 2000, 1000
+    d = rng.exponential(size=(reps, n)) - rng.exponential(size=(reps, n))  # skewed scores, symmetric differences
+    crossed = (seq.paired_sign_log_e(d).max(axis=1) >= math.log(100)).mean()
+    assert crossed <= 0.01 + 3 * math.sqrt(0.01 * 0.99 / reps)
+    res = seq.paired_sign_eprocess(rng.normal(size=2000), rng.normal(size=2000) + 0.25, name="shift", level=1e-4)
+    assert res.rejects and res.pvalue < 1e-4
+    with pytest.raises(ValueError, match="equal length"):
+        seq.paired_sign_eprocess(np.zeros(2), np.zeros(3), name="x", level=0.01)

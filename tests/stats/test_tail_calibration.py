@@ -112,7 +112,7 @@ def test_vectorised_martingale_p_values_are_the_functions() -> None:
     rng = np.random.default_rng(12)
     contexts = rng.dirichlet(np.full(259, 0.05), size=16)
     out = tc.martingale_null_pvalues(contexts, 300, 50, rng, contexts[::-1])
-    assert set(out) == {"z argmax leak", "z temperature drift", "z draft drift"}
+    assert set(out) == {"z argmax leak", "z temperature drift", "z draft drift", "z draft ratio"}
 
 
 @pytest.mark.slow

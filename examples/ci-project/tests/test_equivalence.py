@@ -23,8 +23,9 @@ def test_top_p(speceq):
 
 
 def test_greedy(speceq):
-    """Greedy decoding: token-for-token equality with the baseline (rows are deterministic: 4 suffice)."""
-    speceq.check(speceq.case(id="greedy", prompt="def __init__(self", temperature=0, max_new_tokens=16), samples=4)
+    """Greedy decoding: token-for-token equality with the baseline. Equal rows certify the TV of whole rows below
+    a tolerance eps at alpha = 1e-3 from n > ln(alpha) / ln(1 - eps) rows on: 43 for 0.15, 135 for 0.05."""
+    speceq.check(speceq.case(id="greedy", prompt="def __init__(self", temperature=0, max_new_tokens=16), samples=150)
 
 
 def test_negative_control_is_caught(speceq):

@@ -32,7 +32,7 @@ from speceq.core.provenance import utc_now
 from speceq.engines.base import SampleBatch, validate_batch
 from speceq.inputs.cases import Case
 from speceq.oracles.protocol import Oracle
-from speceq.pipeline.analysis import case_rng, score_requests
+from speceq.pipeline.analysis import score_requests
 from speceq.pipeline.config import RunConfig
 from speceq.pipeline.plan import ChunkPlan, chunk_seed, concat_batches
 from speceq.pipeline.prepared import PreparedRun, analyse_rows
@@ -146,7 +146,8 @@ class SequentialLoop:
         config, cases, oracle = prepared.config, prepared.cases, prepared.oracle
         sampling = [c for c in cases if not c.params.greedy]
         has_draft = oracle is not None and oracle.has_draft
-        names = {c.case_id: planned_tests(c, oracle=oracle is not None, has_draft=has_draft) for c in sampling}
+        names = {c.case_id: planned_tests(c, oracle=oracle is not None, has_draft=has_draft,
+                                          full_law=oracle is None or oracle.knows_full_law(c.params)) for c in sampling}
         k_tests = sum(len(v) for v in names.values())
         level = config.alpha / max(1, k_tests)
         collector = _Collector(prepared)
@@ -177,9 +178,8 @@ class _CaseState:
     case: Case
     names: list[str]
     totals: tuple[int, ...]
-    first_probs: np.ndarray | None
-    score_parts: list[TokenScores] = dataclasses.field(default_factory=list)
-    rows_so_far: int = 0
+    score_parts: dict[str, list[TokenScores]] = dataclasses.field(default_factory=lambda: {r: [] for r in ROLES})
+    rows_so_far: dict[str, int] = dataclasses.field(default_factory=lambda: {r: 0 for r in ROLES})
     prev: int = 0
     look: int = 0
     ev: CaseSequentialEvidence | None = None
@@ -203,18 +203,15 @@ def _run_cases(prepared: PreparedRun, collector: _Collector, names: Mapping[str,
             wanted.append((case, 0, budget))
             progress[case.case_id] = CaseProgress(case_id=case.case_id, verdict=None, looks=1, n=budget)
             continue
-        first_probs = None
-        if oracle is not None:
-            first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
-        state = _CaseState(case=case, names=names[case.case_id], totals=look_totals(budget), first_probs=first_probs)
+        state = _CaseState(case=case, names=names[case.case_id], totals=look_totals(budget))
         states.append(state)
         wanted.append((case, 0, state.totals[0]))
     while wanted:
         new = collector.extend(wanted)
         scorer = oracle
         if oracle is not None and states:
-            scorer = prepared.prefetch([(st.case.case_id, st.case.prompts, new[st.case.case_id]["candidate"],
-                                         st.case.params) for st in states])
+            scorer = prepared.prefetch([(st.case.case_id, st.case.prompts, new[st.case.case_id][role], st.case.params)
+                                        for st in states for role in ROLES])
         still_open = []
         for st in states:
             decided = _look(config, st, new[st.case.case_id], collector, scorer, level)
@@ -234,28 +231,23 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], col
     st.look += 1
     total = st.totals[st.look - 1]
     st.prev = total
-    failures: list[str] = []
-    scores = None
-    if oracle is not None:
-        st.score_parts.append(_scores(oracle, case, new["candidate"], st.rows_so_far))
-        scores = TokenScores.concatenate(st.score_parts)
-        bad = np.flatnonzero(np.asarray(scores.prob) <= 0)
-        if bad.size:
-            r, t = int(scores.row[bad[0]]), int(scores.position[bad[0]])
-            failures.append(f"row {r} position {t}: token {int(scores.token[bad[0]])} has probability 0 under the "
-                            f"processed target ({bad.size} such tokens)")
-    st.rows_so_far += new["candidate"].rows
+    scored: dict[str, TokenScores | None] = {r: None for r in ROLES}
+    if oracle is not None:  # both engines' new rows, scored by the same oracle (the comparisons)
+        for role in ROLES:
+            st.score_parts[role].append(_scores(oracle, case, new[role], st.rows_so_far[role]))
+            scored[role] = TokenScores.concatenate(st.score_parts[role])
+    for role in ROLES:
+        st.rows_so_far[role] += new[role].rows
     st.ev = ev = evaluate_case(case, collector.rows("baseline", case.case_id),
                                collector.rows("candidate", case.case_id), names=st.names, level=level,
-                               alpha=config.alpha, scores=scores, first_probs=st.first_probs,
-                               rng=case_rng(config.seed, case.case_id, 7))
+                               alpha=config.alpha, scores=scored["candidate"], base_scores=scored["baseline"])
     budget = case.samples or config.samples
     evidence = SequentialEvidence(
         n=ev.n, look=st.look, looks=len(st.totals), budget=budget,
         tests=tuple(SequentialTestEvidence(name=t.name, max_evalue=t.max_evalue, pvalue=t.pvalue, crossing_sample=c)
                     for t, c in zip(ev.tests, ev.crossing_samples)),
         tv_upper_bound=None if ev.bound is None else ev.bound.upper,
-        bound_grid_n=None if ev.bound is None else ev.bound.grid_n, hard_failures=tuple(failures))
+        bound_grid_n=None if ev.bound is None else ev.bound.grid_n)
     verdict, reason = decide_look(evidence, tolerance=config.tolerance, threshold=1.0 / level)
     if verdict is None:
         return None

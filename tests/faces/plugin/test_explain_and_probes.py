@@ -137,7 +137,7 @@ def test_explain_run_says_which_primary_tests_did_not_run_and_how_to_enable_them
     with_oracle = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, cases=(case_result(),),
                             engines={"baseline": {"name": "base"}, "candidate": {"name": "cand"}},
                             oracle={"model": {}, "draft": None}, provenance={})
-    assert "note: z draft drift not run" in explain_run(with_oracle)
+    assert "note: draft ratio comparison not run" in explain_run(with_oracle)
     complete = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, cases=(case_result(),),
                          engines={"baseline": {"name": "base"}, "candidate": {"name": "cand"}},
                          oracle={"model": {}, "draft": {"path": "d"}}, provenance={})
