@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("inputs", ("speceq.cases", "speceq.provenance")),
     (
         "engines, store, stats, oracle, verdicts",
-        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.server_oracle",
+        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.kernels", "speceq.oracle", "speceq.server_oracle",
          "speceq.server_laws", "speceq.verdicts", "speceq.reasons"),
     ),
     ("run", ("speceq.analysis", "speceq.collect", "speceq.pictures", "speceq.run", "speceq.sequential")),

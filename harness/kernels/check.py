@@ -1,0 +1,190 @@
+"""The kernel check: scenarios -> kernel calls -> exact tests -> Holm over the whole check -> verdict.
+
+``check(kernel)`` runs the default scenarios of the kernel's spec (or the ones given), with
+speceq's seeds, on ``device`` (cpu or cuda; nothing assumes a GPU). Verdicts:
+
+- ``shifted``: an invariant is broken (a hard failure), or a test rejects at the Holm level
+  alpha over every test of the check (the family-wise false-alarm rate of a correct kernel is
+  at most alpha: every p-value is exact-valid, and Holm holds under any dependence);
+- ``equivalent``: nothing rejects (and, when ``tolerance`` is given, every tested TV upper
+  bound is below it; otherwise ``inconclusive``);
+- ``lossy``: the kernel declared a lossy method; its TV to the target law is reported with a
+  confidence interval, and it never passes (a broken invariant still makes it ``shifted``).
+
+Exit codes (as ``speceq run``): 0 equivalent, 1 shifted or lossy, 3 inconclusive, 2 usage or
+kernel error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from speceq.kernels.collect import ScenarioRecord, run_scenario
+from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
+from speceq.kernels.diagnosis import Finding, diagnose
+from speceq.kernels.evidence import KernelTest, plan, run_tests
+from speceq.kernels.outcomes import Violation
+from speceq.kernels.scenarios import Scenario, default_scenarios
+from speceq.stats import holm
+
+DEFAULT_ALPHA = 1e-3
+EXIT_CODES = {"equivalent": 0, "shifted": 1, "lossy": 1, "inconclusive": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioSummary:
+    name: str
+    vocab_size: int
+    templates: int
+    requests: int
+    calls: int
+    kernel_seconds: float
+    harness_seconds: float
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCheckResult:
+    """The outcome of a check: verdict, every test, every broken invariant, the findings."""
+
+    kernel: str
+    spec: KernelSpec
+    verdict: str
+    reason: str
+    alpha: float
+    tests: tuple[KernelTest, ...]
+    violations: tuple[Violation, ...]
+    findings: tuple[Finding, ...]
+    scenarios: tuple[ScenarioSummary, ...]
+    seconds: float
+    device: str
+    seed: int
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def rejected(self) -> tuple[KernelTest, ...]:
+        return tuple(t for t in self.tests if t.rejected)
+
+    @property
+    def max_tv_upper(self) -> float:
+        return max((t.tv_upper for t in self.tests if t.n > 0), default=1.0)
+
+    def summary(self) -> str:
+        lines = [f"kernel {self.kernel} ({self.spec.layout}, {self.spec.method}{', lossy' if self.spec.lossy else ''}):"
+                 f" {self.verdict} -- {self.reason}"]
+        for f in self.findings[:12]:
+            lines.append(f"  - {f.text}")
+        if len(self.findings) > 12:
+            lines.append(f"  ... {len(self.findings) - 12} more findings")
+        req = sum(s.requests for s in self.scenarios)
+        ks = sum(s.kernel_seconds for s in self.scenarios)
+        lines.append(f"  {len(self.tests)} tests over {len(self.scenarios)} scenarios, {req} requests; "
+                     f"{self.seconds:.1f} s ({ks:.1f} s in the kernel) on {self.device}, seed {self.seed}")
+        skipped = [s for sc in self.scenarios for s in sc.skipped]
+        for s in dict.fromkeys(skipped):
+            lines.append(f"  not tested: {s}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel, "spec": asdict(self.spec), "verdict": self.verdict, "reason": self.reason,
+            "exit_code": self.exit_code, "alpha": self.alpha, "seconds": self.seconds, "device": self.device,
+            "seed": self.seed,
+            "tests": [{**{k: getattr(t, k) for k in t.__slots__ if k != "features"}, "features": dict(t.features)}
+                      for t in self.tests],
+            "violations": [asdict(v) for v in self.violations],
+            "findings": [asdict(f) for f in self.findings],
+            "scenarios": [asdict(s) for s in self.scenarios],
+        }
+
+
+def planned_tests(scenarios: Sequence[Scenario], spec: KernelSpec) -> int:
+    """How many tests the check will run (known before any kernel call)."""
+    return sum(len(plan(t, spec, sc.copies(t))) for sc in scenarios for t in sc.templates)
+
+
+def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Scenario] | None = None,
+          scale: float = 1.0, seed: int = 0, device: str | torch.device = "cpu", alpha: float = DEFAULT_ALPHA,
+          tolerance: float | None = None) -> KernelCheckResult:
+    """Check ``kernel`` (a :class:`~speceq.kernels.contract.Kernel`, or a callable plus ``spec``).
+
+    scale multiplies the default scenarios' replicates (ignored when ``scenarios`` is given).
+    """
+    kern: Kernel = as_kernel(kernel, spec)
+    if kern.spec.layout == "tree":
+        from speceq.kernels.trees import check_tree
+
+        return check_tree(kern, scale=scale, seed=seed, device=device, alpha=alpha, tolerance=tolerance)
+    start = time.perf_counter()
+    dev = torch.device(device)
+    chosen = list(scenarios) if scenarios is not None else default_scenarios(kern.spec, scale=scale, seed=seed)
+    m = planned_tests(chosen, kern.spec)
+    rng = np.random.default_rng([seed, 1])
+    records: list[ScenarioRecord] = [run_scenario(kern, sc, rng, dev) for sc in chosen]
+    tests = run_tests(records, kern.spec, tv_alpha=alpha / max(m, 1))
+    violations = tuple(v for r in records for v in r.violations)
+    summaries = tuple(ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
+                                      r.calls, r.kernel_seconds, r.harness_seconds, r.scenario.skipped)
+                      for r in records)
+    features = {f"{sc.name}/{t.name}": dict(t.features) for sc in chosen for t in sc.templates}
+    return decide(kern, tests, violations, summaries, features, alpha=alpha, tolerance=tolerance, start=start,
+                  device=str(dev), seed=seed)
+
+
+def decide(kern: Kernel, tests: Sequence[KernelTest], violations: Sequence[Violation],
+           summaries: Sequence[ScenarioSummary], features: dict[str, dict[str, str]], *, alpha: float, tolerance: float | None, start: float, device: str,
+           seed: int) -> KernelCheckResult:
+    """Holm over every test, the verdict and its reason, the findings."""
+    spec = kern.spec
+    if tests and not spec.lossy:
+        adjusted = holm(np.array([t.pvalue for t in tests]))
+        tests = [_with(t, holm=float(a), rejected=bool(a <= alpha)) for t, a in zip(tests, adjusted)]
+    tests = tuple(tests)
+    rejected = [t for t in tests if t.rejected]
+    findings = tuple(diagnose(tests, violations, features))
+    n_viol = sum(v.count for v in violations)
+    if violations:
+        verdict = "shifted"
+        reason = f"{n_viol} request(s) broke an invariant ({', '.join(sorted({v.kind for v in violations}))})"
+    elif spec.lossy:
+        verdict = "lossy"
+        worst = max(tests, key=lambda t: t.tv_lower or 0.0, default=None)
+        if worst is None or not worst.tv_lower:
+            reason = (f"declared lossy; no loss measured (every tested TV lower bound is 0; largest upper bound "
+                      f"{max((t.tv_upper for t in tests), default=1.0):.3f})")
+        else:
+            reason = (f"declared lossy; largest measured TV {worst.tv:.3f} in [{worst.tv_lower:.3f}, "
+                      f"{worst.tv_upper:.3f}] at {worst.where}")
+    elif rejected:
+        verdict = "shifted"
+        reason = f"{len(rejected)} of {len(tests)} tests reject at the Holm level {alpha:g}"
+    else:
+        bounds = sorted((t.tv_upper, t.n, t.where) for t in tests if t.n > 0)
+        top = bounds[-1] if bounds else (1.0, 0, "no test")
+        median = bounds[len(bounds) // 2][0] if bounds else 1.0
+        spread = f"per-test TV upper bounds: median {median:.2f}, largest {top[0]:.2f} ({top[2]}, n={top[1]})"
+        if tolerance is not None and top[0] > tolerance:
+            verdict = "inconclusive"
+            reason = (f"no test rejects ({len(tests)} tests), but not every TV upper bound is below the tolerance "
+                      f"{tolerance:g}; {spread}; more draws (scale) would certify it")
+        else:
+            verdict = "equivalent"
+            reason = f"no test rejects at the Holm level {alpha:g} ({len(tests)} tests); {spread}"
+    return KernelCheckResult(kernel=kern.name, spec=spec, verdict=verdict, reason=reason, alpha=alpha, tests=tests,
+                             violations=tuple(violations), findings=findings, scenarios=tuple(summaries),
+                             seconds=time.perf_counter() - start, device=device, seed=seed)
+
+
+def _with(t: KernelTest, **changes: Any) -> KernelTest:
+    values = {k: getattr(t, k) for k in t.__slots__}
+    values.update(changes)
+    return KernelTest(**values)
