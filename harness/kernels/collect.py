@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.contract import Kernel, PaddedRequest, RaggedRequest, SingleRequest
+from speceq.kernels.contract import Kernel, Outcome, PaddedRequest, RaggedRequest, SingleRequest
 from speceq.kernels.outcomes import Violation, as_token_array, merge, parse_call
 from speceq.kernels.scenarios import ONE_MINUS_ULP, Scenario, Template
 
@@ -123,8 +123,8 @@ def build_ragged(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
         num_draft_tokens=tuple(int(x) for x in n),
         cu_num_draft_tokens=torch.from_numpy(cu.astype(np.int32)).to(dev),
         draft_token_ids=torch.from_numpy(flat_drafts).to(dev),
-        draft_probs=tables.draft32.index_select(0, torch.from_numpy(draft_rows).to(dev)) if spec_takes_q else None,
-        target_logits=tables.logits.index_select(0, torch.from_numpy(row_index).to(dev)),
+        draft_probs=tables.draft32[torch.from_numpy(draft_rows).to(dev)] if spec_takes_q else None,
+        target_logits=tables.logits[torch.from_numpy(row_index).to(dev)],
         target_logits_indices=torch.from_numpy(flat_rows[~is_bonus]).to(dev),
         bonus_logits_indices=torch.from_numpy(flat_rows[is_bonus]).to(dev),
         temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev),
@@ -145,12 +145,12 @@ def build_padded(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
     j = np.arange(k + 1)[None, :]
     target_rows = tables.row_base[slots][:, None] + np.minimum(j, n[:, None])  # rows after the bonus repeat it
     dev = device
-    target = tables.probs.index_select(0, torch.from_numpy(target_rows.ravel()).to(dev)).view(b, k + 1, -1)
+    target = tables.probs[torch.from_numpy(target_rows.ravel()).to(dev)].view(b, k + 1, -1)
     draft = None
     if spec_takes_q:
         jd = np.arange(k)[None, :]
         qrows = tables.draft_base[slots][:, None] + np.minimum(jd, np.maximum(n[:, None] - 1, 0))
-        draft = tables.draft32.index_select(0, torch.from_numpy(qrows.ravel()).to(dev)).view(b, k, -1).clone()
+        draft = tables.draft32[torch.from_numpy(qrows.ravel()).to(dev)].view(b, k, -1).clone()
         draft[torch.from_numpy(jd >= n[:, None]).to(dev)] = 0.0
     return PaddedRequest(
         vocab_size=scenario.vocab_size,
@@ -175,8 +175,8 @@ def build_single(tables: _Tables, scenario: Scenario, t: int, drafts: np.ndarray
     return SingleRequest(
         vocab_size=scenario.vocab_size,
         draft_token_ids=torch.from_numpy(drafts[:n].copy()).to(device),
-        draft_probs=tables.draft32[qbase:qbase + n] if spec_takes_q else None,
-        target_probs=tables.probs[base:base + n + 1],
+        draft_probs=tables.draft32[qbase:qbase + n].clone() if spec_takes_q else None,
+        target_probs=tables.probs[base:base + n + 1].clone(),
         uniforms=torch.from_numpy(u).to(device),
         sample_uniform=su,
         seed=int(rng.integers(0, 2**62)),
@@ -184,8 +184,64 @@ def build_single(tables: _Tables, scenario: Scenario, t: int, drafts: np.ndarray
     )
 
 
+@dataclass
+class _Called:
+    drafts: np.ndarray
+    tokens: np.ndarray
+    counters: np.ndarray | None
+    build_seconds: float
+    kernel_seconds: float
+
+
+def _counters(outcome: Outcome) -> np.ndarray | None:
+    c = outcome.emitted_draft_counts
+    if c is None:
+        return None
+    if hasattr(c, "detach"):
+        c = c.detach().to("cpu").numpy()
+    return np.asarray(c).reshape(-1)
+
+
+def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray, k_max: int,
+          rng: np.random.Generator, device: torch.device) -> _Called:
+    """Build the requests of ``slots`` and call the kernel (once; a single-layout kernel once per slot)."""
+    t0 = time.perf_counter()
+    spec = kernel.spec
+    drafts = _draw_drafts(tables, slots, k_max, rng)
+    where = f"{kernel.name} on {scenario.name}"
+    with torch.inference_mode():
+        if spec.layout == "single":
+            requests = [build_single(tables, scenario, int(t), drafts[i], spec.takes_draft_probs, rng, device)
+                        for i, t in enumerate(slots)]
+            t1 = time.perf_counter()
+            outcomes = [kernel(r) for r in requests]
+            t2 = time.perf_counter()
+            rows = [as_token_array(o.tokens, 1, where)[0] for o in outcomes]
+            width = max(k_max + 1, max(r.size for r in rows))
+            tokens = np.full((slots.size, width), -1, dtype=np.int64)
+            for i, r in enumerate(rows):
+                tokens[i, : r.size] = r
+            counts = [_counters(o) for o in outcomes]
+            counters = None if any(c is None for c in counts) else np.concatenate(counts)  # type: ignore[arg-type]
+            return _Called(drafts, tokens, counters, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+        if spec.layout == "ragged":
+            request = build_ragged(tables, scenario, slots, drafts, spec.takes_draft_probs, rng, device)
+        else:
+            request = build_padded(tables, scenario, slots, drafts, k_max, spec.takes_draft_probs, rng, device)
+        t1 = time.perf_counter()
+        outcome = kernel(request)
+        t2 = time.perf_counter()
+    tokens = as_token_array(outcome.tokens, slots.size, where)
+    return _Called(drafts, tokens, _counters(outcome), (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+
+
 def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device) -> ScenarioRecord:
-    """Call ``kernel`` until every template of ``scenario`` has its replicates; read every output."""
+    """Call ``kernel`` until every template of ``scenario`` has its replicates; read every output.
+
+    A call that raises is retried one template at a time: templates that raise alone are
+    recorded as ``raised`` violations and left out of the later calls; when every template
+    raises alone the kernel (or its wrapper) cannot run at all and an EngineError is raised.
+    """
     spec = kernel.spec
     tpls = scenario.templates
     tables = _Tables(scenario, device)
@@ -193,53 +249,62 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
     records = [TemplateRecord(t) for t in tpls]
     want = np.array([scenario.copies(t) for t in tpls])
     have = np.zeros(len(tpls), dtype=np.int64)
-    batch = scenario.calls_batch() if spec.layout != "single" else 1
+    batch = scenario.calls_batch() if spec.layout != "single" else min(256, 8 * len(tpls))
     per_call = max(1, batch // len(tpls))
     violations: list[Violation] = []
     kernel_s = harness_s = 0.0
     calls = requests = 0
     while (have < want).any():
-        t0 = time.perf_counter()
-        if spec.layout == "single":
-            slots = np.array([int(np.argmax(want - have))])
-        else:
-            take = np.minimum(want - have, per_call)
-            slots = rng.permutation(np.repeat(np.arange(len(tpls)), take))
-        drafts = _draw_drafts(tables, slots, k_max, rng)
-        with torch.inference_mode():
-            if spec.layout == "ragged":
-                request = build_ragged(tables, scenario, slots, drafts, spec.takes_draft_probs, rng, device)
-            elif spec.layout == "padded":
-                request = build_padded(tables, scenario, slots, drafts, k_max, spec.takes_draft_probs, rng, device)
-            else:
-                request = build_single(tables, scenario, int(slots[0]), drafts[0], spec.takes_draft_probs, rng,
-                                       device)
-            t1 = time.perf_counter()
-            try:
-                outcome = kernel(request)
-            except Exception as exc:  # a kernel that fails on valid input: report where
+        take = np.minimum(want - have, per_call)
+        slots = rng.permutation(np.repeat(np.arange(len(tpls)), take))
+        groups = [slots]
+        try:
+            results = [_call(kernel, tables, scenario, slots, k_max, rng, device)]
+        except Exception as exc:  # noqa: BLE001 - a kernel may raise anything; find which requests make it
+            results, groups = [], []
+            raised: list[tuple[int, Exception]] = []
+            for t in np.unique(slots):
+                alone = slots[slots == t]
+                try:
+                    results.append(_call(kernel, tables, scenario, alone, k_max, rng, device))
+                    groups.append(alone)
+                except Exception as inner:  # noqa: BLE001
+                    raised.append((int(t), inner))
+            if len(raised) == len(np.unique(slots)) and len(raised) == len(tpls):
                 raise EngineError(f"the kernel raised {type(exc).__name__}: {exc}", engine=kernel.name,
                                   case_id=scenario.name) from exc
+            if not raised:  # every template runs alone: the mixture itself fails
+                raised = [(int(t), exc) for t in np.unique(slots)]
+                results, groups = [], []
+            for t, err in raised:
+                count = int((slots == t).sum())
+                violations.append(Violation("raised", f"{scenario.name}/{tpls[t].name}", count,
+                                            f"{type(err).__name__}: {str(err)[:200]}"))
+                want[t] = have[t]  # leave it out of later calls
+        for called, group in zip(results, groups):
             t2 = time.perf_counter()
-        tokens = as_token_array(outcome.tokens, slots.size, f"{kernel.name} on {scenario.name}")
-        if spec.layout == "single" and tokens.shape[1] < k_max + 1:  # a single request returns its emitted tokens
-            tokens = np.pad(tokens, ((0, 0), (0, k_max + 1 - tokens.shape[1])), constant_values=-1)
-        counters = outcome.emitted_draft_counts
-        if counters is not None and hasattr(counters, "detach"):
-            counters = counters.detach().to("cpu").numpy()
-        parsed = parse_call(tokens, slots, tpls, drafts, counters)
-        violations.extend(Violation(v.kind, f"{scenario.name}/{v.template}", v.count, v.example)
-                          for v in parsed.violations)
-        for t in np.unique(slots):
-            rows = slots == t
-            n = tpls[t].n_draft
-            rec = records[t]
-            rec.drafts.append(drafts[rows, :n])
-            rec.tokens.append(parsed.tokens[rows, : n + 1])
-            rec.lengths.append(parsed.lengths[rows])
-        have += np.bincount(slots, minlength=len(tpls))
-        calls += 1
-        requests += slots.size
-        kernel_s += t2 - t1
-        harness_s += (t1 - t0) + (time.perf_counter() - t2)
+            drafts, tokens, counters = called.drafts, called.tokens, called.counters
+            parsed = parse_call(tokens, group, tpls, drafts, counters)
+            violations.extend(Violation(v.kind, f"{scenario.name}/{v.template}", v.count, v.example)
+                              for v in parsed.violations)
+            for t in np.unique(group):
+                rows = group == t
+                n = tpls[t].n_draft
+                rec = records[t]
+                rec.drafts.append(drafts[rows, :n])
+                rec.tokens.append(parsed.tokens[rows, : n + 1])
+                rec.lengths.append(parsed.lengths[rows])
+            have += np.bincount(group, minlength=len(tpls))
+            calls += group.size if spec.layout == "single" else 1
+            requests += group.size
+            kernel_s += called.kernel_seconds
+            harness_s += called.build_seconds + (time.perf_counter() - t2)
     return ScenarioRecord(scenario, records, merge(violations), calls, requests, kernel_s, harness_s)
+
+
+def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, seed: int = 0,
+            device: str | torch.device = "cpu") -> list[ScenarioRecord]:
+    """Run the kernel over the scenarios with speceq's seeds (no statistics: torch and numpy only)."""
+    dev = torch.device(device)
+    rng = np.random.default_rng([seed, 1])
+    return [run_scenario(kern, sc, rng, dev) for sc in scenarios]

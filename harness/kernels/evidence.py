@@ -65,6 +65,8 @@ class KernelTest:
 
     @property
     def where(self) -> str:
+        if self.component == "node":
+            return f"{self.scenario} / {self.template}: node {self.position}"
         at = "" if self.position is None else f" position {self.position}"
         return f"{self.scenario} / {self.template}: {self.component}{at}"
 

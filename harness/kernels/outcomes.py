@@ -18,6 +18,7 @@ from speceq.kernels.scenarios import Template
 
 #: Invariant kinds, in the order they are reported.
 KINDS = {
+    "raised": "the kernel raised an exception on a valid request",
     "shape": "the output has the wrong shape",
     "id-range": "an emitted id is outside [0, vocab) (and is not the -1 padding)",
     "no-token": "a request emitted no token",
@@ -72,9 +73,12 @@ def parse_call(tokens: np.ndarray, slots: np.ndarray, templates: tuple[Template,
     slots: template index per request; drafts: ``[B, k_max]`` the drafts handed in (-1 after a
     request's own); counters: the kernel's accepted-draft counts, if it returns them.
     """
-    b, width = tokens.shape
     n = np.array([templates[t].n_draft for t in slots], dtype=np.int64)
     k_max = drafts.shape[1]
+    need = int(n.max()) + 1 if n.size else 1
+    if need <= tokens.shape[1] < k_max + 1:  # a kernel may size its output to this call's longest request
+        tokens = np.pad(tokens, ((0, 0), (0, k_max + 1 - tokens.shape[1])), constant_values=-1)
+    b, width = tokens.shape
     vocab = templates[0].vocab_size
     found: dict[tuple[str, str], list] = {}
 
@@ -90,7 +94,7 @@ def parse_call(tokens: np.ndarray, slots: np.ndarray, templates: tuple[Template,
         return f"request {r}: tokens {tokens[r, : min(width, k_max + 2)].tolist()}, drafts {drafts[r, : n[r]].tolist()}"
 
     if width < k_max + 1:
-        flag("shape", np.ones(b, dtype=bool), lambda r: f"width {width} < max drafts + 1 = {k_max + 1}")
+        flag("shape", np.ones(b, dtype=bool), lambda r: f"width {width} < the call's most drafts + 1 = {need}")
         return ParsedCall(np.full(b, -1, np.int64), np.full((b, k_max + 1), -1, np.int64), _collect(found))
     neg = tokens == -1
     bad_id = ~neg & ((tokens < 0) | (tokens >= vocab))

@@ -391,7 +391,8 @@ def _parse_tree(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: Tre
             elif (emitted[:depth] != tokens_in[r, nodes]).any():
                 flag("draft-mismatch", r, text)
                 ok = False
-            elif t.law[prev, emitted[depth]] == 0:
+            elif t.law[prev, emitted[depth]] == 0 or any(
+                    t.law[t.parents[c], tokens_in[r, c]] == 0 for c in nodes):
                 flag("zero-probability", r, text)
                 ok = False
         if not ok:
