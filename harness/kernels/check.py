@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -114,10 +114,11 @@ def planned_tests(scenarios: Sequence[Scenario], spec: KernelSpec) -> int:
 
 def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Scenario] | None = None,
           scale: float = 1.0, seed: int = 0, device: str | torch.device = "cpu", alpha: float = DEFAULT_ALPHA,
-          tolerance: float | None = None) -> KernelCheckResult:
+          tolerance: float | None = None, solo: bool = True) -> KernelCheckResult:
     """Check ``kernel`` (a :class:`~speceq.kernels.contract.Kernel`, or a callable plus ``spec``).
 
     scale multiplies the default scenarios' replicates (ignored when ``scenarios`` is given).
+    solo: when the verdict is shifted, rerun the failing templates alone (:func:`solo_findings`).
     """
     kern: Kernel = as_kernel(kernel, spec)
     if kern.spec.layout == "tree":
@@ -127,7 +128,63 @@ def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Sc
     start = time.perf_counter()
     chosen = list(scenarios) if scenarios is not None else default_scenarios(kern.spec, scale=scale, seed=seed)
     records = collect(kern, chosen, seed=seed, device=device)
-    return analyse(kern, chosen, records, alpha=alpha, tolerance=tolerance, start=start, device=str(device), seed=seed)
+    result = analyse(kern, chosen, records, alpha=alpha, tolerance=tolerance, start=start, device=str(device),
+                     seed=seed)
+    if solo and result.verdict == "shifted" and kern.spec.layout in ("ragged", "padded"):
+        extra = solo_findings(kern, chosen, result, seed=seed, device=device, alpha=alpha)
+        result = replace(result, findings=result.findings + tuple(extra), seconds=time.perf_counter() - start)
+    return result
+
+
+#: Most failing templates rerun alone, and the draws of each rerun.
+SOLO_TEMPLATES = 6
+SOLO_REPLICATES = 400
+
+
+def solo_findings(kern: Kernel, scenarios: Sequence[Scenario], result: KernelCheckResult, *, seed: int,
+                  device: str | torch.device, alpha: float) -> list[Finding]:
+    """Rerun failing templates in batches of their own (equal draft counts, no neighbours).
+
+    A template that fails in the mixed batches but not alone points at a batch-composition bug
+    (ragged offsets, per-request parameters expanded over the wrong tokens, greedy and random
+    rows mixed); one that fails alone too is wrong on its own. The reruns use the same tests
+    (Holm over the rerun's tests) and :data:`SOLO_REPLICATES` draws per template.
+    """
+    failing: list[str] = []
+    for v in result.violations:
+        if v.template not in failing:
+            failing.append(v.template)
+    for t in result.rejected:
+        key = f"{t.scenario}/{t.template}"
+        if key not in failing:
+            failing.append(key)
+    by_key = {f"{sc.name}/{t.name}": (sc, t) for sc in scenarios for t in sc.templates}
+    picked = [by_key[k] for k in failing if k in by_key][:SOLO_TEMPLATES]
+    if not picked:
+        return []
+    solos = [Scenario(name=f"{sc.name}-alone-{i}", vocab_size=sc.vocab_size, templates=(t,),
+                      replicates=min(SOLO_REPLICATES, sc.copies(t)), boundary_replicates=min(SOLO_REPLICATES,
+                                                                                             sc.copies(t)))
+             for i, (sc, t) in enumerate(picked)]
+    records = collect(kern, solos, seed=seed + 1, device=device)
+    solo = analyse(kern, solos, records, alpha=alpha, seed=seed)
+    bad = {v.template.split("/", 1)[0] for v in solo.violations} | {t.scenario for t in solo.rejected}
+    alone_ok = [f"{sc.name}/{t.name}" for (sc, t), s in zip(picked, solos) if s.name not in bad]
+    alone_bad = [f"{sc.name}/{t.name}" for (sc, t), s in zip(picked, solos) if s.name in bad]
+    out = []
+    if alone_ok:
+        out.append(Finding(component="batch", text=(
+            f"{len(alone_ok)} of {len(picked)} failing templates pass in a batch of their own "
+            f"({SOLO_REPLICATES} draws each, equal draft counts): the failure depends on the other requests of the "
+            f"batch (ragged offsets, per-request parameters applied to the wrong tokens, greedy and random rows "
+            f"mixed); e.g. {alone_ok[0]}"), failed=len(alone_ok), tested=len(picked), tv=None, tv_upper=None,
+            predicates=(), where=tuple(alone_ok)))
+    if alone_bad:
+        out.append(Finding(component="alone", text=(
+            f"{len(alone_bad)} of {len(picked)} failing templates fail in a batch of their own too: the bug does not "
+            f"need other requests; e.g. {alone_bad[0]}"), failed=len(alone_bad), tested=len(picked), tv=None,
+            tv_upper=None, predicates=(), where=tuple(alone_bad)))
+    return out
 
 
 def analyse(kern: Kernel, scenarios: Sequence[Scenario], records: Sequence[ScenarioRecord], *,

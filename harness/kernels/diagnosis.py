@@ -7,7 +7,8 @@ plug-in TV among the rejected tests, with its upper confidence bound).
 
 "On which requests" is found by enrichment: every predicate ``feature == value`` or
 ``feature != value`` over the template features (vocabulary, target law, draft law, draft
-count, ragged, temperature, top-k, top-p, position) splits the component's tests (or, for an
+count, ragged, temperature, top-k, top-p, position; the vocabulary only for invariants, since
+for tests it mostly tracks a scenario's draws) splits the component's tests (or, for an
 invariant, the check's templates) into a 2 x 2 table of predicate x failed. A predicate is kept
 when it covers at least 80 % of the failures, holds for at most 70 % of all the items (it
 selects), fails at least twice as often inside as outside,
@@ -65,12 +66,12 @@ def _predicate_text(name: str, value: str, equal: bool) -> str:
     return f"{label} {'=' if equal else '!='} {value}"
 
 
-def enriched(items: Sequence[tuple[Mapping[str, str], bool]]) -> list[str]:
+def enriched(items: Sequence[tuple[Mapping[str, str], bool]], *, skip: tuple[str, ...] = ()) -> list[str]:
     """Predicates that single out the failed items (see the module docstring), best first."""
     failed = [f for f, bad in items if bad]
     if not failed or len(failed) == len(items):
         return []
-    names = sorted({k for f, _ in items for k in f})
+    names = sorted({k for f, _ in items for k in f} - set(skip))
     best: dict[str, tuple[float, str]] = {}
     for name in names:
         values = sorted({f.get(name, "") for f, _ in items})
@@ -121,7 +122,8 @@ def diagnose(tests: Sequence[KernelTest], violations: Sequence[Violation],
         rejected = [t for t in mine if t.rejected]
         if not rejected:
             continue
-        preds = enriched([(t.features, t.rejected) for t in mine])
+        # the vocabulary goes with a scenario's size (and so its power), not with a kind of request
+        preds = enriched([(t.features, t.rejected) for t in mine], skip=("vocab",))
         worst = max(rejected, key=lambda t: t.tv)
         scenarios = sorted({t.scenario for t in rejected})
         on = f" on requests with {' and '.join(preds)}" if preds else ""

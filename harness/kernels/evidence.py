@@ -86,8 +86,23 @@ class PlannedTest:
     expected_n: float
 
 
+_LENGTH_LAWS: dict[tuple[int, str], tuple[Template, np.ndarray | None]] = {}
+
+
 def length_law(template: Template, method: str) -> np.ndarray | None:
-    """The exact law of L for ``template`` under ``method`` (None when unknown)."""
+    """The exact law of L for ``template`` under ``method`` (None when unknown); cached per template."""
+    key = (id(template), method)
+    hit = _LENGTH_LAWS.get(key)
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    law = _length_law(template, method)
+    if len(_LENGTH_LAWS) > 4096:
+        _LENGTH_LAWS.clear()
+    _LENGTH_LAWS[key] = (template, law)
+    return law
+
+
+def _length_law(template: Template, method: str) -> np.ndarray | None:
     n = template.n_draft
     if n == 0:
         return None

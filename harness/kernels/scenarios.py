@@ -154,6 +154,23 @@ def build_template(spec: TemplateSpec, vocab: int, rng: np.random.Generator, *, 
     raise ValueError(f"could not build an unambiguous template for {spec} at V = {vocab}")
 
 
+def template_from_arrays(name: str, logits: np.ndarray, draft: np.ndarray, params: RequestParams | None = None,
+                         features: Mapping[str, str] | None = None, boundary: str = "") -> Template:
+    """A template from explicit target logits ``[n + 1, V]`` and draft laws ``[n, V]`` (rows renormalised)."""
+    params = params or RequestParams()
+    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    law = np.stack([processed_law(r, params) for r in logits])
+    pairs = [as_float32_law(np.asarray(q, dtype=np.float64) / np.sum(q)) for q in draft]
+    vocab = logits.shape[1]
+    draft32 = np.stack([a for a, _ in pairs]) if pairs else np.zeros((0, vocab), np.float32)
+    q = np.stack([b for _, b in pairs]) if pairs else np.zeros((0, vocab))
+    for arr in (logits, law, draft32, q):
+        arr.setflags(write=False)
+    feats = {"vocab": str(vocab), "drafts": str(len(pairs)), **(features or {})}
+    return Template(name=name, logits=logits, params=params, law=law, draft32=draft32, draft=q, features=feats,
+                    boundary=boundary)
+
+
 def _cuts_ok(row: np.ndarray, params: RequestParams) -> bool:
     margins = cut_margins(row, params)
     return (margins.get("top_k", np.inf) >= MIN_CUT_GAP and margins.get("argmax", np.inf) >= MIN_CUT_GAP
