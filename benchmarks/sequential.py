@@ -16,7 +16,7 @@ Three parts (each prints a markdown table and adds its numbers to ``--json``):
     on synthetic laws of 8 positions (two-sample bound, alpha / 8 per position).
 ``gallery``
     Samples to a ``shifted`` verdict for every mutant of the gallery with the bundled models
-    and the real driver (speceq.sequential.run_sequential, oracle on, alpha = 0.01 as in
+    and the real driver (speceq.run with sequential=True, oracle on, alpha = 0.01 as in
     docs/POWER.md), a few seeds each, against the fixed-n detection sizes of docs/power.json.
 
 Usage: python benchmarks/sequential.py [aa|certify|gallery|all] [--reps R] [--json PATH]
@@ -144,7 +144,7 @@ def run_aa(reps: int, samples: int = 200, length: int = 8, seed: int = 0) -> dic
 
 def run_certify(reps: int, seed: int = 1, alpha: float = 1e-3, length: int = 8, symbols: int = 12,
                 tolerances: tuple[float, ...] = (0.15, 0.1, 0.05)) -> dict[str, Any]:
-    from speceq.sequential.driver import look_totals
+    from speceq.pipeline.sequential.driver import look_totals
     from speceq.stats import tv_upper_bound_two_sample
 
     rng = np.random.default_rng(seed)
@@ -218,14 +218,14 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
     import torch
 
     torch.set_num_threads(1)
-    from speceq.calibrate.power import Calibrator
-    from speceq.calibrate.settings import settings_for
     from speceq.engines.mutants import MUTANTS
-    from speceq.run import RunConfig
-    from speceq.sequential import run_sequential
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
+    from speceq.power.settings import settings_for
+    from speceq.power.study import PowerStudy
 
     fixed = _fixed_sizes()
-    cal = Calibrator(settings_for("quick"), log=lambda *a, **k: None)
+    cal = PowerStudy(settings_for("quick"), log=lambda *a, **k: None)
     names = mutants or [n for n, s in MUTANTS.items() if not s.lossless]  # lossless ones: --mutants
     rows = []
     print(f"\n### Mutant gallery: samples per engine to `shifted` (alpha = {alpha:g}, {seeds} seeds, budget {budget})\n")
@@ -241,8 +241,8 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
             for s in range(seeds):
                 engines = {"baseline": cal.baseline, "candidate": cal.engine(spec)}
                 cfg = RunConfig(samples=budget, alpha=alpha, tolerance=tolerance, seed=s, out_dir=Path(tmp) / f"{name}-{s}", resume=False,
-                                progress=False, oracle_draft="bundled")
-                c = run_sequential(cfg, [case], engines=engines).cases[0]
+                                progress=False, oracle_draft="bundled", sequential=True)
+                c = run(cfg, [case], engines=engines).cases[0]
                 verdicts.append(c.verdict)
                 decided.append(c.n_baseline)
                 stops.append(c.n_baseline if c.verdict == "shifted" else math.inf)

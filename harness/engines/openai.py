@@ -34,7 +34,7 @@ both are read from it (vocabulary = base tokens + added tokens, EOS from
 ``eos_token_id`` options win over it. With neither, the bundled byte model's 259 / 257 apply
 and every vocabulary error says so.
 
-HTTP: the standard library (:mod:`speceq.http_json`), threads from :mod:`concurrent.futures`
+HTTP: the standard library (:mod:`speceq.core.http_json`), threads from :mod:`concurrent.futures`
 for bounded concurrency. The API key is read from the environment variable ``api_key_env`` at
 each call and never appears in ``describe()``, ``SampleBatch.info``, exceptions or logs.
 """
@@ -48,12 +48,12 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from speceq.core.http_json import TransportFault, get_text, parse_prometheus, request_json
+from speceq.core.params import SamplingParams
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
-from speceq.http_json import TransportFault, get_text, parse_prometheus, request_json
 from speceq.models.vocab import BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE, DEFAULT_SOURCE, TokenizerVocab, read_tokenizer
-from speceq.params import SamplingParams
 
 TOKEN_IDS_MODES = ("vllm", "token_ids")
 _TOKEN_PREFIX = "token_id:"

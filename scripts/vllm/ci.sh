@@ -71,9 +71,9 @@ s.close()
 PY
 }
 
-# `python -m speceq.cli` is `speceq` without needing the console script on PATH
+# `python -m speceq.faces.cli` is `speceq` without needing the console script on PATH
 speceq() {
-    python -m speceq.cli "$@"
+    python -m speceq.faces.cli "$@"
 }
 
 # expect_verdict NAME EXPECTED RC: EXPECTED is "shifted" (rc 1) or "not-shifted" (rc 0 or 3)

@@ -13,11 +13,11 @@ import os
 import numpy as np
 import pytest
 
+from speceq.core.http_json import get_text, parse_prometheus
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.openai import OpenAICompletionsEngine
-from speceq.http_json import get_text, parse_prometheus
 from speceq.models import EOS_ID, VOCAB_SIZE, ByteTokenizer
-from speceq.params import SamplingParams
 
 pytestmark = pytest.mark.vllm
 
