@@ -38,6 +38,7 @@ from speceq.kernels.gof import chain_gof
 from speceq.kernels.outcomes import Violation, merge
 from speceq.kernels.processing import RequestParams, processed_law
 from speceq.kernels.reference import inverse_cdf
+from speceq.kernels.result import ScenarioSummary, decide
 from speceq.kernels.scenarios import ONE_MINUS_ULP
 
 #: Tree shapes: parent of every node (node 0 is the root, parent -1), in sibling order.
@@ -404,8 +405,6 @@ def _parse_tree(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: Tre
 def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str | torch.device = "cpu",
                alpha: float = 1e-3, tolerance: float | None = None, scenarios: list[TreeScenario] | None = None):
     """The tree check (see the module docstring); returns a :class:`~speceq.kernels.check.KernelCheckResult`."""
-    from speceq.kernels.check import ScenarioSummary, decide
-
     start = time.perf_counter()
     spec = kern.spec
     dev = torch.device(device)
