@@ -180,7 +180,7 @@ def check_drafter(fn: Callable[[DraftRequest], Any], *, vocab: int = 61, replica
                                     tv_upper=res.tv_upper_bound, tv_lower=None,
                                     support_violations=res.support_violations, **common))
         else:
-            u = _pit(q, tok, rng)
+            u = pit_of_rows(q, tok, rng)
             stat = anderson_darling_uniform_statistic(u)
             p = anderson_darling_uniform_sf(stat, u.size)
             tests.append(KernelTest(n=int(u.size), pvalue=float(p), statistic=float(stat), tv=float("nan"),
@@ -203,7 +203,7 @@ def check_drafter(fn: Callable[[DraftRequest], Any], *, vocab: int = 61, replica
                             failures=tuple(failures), processed_tv=tuple(processed), seconds=time.perf_counter() - start)
 
 
-def _pit(q: np.ndarray, tok: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def pit_of_rows(q: np.ndarray, tok: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Randomized PIT of each token under its own row (tokens ordered by descending q, ties by id)."""
     order = np.argsort(-q, axis=1, kind="stable")
     rank = np.argsort(order, axis=1)

@@ -115,3 +115,14 @@ def test_component_laws() -> None:
     np.testing.assert_allclose(laws.recovered_law(p, q, "one-hot"), p * (1 - q) / 0.8)
     assert laws.recovered_law(p, p, "standard") is None  # no rejection possible
     assert laws.block_length_law(np.ones((3, 800)) / 800, np.ones((2, 800)) / 800) is None  # too many sequences
+
+
+def test_residual_mass_matches_the_direct_sum() -> None:
+    rng = np.random.default_rng(7)
+    p = rng.dirichlet(np.ones(50))
+    q = rng.dirichlet(np.ones(50))
+    p[3] = 0.0
+    p /= p.sum()
+    w = rng.random(200)
+    direct = np.clip(w[:, None] * p[None] - q[None], 0, None).sum(axis=1)
+    np.testing.assert_allclose(laws.residual_mass(w, p, q), direct, atol=1e-12)
