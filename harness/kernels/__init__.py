@@ -15,10 +15,10 @@ import importlib
 from typing import Any
 
 _PUBLIC: dict[str, str] = {
-    "check": "speceq.kernels.check",
-    "KernelCheckResult": "speceq.kernels.check",
-    "DEFAULT_ALPHA": "speceq.kernels.check",
-    "EXIT_CODES": "speceq.kernels.check",
+    "check": "speceq.kernels.checks",
+    "KernelCheckResult": "speceq.kernels.checks",
+    "DEFAULT_ALPHA": "speceq.kernels.checks",
+    "EXIT_CODES": "speceq.kernels.checks",
     "check_drafter": "speceq.kernels.drafts",
     "DraftRequest": "speceq.kernels.drafts",
     "CHAIN_METHODS": "speceq.kernels.contract",

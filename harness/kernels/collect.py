@@ -60,8 +60,9 @@ class _Tables:
         self.draft_base = np.cumsum([0] + [t.n_draft for t in tpls])[:-1]
         self.logits = torch.from_numpy(np.concatenate([t.logits for t in tpls])).to(device)
         self.probs = torch.from_numpy(np.concatenate([t.law for t in tpls]).astype(np.float32)).to(device)
-        q32 = [t.draft32 for t in tpls]
-        self.draft32 = torch.from_numpy(np.concatenate(q32)).to(device)
+        q32 = [t.draft32 for t in tpls] + [np.zeros((1, scenario.vocab_size), np.float32)]
+        self.draft32 = torch.from_numpy(np.concatenate(q32)).to(device)  # the last row is all zeros (padding)
+        self.zero_row = int(self.draft32.shape[0] - 1)
         self.cdf = []
         for t in tpls:
             c = np.cumsum(t.draft, axis=1)
@@ -149,9 +150,8 @@ def build_padded(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
     draft = None
     if spec_takes_q:
         jd = np.arange(k)[None, :]
-        qrows = tables.draft_base[slots][:, None] + np.minimum(jd, np.maximum(n[:, None] - 1, 0))
-        draft = tables.draft32[torch.from_numpy(qrows.ravel()).to(dev)].view(b, k, -1).clone()
-        draft[torch.from_numpy(jd >= n[:, None]).to(dev)] = 0.0
+        qrows = np.where(jd < n[:, None], tables.draft_base[slots][:, None] + jd, tables.zero_row)
+        draft = tables.draft32[torch.from_numpy(qrows.ravel()).to(dev)].view(b, k, -1)
     return PaddedRequest(
         vocab_size=scenario.vocab_size,
         num_draft_tokens=tuple(int(x) for x in n),

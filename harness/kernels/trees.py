@@ -404,7 +404,7 @@ def _parse_tree(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: Tre
 
 def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str | torch.device = "cpu",
                alpha: float = 1e-3, tolerance: float | None = None, scenarios: list[TreeScenario] | None = None):
-    """The tree check (see the module docstring); returns a :class:`~speceq.kernels.check.KernelCheckResult`."""
+    """The tree check (see the module docstring); returns a :class:`~speceq.kernels.checks.KernelCheckResult`."""
     start = time.perf_counter()
     spec = kern.spec
     dev = torch.device(device)

@@ -86,7 +86,7 @@ def main() -> int:
     if args.worker:
         return worker(args)
 
-    from speceq.kernels.check import analyse
+    from speceq.kernels.checks import analyse
     from speceq.kernels.contract import Kernel, KernelSpec
     from speceq.kernels.scenarios import default_scenarios
 
