@@ -1,6 +1,6 @@
 """How speceq scales with the vocabulary: oracle scoring, analysis and the store at V = 259, 32k, 128k.
 
-Three measurements (numbers and goals in docs/BPE.md):
+Three measurements (numbers and goals in docs/explanation/bpe-world.md):
 
 - ``oracle``: :meth:`speceq.oracles.hf.TargetOracle.score` of generated tokens by a random-initialised
   Llama (hidden 64, 2 layers, built at run time; nothing this size is committed) at each V:

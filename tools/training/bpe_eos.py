@@ -23,7 +23,7 @@ next-token laws (T = 1, no truncation):
   cross-validation), so use this probe only as a quick look.
 
 Prints the largest P(<eos>) and the best rank found, with the contexts. Measured numbers are
-in docs/BPE.md (before the refit, the target never put more than ~7e-4 on ``<eos>``).
+in docs/explanation/bpe-world.md (before the refit, the target never put more than ~7e-4 on ``<eos>``).
 
     python -m tools.training.bpe_eos --random 200 --greedy-steps 2 --probe
 """

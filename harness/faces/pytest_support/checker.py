@@ -83,7 +83,7 @@ class EquivalenceChecker:
 
     # ----- cases ---------------------------------------------------------------------------
     def case(self, **fields: Any) -> Case:
-        """A Case from the fields of a cases-file entry (docs/CASES.md), e.g. ``id``, ``prompt``, ``temperature``."""
+        """A Case from the fields of a cases-file entry (docs/reference/cases.md), e.g. ``id``, ``prompt``, ``temperature``."""
         from speceq.inputs.cases import parse_cases
 
         return parse_cases([dict(fields)], source=f"{self._item.nodeid}: speceq.case")[0]

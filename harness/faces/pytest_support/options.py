@@ -233,10 +233,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                default_text="as `speceq run --near-tie-nats` (speceq.pipeline.greedy.NEAR_TIE_NATS)", convert=_nats,
                metavar="NATS",
                help="greedy cases: the target's top-2 margin (nats) up to which a divergence is a numerical "
-                    "near-tie, not a mismatch; raise it for bf16/fp16 engines (~1e-2, docs/NUMERICS.md)."),
+                    "near-tie, not a mismatch; raise it for bf16/fp16 engines (~1e-2, docs/explanation/numerics.md)."),
     OptionSpec(name="sequential", default=False, convert=_on_off, metavar="on|off",
                help="anytime-valid sequential checks: look after every step of a doubling schedule up to the "
-                    "budget and stop each case once decided (docs/SEQUENTIAL.md)."),
+                    "budget and stop each case once decided (docs/how-to/sequential.md)."),
     OptionSpec(name="kernel_scale", default=1.0, convert=_positive_number, metavar="S",
                help="speceq_kernel.check(): multiplies the default draws of every kernel check."),
     OptionSpec(name="kernel_device", default="cpu", convert=_text, metavar="DEVICE",

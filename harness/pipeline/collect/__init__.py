@@ -103,7 +103,7 @@ def auto_workers(pending: int, *, busy: float | None = None) -> int:
     (each with 1 torch thread: more threads per process were measured slower), also right
     after an install; on the shared, busy 2-core development machine (both cores taken by
     other jobs) 2 workers sampled the default run's chunks no faster than 1 (each chunk took
-    1.77x longer, docs/SCALE.md), so a machine whose cores other jobs use gets 1 worker, which
+    1.77x longer, docs/how-to/scale.md), so a machine whose cores other jobs use gets 1 worker, which
     also spares the worker start-up.
     """
     cpus = usable_cpus()
