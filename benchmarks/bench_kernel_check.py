@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -48,11 +47,11 @@ def _memory_child(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    import threading
+
     from speceq.kernels import check
     from speceq.kernels.reference import reference_kernel
     from speceq.kernels.scenarios import default_scenarios
-
-    import threading
 
     def rss_mb() -> float:
         with open("/proc/self/status") as f:

@@ -104,7 +104,7 @@ def main() -> int:
     for row in rows:
         e = row.get("engine_tests")
 
-        def cell(key: str) -> str:
+        def cell(key: str, e: dict | None = e) -> str:
             if not e:
                 return "n/a"
             d = e[key]

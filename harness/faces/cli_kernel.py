@@ -34,7 +34,9 @@ def _positive(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kernel", metavar="MODULE:ATTR", help="the kernel (see the command's description)")
     g = p.add_argument_group("what the kernel takes and claims (override its own spec)")
-    g.add_argument("--layout", choices=("ragged", "padded", "single", "tree"), default=None)
+    g.add_argument("--layout", choices=("ragged", "padded", "single", "tree"), default=None,
+                   help="the request layout the kernel takes: ragged (vLLM), padded (FlashInfer), single "
+                        "(transformers), tree (SGLang / EAGLE)")
     g.add_argument("--method", default=None, help="standard, one-hot, exact-match, block; trees: target-only, "
                    "multi-draft; any name with --lossy")
     g.add_argument("--lossy", action="store_true", default=None, help="the method is lossy by design: measure its TV")
@@ -42,11 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--greedy", action="store_true", default=None, help="it handles temperature-0 rows (with --params)")
     g.add_argument("--uniforms", action="store_true", default=None, help="it uses the injected uniforms")
     g.add_argument("--padding", action="store_true", default=None, help="padded layout: -1 after shorter drafts")
-    g.add_argument("--max-draft", type=int, default=None, metavar="K")
-    g.add_argument("--max-vocab", type=int, default=None, metavar="V")
+    g.add_argument("--max-draft", type=int, default=None, metavar="K", help="most draft tokens per request")
+    g.add_argument("--max-vocab", type=int, default=None, metavar="V", help="largest vocabulary to build")
     g = p.add_argument_group("check")
     g.add_argument("--scale", type=_positive, default=1.0, help="multiplies the default draws. Default: %(default)s")
-    g.add_argument("--seed", type=int, default=0, help="Default: %(default)s")
+    g.add_argument("--seed", type=int, default=0, help="seed of every draw and uniform speceq makes. Default: %(default)s")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N]. Default: %(default)s")
     g.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm level (Holm). Default: %(default)s")
     g.add_argument("--tolerance", type=float, default=None,

@@ -3,7 +3,8 @@
 For each component with rejected tests (token law at the draft positions, bonus law,
 accepted-token law, recovered-token law, accepted-length law) and each kind of broken
 invariant, a :class:`Finding` says what moved, on which requests, and by how much (the largest
-plug-in TV among the rejected tests, with its upper confidence bound).
+plug-in TV among the well-sampled rejected tests -- at least 5 draws per label of positive
+probability, where the plug-in's upward bias is small -- with its upper confidence bound).
 
 "On which requests" is found by enrichment: every predicate ``feature == value`` or
 ``feature != value`` over the template features (vocabulary, target law, draft law, draft
@@ -35,6 +36,8 @@ COMPONENT_TEXT = {
     "node": "token law at the reached tree nodes",
 }
 MIN_COVERAGE = 0.8
+#: A test is well sampled when it has this many observations per label of positive probability.
+WELL_SAMPLED = 5
 MAX_SELECTIVITY = 0.7
 MIN_LIFT = 2.0
 MAX_ENRICHMENT_P = 0.01
@@ -124,7 +127,10 @@ def diagnose(tests: Sequence[KernelTest], violations: Sequence[Violation],
             continue
         # the vocabulary goes with a scenario's size (and so its power), not with a kind of request
         preds = enriched([(t.features, t.rejected) for t in mine], skip=("vocab",))
-        worst = max(rejected, key=lambda t: t.tv)
+        # the size of the shift: the largest TV among well-sampled rejected tests (n >= 5 x support,
+        # where the plug-in's upward bias is small), else the test with the strongest evidence
+        well = [t for t in rejected if t.n >= WELL_SAMPLED * max(t.support, 1)]
+        worst = max(well, key=lambda t: t.tv) if well else min(rejected, key=lambda t: t.pvalue)
         scenarios = sorted({t.scenario for t in rejected})
         on = f" on requests with {' and '.join(preds)}" if preds else ""
         sentence = (f"{text} wrong{on}: TV {worst.tv:.2f} (<= {worst.tv_upper:.2f}) at {worst.where}; "

@@ -43,7 +43,8 @@ class KernelTest:
 
     component: token / bonus / accepted / recovered / length; position: the draft position
     (None for length); n: observations; tv, tv_upper, tv_lower: plug-in TV to the exact law and
-    its confidence bounds (lower only for lossy kernels); features: the template's features
+    its confidence bounds (lower only for lossy kernels; the plug-in is biased upward when n is
+    not large against ``support``, the labels the law gives positive probability); features: the template's features
     plus ``position``; holm: the Holm-adjusted p-value over the whole check; rejected: holm <= alpha.
     """
 
@@ -59,6 +60,7 @@ class KernelTest:
     tv_upper: float
     tv_lower: float | None
     support_violations: int
+    support: int = 0  # labels of positive probability under the tested law (for the plug-in TV's bias)
     features: Mapping[str, str] = field(default_factory=dict)
     holm: float = 1.0
     rejected: bool = False
@@ -197,5 +199,6 @@ def run_tests(records: list[ScenarioRecord], spec: KernelSpec, *, tv_alpha: floa
                 lower = tv_lower_bound_split(labels, test.law, tv_alpha) if spec.lossy else None
                 out.append(KernelTest(n=res.n, pvalue=res.pvalue, statistic=res.statistic, tv=res.tv,
                                       tv_upper=res.tv_upper_bound, tv_lower=lower,
-                                      support_violations=res.support_violations, **common))
+                                      support_violations=res.support_violations,
+                                      support=int(np.count_nonzero(test.law)), **common))
     return out
