@@ -21,3 +21,17 @@ def test_the_ensemble_weight_is_reported_lossy_with_its_tv() -> None:
     r = check(k, scenarios=quick_scenarios(k.spec, 0.1))
     assert r.verdict == "lossy"
     assert max(t.tv_lower or 0.0 for t in r.tests if t.component != "length") > 0.05
+
+
+def test_with_injected_uniforms_u0_accepts_a_draft_of_probability_0() -> None:
+    """transformers accepts when r <= p/q: r = 0 (torch.rand can return 0) accepts a draft with p = 0."""
+    import torch
+
+    k = transformers_speculative_sampling(inject_uniforms=True)
+    assert k.spec.uniforms
+    scenarios = quick_scenarios(k.spec, 0.05)
+    boundary = {f"{s.name}/{t.name}": t.boundary for s in scenarios for t in s.templates}
+    r = check(k, scenarios=scenarios)
+    zero = [v for v in r.violations if v.kind == "zero-probability"]
+    assert r.verdict == "shifted" and zero and {boundary[v.template] for v in zero} == {"u0"}
+    assert torch.rand_like.__module__ != __name__  # the patch is undone after each call
