@@ -42,6 +42,7 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--out", default="gpu-report")
     parser.add_argument("--only", nargs="*", default=None, help="run only these kernels (names as in the report)")
+    parser.add_argument("--max-vocab", type=int, default=None, help="cap the scenarios' vocabulary (a quick dry run)")
     args = parser.parse_args()
     _import_speceq_from_checkout()
     import torch
@@ -75,7 +76,12 @@ def main() -> int:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         try:
-            r = check(make(), scale=args.scale, device=device)
+            kern = make()
+            if args.max_vocab is not None:
+                import dataclasses
+
+                kern = dataclasses.replace(kern, spec=dataclasses.replace(kern.spec, max_vocab=args.max_vocab))
+            r = check(kern, scale=args.scale, device=device)
             verdict, reason = r.verdict, r.reason
             kernel_s = sum(s.kernel_seconds for s in r.scenarios)
             harness_s = sum(s.harness_seconds for s in r.scenarios)

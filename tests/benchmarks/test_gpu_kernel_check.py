@@ -15,7 +15,7 @@ def test_kernel_check_dry_run_on_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
     proc = subprocess.run(
         ["bash", str(REPO / "benchmarks/gpu/check.sh"), "kernels", "--device", "cpu", "--scale", "0.03",
-         "--only", "reference-padded", "reference-tree", "bonus-from-draft", "padding-as-index"],
+         "--max-vocab", "20000", "--only", "reference-padded", "reference-tree", "bonus-from-draft", "padding-as-index"],
         capture_output=True, text=True, timeout=600, cwd=REPO, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
