@@ -87,7 +87,7 @@ def _uniforms(templates: tuple[Template, ...], slots: np.ndarray, shape: tuple[i
     u = rng.random(shape)
     for t in np.unique(slots):
         kind = templates[t].boundary
-        if kind:
+        if kind in ("u0", "u1"):
             u[slots == t] = 0.0 if kind == "u0" else ONE_MINUS_ULP
     return u
 

