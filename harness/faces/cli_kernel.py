@@ -18,7 +18,8 @@ from pathlib import Path
 
 HELP = "check a speculative-decoding verification kernel against its exact output laws"
 
-_SPEC_FLAGS = ("layout", "method", "lossy", "params", "greedy", "uniforms", "padding", "max_draft", "max_vocab")
+_SPEC_FLAGS = ("layout", "method", "lossy", "params", "greedy", "uniforms", "padding", "nan_rows", "max_draft",
+               "max_vocab")
 
 
 def _positive(text: str) -> float:
@@ -44,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--greedy", action="store_true", default=None, help="it handles temperature-0 rows (with --params)")
     g.add_argument("--uniforms", action="store_true", default=None, help="it uses the injected uniforms")
     g.add_argument("--padding", action="store_true", default=None, help="padded layout: -1 after shorter drafts")
+    g.add_argument("--nan-rows", action="store_true", default=None,
+                   help="it promises valid output on NaN target rows (then they are sent)")
     g.add_argument("--max-draft", type=int, default=None, metavar="K", help="most draft tokens per request")
     g.add_argument("--max-vocab", type=int, default=None, metavar="V", help="largest vocabulary to build")
     g = p.add_argument_group("check")
