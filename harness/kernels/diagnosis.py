@@ -61,6 +61,8 @@ class Finding:
 
 
 def _predicate_text(name: str, value: str, equal: bool) -> str:
+    if not value:  # the feature is absent (e.g. no boundary uniforms): "set" / "not set"
+        return f"{_NAMES.get(name, name)} {'not set' if equal else 'set'}"
     if name == "ragged":
         return "ragged drafts" if (value == "yes") == equal else "full drafts"
     label = _NAMES.get(name, name)
