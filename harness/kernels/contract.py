@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-import numpy as np
 import torch
 
 from speceq.errors import ConfigError
@@ -263,13 +262,6 @@ class Outcome:
     tokens: Any
     emitted_draft_counts: Any = None
     accepted_nodes: Any = None
-
-
-@runtime_checkable
-class KernelFunction(Protocol):
-    """A user's wrapper: one request of the spec's layout in, the emitted tokens out."""
-
-    def __call__(self, request: Any, /) -> Outcome | torch.Tensor | np.ndarray: ...
 
 
 @dataclass(frozen=True, slots=True)

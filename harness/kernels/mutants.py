@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from speceq.kernels.contract import Kernel, KernelSpec, Outcome, RaggedRequest
+from speceq.kernels.contract import Kernel, Outcome, RaggedRequest
 from speceq.kernels.reference import Dense, ReferenceChainKernel, reference_kernel
 
 #: Tile width of the tiled samplers (FlashInfer / Triton kernels sample in vocabulary tiles).
@@ -257,6 +257,3 @@ def make(name: str) -> Kernel:
         raise KeyError(f"unknown kernel mutant {name!r}; known: {sorted([*MUTANTS, *LOSSLESS])}")
     return entry.make()
 
-
-def spec_of(name: str) -> KernelSpec:
-    return make(name).spec
