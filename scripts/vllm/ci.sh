@@ -23,7 +23,8 @@
 # 6. the minimal reproduction (scripts/vllm/repro_ngram_shift.py): shifted as shipped (exit 1),
 #    not shifted with its --patch workaround (exit 0), so the cause stays pinned down.
 # 7. the kernel check (scripts/vllm/kernel_check.py): vLLM's RejectionSampler called standalone on
-#    speceq's scenarios, shifted as shipped, not shifted with the workaround (~1.5 and ~1 min here).
+#    speceq's scenarios, shifted as shipped, not shifted with the workaround (108 s and 37 s on the
+#    2-core CPU machine, 2026-12-01; docs/measurements/kernels.md).
 # Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
 #
 # Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model ngram-patched; default all three),
