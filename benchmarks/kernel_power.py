@@ -1,6 +1,6 @@
 """The kernel mutant gallery and the power table: speceq's kernel check against the engines' own tests.
 
-For every gallery kernel (12 mutants, the lossless variants, the tree kernels, the drafters):
+For every gallery kernel (13 mutants, the lossless variants, the tree kernels, the drafters):
 
 - speceq at the default budget (scale 1): verdict, time, requests, first findings;
 - speceq's draws to detect: the smallest scale of 0.025, 0.05, 0.1, 0.25, 0.5, 1 at which the
@@ -11,7 +11,7 @@ For every gallery kernel (12 mutants, the lossless variants, the tree kernels, t
   KL within 0.01 (50 000 draws; limit KL(p || kernel's law)). "never" = the engine test's setting
   cannot exercise the bug (the detection rate is 0 and the limit statistic passes).
 
-    python benchmarks/kernel_power.py --json /tmp/kernel-power.json      # ~15-25 min on 2 cores
+    python benchmarks/kernel_power.py --seeds 3 --json /tmp/kernel-power.json   # 16 min on 2 cores (2026-12-01)
     python benchmarks/kernel_power.py --quick                            # a smoke run
 """
 
