@@ -98,6 +98,11 @@ def _environment() -> jinja2.Environment:
 _ENV = _environment()
 
 
+def environment() -> jinja2.Environment:
+    """The report's template environment (shared with :mod:`speceq.reports.kernels`)."""
+    return _ENV
+
+
 def _where(case: CaseResult, name: str) -> str:
     return f"case {case.case_id!r}.{name}"
 
@@ -267,12 +272,16 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
     )
 
 
-def render_report(result: RunResult) -> str:
+def render_report(result: RunResult, kernels: Sequence[dict[str, Any]] = ()) -> str:
     """The HTML page of ``result``: one self-contained document, same result -> same string.
 
-    Raises ConfigError naming the case and field when the result holds an unknown verdict or
-    a negative/non-integer count, and TypeError when ``result`` is not a RunResult.
+    ``kernels``: kernel-check results (``KernelCheckResult.to_dict()``) shown in a section of
+    their own (:mod:`speceq.reports.kernels`). Raises ConfigError naming the case and field when
+    the result holds an unknown verdict or a negative/non-integer count, and TypeError when
+    ``result`` is not a RunResult.
     """
+    from speceq.reports.kernels import render_kernel_section
+
     _render_report_iv(result)
     ordered = sorted(result.cases, key=lambda c: VERDICT_ORDER.get(c.verdict, 3))  # stable: run order within a verdict
     views = [_case_view(i, c, result) for i, c in enumerate(ordered)]
@@ -297,16 +306,17 @@ def render_report(result: RunResult) -> str:
         moved_z=svg.MOVED_Z,
         open_positions=OPEN_POSITIONS,
         pit_level=PIT_BAND_LEVEL,
+        kernel_section=render_kernel_section(kernels),
     )
 
 
-def write_report(result: RunResult, path: str | os.PathLike[str]) -> Path:
+def write_report(result: RunResult, path: str | os.PathLike[str], kernels: Sequence[dict[str, Any]] = ()) -> Path:
     """Render ``result`` and write it to ``path`` atomically (temp file + rename); return the path.
 
     Parent folders are created. A reader never sees a half-written page: the file appears
     complete or not at all.
     """
-    html = render_report(result).encode("utf-8")
+    html = render_report(result, kernels).encode("utf-8")
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

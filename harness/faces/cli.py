@@ -30,6 +30,7 @@ Handler = Callable[[argparse.Namespace], int]
 #: Subcommands defined in other modules: name -> module with HELP, add_arguments, handle.
 PLUGIN_COMMANDS: dict[str, str] = {
     "power": "speceq.faces.cli_power",
+    "kernel": "speceq.faces.cli_kernel",
 }
 
 

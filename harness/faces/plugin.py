@@ -22,6 +22,7 @@ from speceq.faces.pytest_support.options import add_options, resolve_settings
 
 if TYPE_CHECKING:
     from speceq.faces.pytest_support.checker import EquivalenceChecker
+    from speceq.faces.pytest_support.kernel_checker import KernelChecker
 
 SESSION_KEY = pytest.StashKey["EquivalenceSession"]()
 SESSION_PLUGIN_NAME = "speceq-session"
@@ -75,6 +76,18 @@ def speceq(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     else:
         root = tmp_path_factory.mktemp(_safe_name(request.node.name, limit=40, digest=False), numbered=True)
     return EquivalenceChecker(session, request.node, root)
+
+
+@pytest.fixture
+def speceq_kernel(request: pytest.FixtureRequest) -> KernelChecker:
+    """A kernel checker for this test: ``speceq_kernel.check(fn, spec=None, **overrides)``.
+
+    Fails the test with the diagnosis when the kernel is shifted. See
+    :class:`speceq.faces.pytest_support.kernel_checker.KernelChecker`.
+    """
+    from speceq.faces.pytest_support.kernel_checker import KernelChecker
+
+    return KernelChecker(request.config.stash[SESSION_KEY], request.node)
 
 
 @pytest.hookimpl(wrapper=True)

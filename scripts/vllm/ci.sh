@@ -22,6 +22,9 @@
 #    give the same per-case shifted/not-shifted verdicts as with the transformers oracle.
 # 6. the minimal reproduction (scripts/vllm/repro_ngram_shift.py): shifted as shipped (exit 1),
 #    not shifted with its --patch workaround (exit 0), so the cause stays pinned down.
+# 7. the kernel check (scripts/vllm/kernel_check.py): vLLM's RejectionSampler called standalone on
+#    speceq's scenarios, shifted as shipped, not shifted with the workaround (108 s and 37 s on the
+#    2-core CPU machine, 2026-12-01; docs/measurements/kernels.md).
 # Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
 #
 # Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model ngram-patched; default all three),
@@ -32,7 +35,8 @@
 #   SPECEQ_VLLM_REPRO (default 1: run step 6), SPECEQ_VLLM_SUITE_SAMPLES (default 200: samples per
 #   check of the ready-made suites run against ngram and ngram-patched), SPECEQ_VLLM_SERVER_ORACLE
 #   (default 1: step 5b), SPECEQ_VLLM_ORACLE_TOP_LOGPROBS (default all: the server oracle's
-#   --oracle-top-logprobs).
+#   --oracle-top-logprobs), SPECEQ_VLLM_KERNEL (default 1: step 7), SPECEQ_VLLM_KERNEL_SCALE
+#   (default 1: the kernel check's draws).
 set -euo pipefail
 # Exit codes: 0 all checks as expected; 1 a check failed (a test, or a verdict that changed);
 # 90 the environment could not be built or a server did not start (infrastructure, not a verdict).
@@ -241,6 +245,26 @@ if [[ "${SPECEQ_VLLM_REPRO:-1}" != "0" ]]; then
         echo "   took $((SECONDS - t0)) s"
         if [[ "$rc" -ne "$expected" ]]; then
             echo "!! reproduction ($variant): exit $rc, expected $expected" >&2
+            status=1
+        fi
+    done
+fi
+
+if [[ "${SPECEQ_VLLM_KERNEL:-1}" != "0" ]]; then
+    # 7. vLLM's own CPU rejection sampler, driven standalone by speceq's kernel check (no server;
+    #    scripts/vllm/kernel_check.py: the vLLM venv calls the kernel, this Python tests it):
+    #    shifted as shipped (vllm#55005 at kernel level), not shifted with the expand workaround.
+    for variant in shipped patched; do
+        extra=(--expect shifted)
+        if [[ "$variant" == patched ]]; then extra=(--patch --expect not-shifted); fi
+        echo "== kernel check of vLLM's RejectionSampler, $variant (scale ${SPECEQ_VLLM_KERNEL_SCALE:-1})"
+        t0=$SECONDS
+        rc=0
+        python scripts/vllm/kernel_check.py --venv "${SPECEQ_VLLM_VENV:-$repo_root/.venv-vllm}" \
+            --scale "${SPECEQ_VLLM_KERNEL_SCALE:-1}" --json "$out/kernel-$variant.json" "${extra[@]}" || rc=$?
+        echo "   took $((SECONDS - t0)) s"
+        if [[ "$rc" -ne 0 ]]; then
+            echo "!! kernel check ($variant): exit $rc" >&2
             status=1
         fi
     done

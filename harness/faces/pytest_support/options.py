@@ -145,6 +145,16 @@ def default_near_tie_nats() -> float:
     return NEAR_TIE_NATS
 
 
+def _positive_number(text: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
+    return value
+
+
 def _text(text: str) -> str:
     value = str(text).strip()
     if not value:
@@ -227,6 +237,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(name="sequential", default=False, convert=_on_off, metavar="on|off",
                help="anytime-valid sequential checks: look after every step of a doubling schedule up to the "
                     "budget and stop each case once decided (docs/how-to/sequential.md)."),
+    OptionSpec(name="kernel_scale", default=1.0, convert=_positive_number, metavar="S",
+               help="speceq_kernel.check(): multiplies the default draws of every kernel check."),
+    OptionSpec(name="kernel_device", default="cpu", convert=_text, metavar="DEVICE",
+               help="speceq_kernel.check(): torch device of the kernel's inputs (cpu, cuda, cuda:1, ...)."),
 )
 OPTION_BY_NAME: dict[str, OptionSpec] = {o.name: o for o in OPTIONS}
 
@@ -266,6 +280,8 @@ class Settings:
     inconclusive: str
     sequential: bool = False
     near_tie_nats: float | None = None  # None: the built-in default, see near_tie()
+    kernel_scale: float = 1.0
+    kernel_device: str = "cpu"
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def budget(self) -> int:

@@ -30,6 +30,8 @@ ITEM_RESULTS_KEY = pytest.StashKey[list]()
 ITEM_NOTES_KEY = pytest.StashKey[list]()
 #: Key of the records a worker sends to the controller in ``workeroutput``.
 WORKER_OUTPUT_KEY = "speceq_records"
+#: Key of the kernel-check results (``speceq_kernel`` fixture) a worker sends to the controller.
+WORKER_KERNEL_KEY = "speceq_kernel_records"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ class EquivalenceSession:
         self.config = config
         self.settings = settings
         self.records: list[CheckRecord] = []
+        self.kernel_records: list[dict[str, Any]] = []  # KernelCheckResult.to_dict() + "label" (test id)
         self.report_written: Path | None = None
         self._engines: dict[tuple[str, str], Any] = {}
         self._engine_errors: dict[tuple[str, str], str] = {}
@@ -154,6 +157,11 @@ class EquivalenceSession:
     def record(self, nodeid: str, index: int, result: RunResult, store: Path | None) -> None:
         self.records.append(CheckRecord(nodeid, index, result, None if store is None else str(store)))
 
+    def record_kernel(self, nodeid: str, index: int, result: Mapping[str, Any]) -> None:
+        """Keep a kernel check's result (``to_dict()``) for the session report."""
+        label = nodeid if index == 0 else f"{nodeid} #{index + 1}"
+        self.kernel_records.append({**dict(result), "label": label})
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """Controller side of pytest-xdist: take the records a finished worker sent."""
@@ -161,14 +169,19 @@ class EquivalenceSession:
         payload = output.get(WORKER_OUTPUT_KEY)
         if payload:
             self.records.extend(CheckRecord.from_json(d) for d in json.loads(payload))
+        kernels = output.get(WORKER_KERNEL_KEY)
+        if kernels:
+            self.kernel_records.extend(json.loads(kernels))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
             self.config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(  # type: ignore[attr-defined]
                 [r.to_json() for r in self.records], allow_nan=True)
+            self.config.workeroutput[WORKER_KERNEL_KEY] = json.dumps(  # type: ignore[attr-defined]
+                self.kernel_records, allow_nan=True, default=str)
             return
-        if self.settings.report is not None and self.records:
-            self.report_written = write_session_report(self.records, self.settings.report)
+        if self.settings.report is not None and (self.records or self.kernel_records):
+            self.report_written = write_session_report(self.records, self.settings.report, self.kernel_records)
 
     def pytest_report_header(self, config: pytest.Config) -> str | None:
         if all(source == "default" for source in self.settings.sources.values()):
@@ -180,18 +193,35 @@ class EquivalenceSession:
             return
         if self.report_written is not None:
             json_path = self.report_written.with_suffix(".json")
-            terminalreporter.write_line(f"speceq: report of {len(self.records)} checks: {self.report_written} "
-                                        f"(result: {json_path})")
+            kernels = f" and {len(self.kernel_records)} kernel checks" if self.kernel_records else ""
+            terminalreporter.write_line(f"speceq: report of {len(self.records)} checks{kernels}: "
+                                        f"{self.report_written} (result: {json_path})")
         else:
             terminalreporter.write_line("speceq: no check ran; no report written")
 
 
-def write_session_report(records: Sequence[CheckRecord], path: Path) -> Path:
-    """Write the merged result's HTML report to ``path`` and its JSON beside it; return ``path``."""
-    from speceq.reports.render import write_report
+def write_session_report(records: Sequence[CheckRecord], path: Path,
+                         kernel_records: Sequence[Mapping[str, Any]] = ()) -> Path:
+    """Write the session's HTML report to ``path`` and its JSON beside it; return ``path``.
+
+    Equivalence checks: the merged result (JSON: PATH with suffix .json). Kernel checks
+    (``speceq_kernel``): a section of their own (JSON: {"kernels": [...]} in PATH with suffix
+    .json when there is no equivalence check, else in PATH with suffix .kernels.json).
+    """
     from speceq.store import atomic_write
+
+    kernels = [dict(k) for k in kernel_records]
+    kernel_data = (json.dumps({"kernels": kernels}, allow_nan=True, default=str) + "\n").encode("utf-8")
+    if not records:
+        from speceq.reports.kernels import write_kernel_report
+
+        atomic_write(path.with_suffix(".json"), lambda f: f.write(kernel_data))
+        return write_kernel_report(kernels, path)
+    from speceq.reports.render import write_report
 
     merged = merge_results(records)
     data = (merged.to_json() + "\n").encode("utf-8")
     atomic_write(path.with_suffix(".json"), lambda f: f.write(data))
-    return write_report(merged, path)
+    if kernels:
+        atomic_write(path.with_suffix(".kernels.json"), lambda f: f.write(kernel_data))
+    return write_report(merged, path, kernels)

@@ -1,0 +1,133 @@
+"""False alarms of the kernel check on lossless kernels, at the Holm level, over R repeated checks.
+
+Every p-value of the check is exact-valid by construction (the chain-binomial goodness of fit,
+tests/kernels/test_gof.py checks its size exactly by enumeration), and Holm bounds the
+family-wise rate under any dependence; what this measures is that the lossless kernels really
+produce the laws the check assumes (float32 processing against the float64 laws, unambiguous
+cuts, independent requests). R checks are run in blocks: one collection of B x the default
+replicates, split into B independent checks (the requests are independent draws, so the split
+is exactly B checks' worth of data), each analysed as the check does (its planned tests, Holm).
+
+Reported: the run-level false-alarm rate (smallest Holm-adjusted p <= alpha) at alpha = 0.05,
+0.01, 1e-3, with its Clopper-Pearson 95 % interval; the per-test size P(p <= u) pooled over
+every test of every run at u = 1e-2, 1e-3, 1e-4 and at the check's first Holm threshold alpha / m
+(1e-3 / m); every test with p < 1e-4 (which run, where, n, TV); and any broken invariant (none is
+allowed for a correct kernel).
+
+    python benchmarks/kernel_calibration.py --variant exponential-race --runs 1000
+    python benchmarks/kernel_calibration.py --variant reference --runs 1000 --scenarios all
+    (--scenarios small: the V <= 61 scenarios, which hold most tests; all: every default scenario)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+
+def make_kernel(name: str):  # noqa: ANN201
+    from speceq.kernels.mutants import LOSSLESS
+    from speceq.kernels.reference import reference_kernel
+
+    if name == "reference":
+        return reference_kernel("ragged")
+    if name == "transformers":
+        from speceq.kernels.hf_adapter import transformers_speculative_sampling
+
+        return transformers_speculative_sampling()
+    return LOSSLESS[name].make()
+
+
+def _cp(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    a = (1 - level) / 2
+    low = 0.0 if k == 0 else float(stats.beta.ppf(a, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1 - a, k + 1, n - k))
+    return low, high
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", default="reference")
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--block", type=int, default=50)
+    parser.add_argument("--scenarios", choices=("small", "all"), default="small")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    from speceq.kernels.checks import DEFAULT_ALPHA, planned_tests
+    from speceq.kernels.collect import ScenarioRecord, TemplateRecord, collect
+    from speceq.kernels.evidence import run_tests
+    from speceq.kernels.scenarios import default_scenarios
+    from speceq.stats import holm
+
+    kern = make_kernel(args.variant)
+    base = default_scenarios(kern.spec, seed=args.seed)
+    if args.scenarios == "small":
+        base = [s for s in base if s.vocab_size <= 61]
+    m = planned_tests(base, kern.spec)
+    tv_alpha = DEFAULT_ALPHA / max(m, 1)
+    min_holm: list[float] = []
+    pooled: list[np.ndarray] = []
+    violations = 0
+    smallest: list[dict] = []
+    start = time.perf_counter()
+    done = 0
+    block_index = 0
+    while done < args.runs:
+        b = min(args.block, args.runs - done)
+        big = [replace(s, replicates=s.replicates * b, boundary_replicates=s.boundary_replicates * b) for s in base]
+        records = collect(kern, big, seed=args.seed * 100_003 + block_index)
+        violations += sum(v.count for r in records for v in r.violations)
+        for run in range(b):
+            chunk = []
+            for sr, sc in zip(records, base):
+                recs = []
+                for rec in sr.records:
+                    d, t, L = rec.arrays()
+                    c = sc.copies(rec.template)
+                    sl = slice(run * c, (run + 1) * c)
+                    recs.append(TemplateRecord(rec.template, [d[sl]], [t[sl]], [L[sl]]))
+                chunk.append(ScenarioRecord(sc, recs, (), 0, 0, 0.0, 0.0))
+            tests = run_tests(chunk, kern.spec, tv_alpha=tv_alpha)
+            p = np.array([t.pvalue for t in tests])
+            smallest.extend({"run": done + run, "pvalue": t.pvalue, "where": t.where, "n": t.n, "tv": t.tv,
+                             "support_violations": t.support_violations} for t in tests if t.pvalue < 1e-4)
+            pooled.append(p)
+            min_holm.append(float(holm(p).min()) if p.size else 1.0)
+        done += b
+        block_index += 1
+        print(f"{done}/{args.runs} runs, {time.perf_counter() - start:.0f} s", flush=True)
+    mh = np.array(min_holm)
+    allp = np.concatenate(pooled)
+    fwer = {}
+    for a in (0.05, 0.01, 1e-3):
+        k = int((mh <= a).sum())
+        fwer[str(a)] = {"alarms": k, "runs": int(mh.size), "rate": k / mh.size, "ci95": _cp(k, int(mh.size))}
+    first = DEFAULT_ALPHA / m
+    size = {}
+    for u in (1e-2, 1e-3, 1e-4, first):
+        k = int((allp <= u).sum())
+        size[f"{u:.3g}"] = {"count": k, "tests": int(allp.size), "rate": k / allp.size,
+                            "ratio_to_nominal": (k / allp.size) / u, "ci95": _cp(k, int(allp.size))}
+    out = {"variant": args.variant, "kernel": kern.name, "scenarios": [s.name for s in base], "planned_tests": m,
+           "runs": int(mh.size), "fwer": fwer, "per_test_size": size, "violations": violations,
+           "p_below_1e-4": sorted(smallest, key=lambda x: x["pvalue"]),
+           "seconds": round(time.perf_counter() - start, 1), "date": time.strftime("%Y-%m-%d")}
+    print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Running a chain kernel over a scenario: build each call's request, call, read the output.
+
+speceq owns the randomness: draft tokens are drawn from the template's draft law with
+speceq's numpy generator (inverse CDF), every injected uniform comes from it, and the kernel's
+own generator and per-request seeds are seeded from it, so a check is reproducible from its
+seed. Each call holds every template of the scenario (shuffled), as many copies as fit in
+:data:`~speceq.kernels.scenarios.MAX_CELLS_PER_CALL` logits cells; calls repeat until every
+template has its replicates. The time spent inside the kernel and around it is recorded
+separately (the speed benchmark compares them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from speceq.errors import EngineError
+from speceq.kernels.contract import Kernel, Outcome, PaddedRequest, RaggedRequest, SingleRequest
+from speceq.kernels.outcomes import Violation, as_token_array, merge, parse_call
+from speceq.kernels.scenarios import ONE_MINUS_ULP, Scenario, Template
+
+
+@dataclass
+class TemplateRecord:
+    """Everything a template's requests produced: drafts, emitted tokens (-1 padded), lengths L (-1: unusable)."""
+
+    template: Template
+    drafts: list[np.ndarray] = field(default_factory=list)
+    tokens: list[np.ndarray] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = self.template.n_draft
+        d = np.concatenate(self.drafts) if self.drafts else np.zeros((0, n), np.int64)
+        t = np.concatenate(self.tokens) if self.tokens else np.zeros((0, n + 1), np.int64)
+        L = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        return d, t, L
+
+
+@dataclass
+class ScenarioRecord:
+    scenario: Scenario
+    records: list[TemplateRecord]
+    violations: tuple[Violation, ...]
+    calls: int
+    requests: int
+    kernel_seconds: float
+    harness_seconds: float
+
+
+class _Tables:
+    """The scenario's rows as device tensors, and the draft CDFs for drawing."""
+
+    def __init__(self, scenario: Scenario, device: torch.device) -> None:
+        tpls = scenario.templates
+        self.row_base = np.cumsum([0] + [t.n_draft + 1 for t in tpls])[:-1]
+        self.draft_base = np.cumsum([0] + [t.n_draft for t in tpls])[:-1]
+        self.logits = torch.from_numpy(np.concatenate([t.logits for t in tpls])).to(device)
+        self.probs = torch.from_numpy(np.concatenate([t.law for t in tpls]).astype(np.float32)).to(device)
+        q32 = [t.draft32 for t in tpls] + [np.zeros((1, scenario.vocab_size), np.float32)]
+        self.draft32 = torch.from_numpy(np.concatenate(q32)).to(device)  # the last row is all zeros (padding)
+        self.zero_row = int(self.draft32.shape[0] - 1)
+        self.cdf = []
+        for t in tpls:
+            c = np.cumsum(t.draft, axis=1)
+            self.cdf.append(c / np.where(c[:, -1:] > 0, c[:, -1:], 1.0))
+        self.n = np.array([t.n_draft for t in tpls], dtype=np.int64)
+
+
+def _draw_drafts(tables: _Tables, slots: np.ndarray, k_max: int, rng: np.random.Generator) -> np.ndarray:
+    """Draft tokens ``[B, k_max]`` (-1 after each request's own), drawn from the templates' draft laws."""
+    drafts = np.full((slots.size, k_max), -1, dtype=np.int64)
+    for t in np.unique(slots):
+        rows = np.flatnonzero(slots == t)
+        for i in range(int(tables.n[t])):
+            cdf = tables.cdf[t][i]
+            d = np.searchsorted(cdf, rng.random(rows.size), side="right")
+            drafts[rows, i] = np.minimum(d, cdf.size - 1)
+    return drafts
+
+
+def _uniforms(templates: tuple[Template, ...], slots: np.ndarray, shape: tuple[int, ...],
+              rng: np.random.Generator) -> np.ndarray:
+    u = rng.random(shape)
+    for t in np.unique(slots):
+        kind = templates[t].boundary
+        if kind in ("u0", "u1"):
+            u[slots == t] = 0.0 if kind == "u0" else ONE_MINUS_ULP
+    return u
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def build_ragged(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts: np.ndarray, spec_takes_q: bool,
+                 rng: np.random.Generator, device: torch.device) -> RaggedRequest:
+    tpls = scenario.templates
+    n = tables.n[slots]
+    b = slots.size
+    cu = np.cumsum(n)
+    num_tokens = int(cu[-1]) if b else 0
+    rows_per = n + 1
+    starts = np.repeat(np.cumsum(rows_per) - rows_per, rows_per)
+    within = np.arange(int(rows_per.sum())) - starts
+    row_index = np.repeat(tables.row_base[slots], rows_per) + within
+    is_bonus = within == np.repeat(n, rows_per)
+    flat_rows = np.arange(row_index.size)
+    tok_start = np.repeat(cu - n, n)
+    tok_within = np.arange(num_tokens) - tok_start
+    flat_drafts = drafts[np.repeat(np.arange(b), n), tok_within] if num_tokens else np.zeros(0, np.int64)
+    draft_rows = np.repeat(tables.draft_base[slots], n) + tok_within
+    dev = device
+    params = [tpls[t].params for t in slots]
+    u = _uniforms(tpls, np.repeat(slots, n), (num_tokens,), rng)
+    su = _uniforms(tpls, slots, (b,), rng)
+    return RaggedRequest(
+        vocab_size=scenario.vocab_size,
+        num_draft_tokens=tuple(int(x) for x in n),
+        cu_num_draft_tokens=torch.from_numpy(cu.astype(np.int32)).to(dev),
+        draft_token_ids=torch.from_numpy(flat_drafts).to(dev),
+        draft_probs=tables.draft32[torch.from_numpy(draft_rows).to(dev)] if spec_takes_q else None,
+        target_logits=tables.logits[torch.from_numpy(row_index).to(dev)],
+        target_logits_indices=torch.from_numpy(flat_rows[~is_bonus]).to(dev),
+        bonus_logits_indices=torch.from_numpy(flat_rows[is_bonus]).to(dev),
+        temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev),
+        top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=dev),
+        top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev),
+        uniforms=torch.from_numpy(u).to(dev),
+        sample_uniforms=torch.from_numpy(su).to(dev),
+        seeds=torch.from_numpy(rng.integers(0, 2**62, size=b)).to(dev),
+        generator=_generator(dev, int(rng.integers(0, 2**62))),
+    )
+
+
+def build_padded(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts: np.ndarray, k: int,
+                 spec_takes_q: bool, rng: np.random.Generator, device: torch.device) -> PaddedRequest:
+    tpls = scenario.templates
+    n = tables.n[slots]
+    b = slots.size
+    j = np.arange(k + 1)[None, :]
+    target_rows = tables.row_base[slots][:, None] + np.minimum(j, n[:, None])  # rows after the bonus repeat it
+    dev = device
+    target = tables.probs[torch.from_numpy(target_rows.ravel()).to(dev)].view(b, k + 1, -1)
+    draft = None
+    if spec_takes_q:
+        jd = np.arange(k)[None, :]
+        qrows = np.where(jd < n[:, None], tables.draft_base[slots][:, None] + jd, tables.zero_row)
+        draft = tables.draft32[torch.from_numpy(qrows.ravel()).to(dev)].view(b, k, -1)
+    return PaddedRequest(
+        vocab_size=scenario.vocab_size,
+        num_draft_tokens=tuple(int(x) for x in n),
+        draft_token_ids=torch.from_numpy(drafts[:, :k].copy()).to(dev),
+        draft_probs=draft,
+        target_probs=target,
+        uniforms=torch.from_numpy(_uniforms(tpls, slots, (b, k), rng)).to(dev),
+        sample_uniforms=torch.from_numpy(_uniforms(tpls, slots, (b,), rng)).to(dev),
+        seeds=torch.from_numpy(rng.integers(0, 2**62, size=b)).to(dev),
+        generator=_generator(dev, int(rng.integers(0, 2**62))),
+    )
+
+
+def build_single(tables: _Tables, scenario: Scenario, t: int, drafts: np.ndarray, spec_takes_q: bool,
+                 rng: np.random.Generator, device: torch.device) -> SingleRequest:
+    tpl = scenario.templates[t]
+    n = tpl.n_draft
+    base, qbase = int(tables.row_base[t]), int(tables.draft_base[t])
+    u = _uniforms(scenario.templates, np.full(n, t), (n,), rng)
+    su = float(_uniforms(scenario.templates, np.array([t]), (1,), rng)[0])
+    return SingleRequest(
+        vocab_size=scenario.vocab_size,
+        draft_token_ids=torch.from_numpy(drafts[:n].copy()).to(device),
+        draft_probs=tables.draft32[qbase:qbase + n].clone() if spec_takes_q else None,
+        target_probs=tables.probs[base:base + n + 1].clone(),
+        uniforms=torch.from_numpy(u).to(device),
+        sample_uniform=su,
+        seed=int(rng.integers(0, 2**62)),
+        generator=_generator(device, int(rng.integers(0, 2**62))),
+    )
+
+
+@dataclass
+class _Called:
+    drafts: np.ndarray
+    tokens: np.ndarray
+    counters: np.ndarray | None
+    build_seconds: float
+    kernel_seconds: float
+
+
+def _counters(outcome: Outcome) -> np.ndarray | None:
+    c = outcome.emitted_draft_counts
+    if c is None:
+        return None
+    if hasattr(c, "detach"):
+        c = c.detach().to("cpu").numpy()
+    return np.asarray(c).reshape(-1)
+
+
+def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray, k_max: int,
+          rng: np.random.Generator, device: torch.device) -> _Called:
+    """Build the requests of ``slots`` and call the kernel (once; a single-layout kernel once per slot)."""
+    t0 = time.perf_counter()
+    spec = kernel.spec
+    drafts = _draw_drafts(tables, slots, k_max, rng)
+    where = f"{kernel.name} on {scenario.name}"
+    with torch.inference_mode():
+        if spec.layout == "single":
+            requests = [build_single(tables, scenario, int(t), drafts[i], spec.takes_draft_probs, rng, device)
+                        for i, t in enumerate(slots)]
+            t1 = time.perf_counter()
+            outcomes = [kernel(r) for r in requests]
+            t2 = time.perf_counter()
+            rows = [as_token_array(o.tokens, 1, where)[0] for o in outcomes]
+            width = max(k_max + 1, max(r.size for r in rows))
+            tokens = np.full((slots.size, width), -1, dtype=np.int64)
+            for i, r in enumerate(rows):
+                tokens[i, : r.size] = r
+            counts = [_counters(o) for o in outcomes]
+            counters = None if any(c is None for c in counts) else np.concatenate(counts)  # type: ignore[arg-type]
+            return _Called(drafts, tokens, counters, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+        if spec.layout == "ragged":
+            request = build_ragged(tables, scenario, slots, drafts, spec.takes_draft_probs, rng, device)
+        else:
+            request = build_padded(tables, scenario, slots, drafts, k_max, spec.takes_draft_probs, rng, device)
+        t1 = time.perf_counter()
+        outcome = kernel(request)
+        t2 = time.perf_counter()
+    tokens = as_token_array(outcome.tokens, slots.size, where)
+    return _Called(drafts, tokens, _counters(outcome), (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+
+
+def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device) -> ScenarioRecord:
+    """Call ``kernel`` until every template of ``scenario`` has its replicates; read every output.
+
+    A call that raises is retried one template at a time: templates that raise alone are
+    recorded as ``raised`` violations and left out of the later calls; when every template
+    raises alone the kernel (or its wrapper) cannot run at all and an EngineError is raised.
+    """
+    spec = kernel.spec
+    tpls = scenario.templates
+    tables = _Tables(scenario, device)
+    k_max = int(tables.n.max()) if spec.layout != "padded" else spec.max_draft
+    records = [TemplateRecord(t) for t in tpls]
+    want = np.array([scenario.copies(t) for t in tpls])
+    have = np.zeros(len(tpls), dtype=np.int64)
+    batch = scenario.calls_batch() if spec.layout != "single" else min(256, 8 * len(tpls))
+    per_call = max(1, batch // len(tpls))
+    violations: list[Violation] = []
+    kernel_s = harness_s = 0.0
+    calls = requests = 0
+    while (have < want).any():
+        take = np.minimum(want - have, per_call)
+        slots = rng.permutation(np.repeat(np.arange(len(tpls)), take))
+        groups = [slots]
+        try:
+            results = [_call(kernel, tables, scenario, slots, k_max, rng, device)]
+        except Exception as exc:  # noqa: BLE001 - a kernel may raise anything; find which requests make it
+            results, groups = [], []
+            raised: list[tuple[int, Exception]] = []
+            for t in np.unique(slots):
+                alone = slots[slots == t]
+                try:
+                    results.append(_call(kernel, tables, scenario, alone, k_max, rng, device))
+                    groups.append(alone)
+                except Exception as inner:  # noqa: BLE001
+                    raised.append((int(t), inner))
+            if len(raised) == len(np.unique(slots)) and len(raised) == len(tpls):
+                raise EngineError(f"the kernel raised {type(exc).__name__}: {exc}", engine=kernel.name,
+                                  case_id=scenario.name) from exc
+            if not raised:  # every template runs alone: the mixture itself fails
+                raised = [(int(t), exc) for t in np.unique(slots)]
+                results, groups = [], []
+            for t, err in raised:
+                count = int((slots == t).sum())
+                violations.append(Violation("raised", f"{scenario.name}/{tpls[t].name}", count,
+                                            f"{type(err).__name__}: {str(err)[:200]}"))
+                want[t] = have[t]  # leave it out of later calls
+        for called, group in zip(results, groups):
+            t2 = time.perf_counter()
+            drafts, tokens, counters = called.drafts, called.tokens, called.counters
+            parsed = parse_call(tokens, group, tpls, drafts, counters)
+            violations.extend(Violation(v.kind, f"{scenario.name}/{v.template}", v.count, v.example)
+                              for v in parsed.violations)
+            for t in np.unique(group):
+                rows = group == t
+                n = tpls[t].n_draft
+                rec = records[t]
+                rec.drafts.append(drafts[rows, :n])
+                rec.tokens.append(parsed.tokens[rows, : n + 1])
+                rec.lengths.append(parsed.lengths[rows])
+            have += np.bincount(group, minlength=len(tpls))
+            calls += group.size if spec.layout == "single" else 1
+            requests += group.size
+            kernel_s += called.kernel_seconds
+            harness_s += called.build_seconds + (time.perf_counter() - t2)
+    return ScenarioRecord(scenario, records, merge(violations), calls, requests, kernel_s, harness_s)
+
+
+def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, seed: int = 0,
+            device: str | torch.device = "cpu") -> list[ScenarioRecord]:
+    """Run the kernel over the scenarios with speceq's seeds (no statistics: torch and numpy only)."""
+    dev = torch.device(device)
+    rng = np.random.default_rng([seed, 1])
+    return [run_scenario(kern, sc, rng, dev) for sc in scenarios]

@@ -1,0 +1,60 @@
+"""transformers' speculative-sampling step as a single-request kernel (transformers imported on first use).
+
+``transformers.generation.utils._speculative_sampling(candidate_input_ids, candidate_logits,
+candidate_length, new_logits, assistant_ensemble_weight=None)`` (transformers 5.24; a private
+function of that library, the verification step of assisted generation) takes one request:
+the candidate ids (prompt then k drafts), the draft logits ``[1, k, V]`` and the target logits
+``[1, k + 1, V]``, softmaxes both, accepts when ``r <= p/q`` with ``r = torch.rand_like``, draws the
+recovered token from ``clamp(p - q, 0)`` normalised or the bonus from p, and returns
+``(valid_tokens [1, n + 1], n_matches)``. speceq hands it the log of the probabilities it
+builds (-inf at exact zeros) and seeds torch's global generator from the request before each
+call (the function draws from it). ``assistant_ensemble_weight`` in (0, 1) is DIVERSE's
+ensemble verification (arXiv 2604.07622): lossy by design, so the kernel is declared lossy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from speceq.kernels.contract import Kernel, KernelSpec, Outcome, SingleRequest
+
+FUNCTION = "_speculative_sampling"
+
+
+def transformers_speculative_sampling(*, assistant_ensemble_weight: float | None = None, max_draft: int = 3,
+                                      inject_uniforms: bool = False, name: str = "") -> Kernel:
+    """transformers' ``_speculative_sampling`` as a speceq kernel (single layout, standard method).
+
+    inject_uniforms: during each call, ``torch.rand_like`` (the function's acceptance draw) returns
+    speceq's uniforms for the request, so the boundary scenarios (u = 0, u -> 1) reach it; the
+    recovered / bonus draw stays ``torch.multinomial``'s. The patch is process-global while a call
+    runs (do not run other torch code in parallel threads with this option).
+    """
+    from transformers.generation import utils
+
+    fn = getattr(utils, FUNCTION)
+
+    def run(req: SingleRequest) -> Outcome:
+        k = req.num_draft_tokens
+        dev = req.target_probs.device
+        candidates = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), req.draft_token_ids.to(torch.int64)])
+        torch.manual_seed(req.seed)
+        original = torch.rand_like
+        if inject_uniforms:
+            def rand_like(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+                return req.uniforms.to(dtype=x.dtype, device=x.device).reshape(x.shape)
+
+            torch.rand_like = rand_like  # type: ignore[assignment]
+        try:
+            valid, n_matches = fn(candidates[None], req.draft_logits[None], k, req.target_logits[None],
+                                  assistant_ensemble_weight=assistant_ensemble_weight)
+        finally:
+            torch.rand_like = original  # type: ignore[assignment]
+        return Outcome(tokens=valid[0], emitted_draft_counts=torch.as_tensor([int(n_matches)]))
+
+    lossy = assistant_ensemble_weight is not None and assistant_ensemble_weight < 1.0
+    label = name or ("transformers _speculative_sampling" + (f" (ensemble weight {assistant_ensemble_weight:g})"
+                                                            if assistant_ensemble_weight is not None else "")
+                     + (" (uniforms injected)" if inject_uniforms else ""))
+    return Kernel(run, KernelSpec(layout="single", method="standard", lossy=lossy, uniforms=inject_uniforms,
+                                  max_draft=max_draft, name=label))

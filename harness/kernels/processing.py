@@ -1,0 +1,114 @@
+"""The processed target law of one row, in float64, as an engine computes it (vLLM's conventions).
+
+logits / temperature, then top-k (keep the logits >= the k-th largest), softmax, then top-p
+(keep the most likely tokens until their mass reaches top_p: a token is kept when the mass
+strictly before it in descending order is < top_p), renormalised. Temperature 0 is greedy: a
+point mass at the argmax. The scenarios keep every cut unambiguous (:func:`cut_margins`), so
+a float32 kernel and this float64 computation keep the same tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class RequestParams:
+    """Per-request sampling parameters: temperature (0 = greedy), top_k (0 = off), top_p (1 = off)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def identity(self) -> bool:
+        return self.temperature == 1.0 and self.top_k == 0 and self.top_p >= 1.0
+
+    def label(self) -> str:
+        if self.greedy:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"]
+        if self.top_k:
+            parts.append(f"top_k={self.top_k}")
+        if self.top_p < 1.0:
+            parts.append(f"top_p={self.top_p:.4g}")
+        return ", ".join(parts)
+
+
+def softmax64(x: np.ndarray) -> np.ndarray:
+    """Softmax of a 1-D float64 array; -inf entries get probability 0."""
+    m = np.max(x)
+    e = np.exp(x - m)
+    return e / e.sum()
+
+
+def _scaled(logits: np.ndarray, params: RequestParams) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float32)
+    # the engine divides float32 logits by a float32 temperature; do the same, then widen
+    x = (x / np.float32(params.temperature)).astype(np.float64)
+    if params.top_k and params.top_k < x.size:
+        kth = np.partition(x, x.size - params.top_k)[x.size - params.top_k]
+        x = np.where(x < kth, -np.inf, x)
+    return x
+
+
+def processed_law(logits: np.ndarray, params: RequestParams) -> np.ndarray:
+    """The law a correct engine samples from for one row of float32 logits (float64 ``[V]``)."""
+    x = np.asarray(logits, dtype=np.float32)
+    if params.greedy:
+        out = np.zeros(x.size)
+        out[int(np.argmax(x))] = 1.0
+        return out
+    p = softmax64(_scaled(x, params))
+    if params.top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        before = np.cumsum(p[order]) - p[order]
+        keep = np.zeros(p.size, dtype=bool)
+        keep[order[before < params.top_p]] = True
+        p = np.where(keep, p, 0.0)
+        p = p / p.sum()
+    return p
+
+
+def cut_margins(logits: np.ndarray, params: RequestParams) -> dict[str, float]:
+    """How far each cut is from being ambiguous (larger is safer).
+
+    ``top_k``: gap between the k-th and (k+1)-th largest scaled logits; ``top_p``: distance of
+    top_p from the nearest cumulative mass in descending order; ``argmax``: gap between the two
+    largest raw logits (greedy rows).
+    """
+    x = np.asarray(logits, dtype=np.float32)
+    out: dict[str, float] = {}
+    if params.greedy:
+        top2 = np.sort(x.astype(np.float64))[-2:]
+        out["argmax"] = float(top2[1] - top2[0])
+        return out
+    if params.top_k and params.top_k < x.size:
+        s = np.sort((x / np.float32(params.temperature)).astype(np.float64))[::-1]
+        out["top_k"] = float(s[params.top_k - 1] - s[params.top_k])
+    if params.top_p < 1.0:
+        p = softmax64(_scaled(x, params))
+        cum = np.cumsum(np.sort(p)[::-1])
+        out["top_p"] = float(np.min(np.abs(cum - params.top_p)))
+    return out
+
+
+def nucleus_midpoint(logits: np.ndarray, params: RequestParams, target: float) -> float:
+    """A top_p near ``target`` that sits halfway between two cumulative masses (an unambiguous cut).
+
+    Returns the midpoint of the interval (S_{m-1}, S_m] holding ``target``, where S_j is the
+    mass of the j most likely tokens after temperature and top-k.
+    """
+    p = softmax64(_scaled(np.asarray(logits, dtype=np.float32), RequestParams(params.temperature, params.top_k, 1.0)))
+    cum = np.cumsum(np.sort(p)[::-1])
+    m = int(np.searchsorted(cum, target))
+    m = min(max(m, 1), cum.size - 1)
+    low = cum[m - 1]
+    high = cum[m]
+    return float((low + high) / 2.0)

@@ -1,0 +1,85 @@
+"""HTML of kernel checks: a standalone page, and the section the run and session reports include.
+
+Input: kernel-check results as ``KernelCheckResult.to_dict()`` dicts (saved JSON renders the
+same), so this module needs neither torch nor the kernels package. Per kernel: verdict and
+reason, the diagnosis, the scenarios (draws, time in the kernel and around it, what was not
+tested), broken invariants, and the tests with the smallest p-values.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from speceq.errors import ConfigError
+
+#: Tests shown per kernel (the smallest p-values; every rejecting one is among them when fewer).
+MAX_TESTS_SHOWN = 40
+KERNEL_VERDICTS = ("equivalent", "shifted", "inconclusive", "lossy")
+_WORST = {"shifted": 0, "lossy": 1, "inconclusive": 2, "equivalent": 3}
+
+
+def _view(result: Mapping[str, Any], where: str) -> dict[str, Any]:
+    for key in ("kernel", "spec", "verdict", "reason", "tests", "violations", "findings", "scenarios", "alpha"):
+        if key not in result:
+            raise ConfigError(f"not a kernel-check result: missing {key!r}", where=where)
+    if result["verdict"] not in KERNEL_VERDICTS:
+        raise ConfigError(f"unknown verdict {result['verdict']!r}; expected one of {KERNEL_VERDICTS}",
+                          where=f"{where}.verdict")
+    tests = list(result["tests"])
+    rejected = [t for t in tests if t.get("rejected")]
+    ranked = sorted(tests, key=lambda t: (not t.get("rejected"), t.get("pvalue", 1.0)))
+    shown = max(MAX_TESTS_SHOWN, len(rejected))
+    return {**result, "rejected": rejected, "top_tests": ranked[:shown], "shown": min(shown, len(tests)),
+            "seconds": result.get("seconds", 0.0), "seed": result.get("seed", 0), "device": result.get("device", "cpu"),
+            "label": result.get("label", "")}
+
+
+def kernel_views(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What the templates need per kernel result (validated: ConfigError names the bad entry)."""
+    return [_view(r, f"kernel result {i}") for i, r in enumerate(results)]
+
+
+def worst_kernel_verdict(results: Sequence[Mapping[str, Any]]) -> str:
+    return min((r["verdict"] for r in results), key=lambda v: _WORST.get(v, 9), default="equivalent")
+
+
+def render_kernel_section(results: Sequence[Mapping[str, Any]]) -> Markup:
+    """The ``Kernel checks`` section (HTML) of ``results``; empty markup when there are none."""
+    if not results:
+        return Markup("")
+    from speceq.reports.render import environment
+
+    return Markup(environment().get_template("_kernels.html.j2").render(kernels=kernel_views(results)))
+
+
+def render_kernel_report(results: Sequence[Mapping[str, Any]]) -> str:
+    """A self-contained page of kernel-check results (same results -> same string)."""
+    if not results:
+        raise ConfigError("no kernel-check result to render", where="kernel report")
+    from speceq.reports.render import environment
+
+    views = kernel_views(results)
+    return environment().get_template("kernels.html.j2").render(kernels=views, verdict=worst_kernel_verdict(results))
+
+
+def write_kernel_report(results: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Render ``results`` and write the page to ``path`` atomically; return the path."""
+    html = render_kernel_report(results).encode("utf-8")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(html)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,41 @@
+"""docs/how-to/test-a-kernel.md: its example is the file it names, the wrapper is short, and it runs as documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs/how-to/test-a-kernel.md"
+EXAMPLE = REPO / "examples/kernels/my_kernel.py"
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_the_page_shows_the_example_file_verbatim() -> None:
+    assert EXAMPLE.read_text(encoding="utf-8") in _python_blocks(PAGE.read_text(encoding="utf-8"))
+
+
+def test_the_wrapper_is_under_twenty_lines() -> None:
+    lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
+    start = lines.index('@kernel(layout="padded", method="standard")')
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].strip())
+    assert end - start < 20
+
+
+@pytest.mark.parametrize(("attr", "rc", "verdict"), [("my_kernel", 0, "equivalent"),
+                                                     ("my_buggy_kernel", 1, "shifted")])
+def test_the_documented_commands_give_the_documented_verdicts(attr: str, rc: int, verdict: str,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    from speceq.faces.cli import main
+
+    # the page's command, at a smaller budget (a tenth of the draws, vocabularies up to 20 000)
+    assert main(["kernel", f"{EXAMPLE}:{attr}", "--scale", "0.1", "--max-vocab", "20000", "--no-solo"]) == rc
+    out = capsys.readouterr().out
+    assert f"(padded, standard): {verdict}" in out
+    if verdict == "shifted":
+        assert "recovered-token (residual) law wrong" in out

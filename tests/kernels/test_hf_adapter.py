@@ -1,0 +1,37 @@
+"""transformers' _speculative_sampling driven as a single-request kernel."""
+
+from __future__ import annotations
+
+from kernel_support import quick_scenarios
+
+from speceq.kernels import check
+from speceq.kernels.hf_adapter import transformers_speculative_sampling
+
+
+def test_transformers_speculative_sampling_is_equivalent() -> None:
+    k = transformers_speculative_sampling()
+    r = check(k, scenarios=quick_scenarios(k.spec, 0.05))
+    assert r.verdict == "equivalent", r.summary()
+    assert not any(v.kind == "counter" for v in r.violations)
+
+
+def test_the_ensemble_weight_is_reported_lossy_with_its_tv() -> None:
+    k = transformers_speculative_sampling(assistant_ensemble_weight=0.5)
+    assert k.spec.lossy
+    r = check(k, scenarios=[s for s in quick_scenarios(k.spec, 0.05) if s.vocab_size <= 61])
+    assert r.verdict == "lossy"
+    assert max(t.tv_lower or 0.0 for t in r.tests if t.component != "length") > 0.05
+
+
+def test_with_injected_uniforms_u0_accepts_a_draft_of_probability_0() -> None:
+    """transformers accepts when r <= p/q: r = 0 (torch.rand can return 0) accepts a draft with p = 0."""
+    import torch
+
+    k = transformers_speculative_sampling(inject_uniforms=True)
+    assert k.spec.uniforms
+    scenarios = quick_scenarios(k.spec, 0.05)
+    boundary = {f"{s.name}/{t.name}": t.boundary for s in scenarios for t in s.templates}
+    r = check(k, scenarios=scenarios)
+    zero = [v for v in r.violations if v.kind == "zero-probability"]
+    assert r.verdict == "shifted" and zero and {boundary[v.template] for v in zero} == {"u0"}
+    assert torch.rand_like.__module__ != __name__  # the patch is undone after each call
