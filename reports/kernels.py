@@ -17,6 +17,7 @@ from typing import Any
 from markupsafe import Markup
 
 from speceq.errors import ConfigError
+from speceq.reports.templating import environment
 
 #: Tests shown per kernel (the smallest p-values; every rejecting one is among them when fewer).
 MAX_TESTS_SHOWN = 40
@@ -53,8 +54,6 @@ def render_kernel_section(results: Sequence[Mapping[str, Any]]) -> Markup:
     """The ``Kernel checks`` section (HTML) of ``results``; empty markup when there are none."""
     if not results:
         return Markup("")
-    from speceq.reports.render import environment
-
     return Markup(environment().get_template("_kernels.html.j2").render(kernels=kernel_views(results)))
 
 
@@ -62,8 +61,6 @@ def render_kernel_report(results: Sequence[Mapping[str, Any]]) -> str:
     """A self-contained page of kernel-check results (same results -> same string)."""
     if not results:
         raise ConfigError("no kernel-check result to render", where="kernel report")
-    from speceq.reports.render import environment
-
     views = kernel_views(results)
     return environment().get_template("kernels.html.j2").render(kernels=views, verdict=worst_kernel_verdict(results))
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from speceq.errors import ConfigError
 from speceq.reports import svg, why
-from speceq.reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
+from speceq.reports.format import fmt_value
+from speceq.reports.templating import environment
 from speceq.verdicts import reasons
 from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
 
@@ -79,28 +79,6 @@ class CaseView:
     sample_pairs: list[tuple[SampleText | None, SampleText | None]] = field(default_factory=list)
     decider: why.Decider | None = None
     z_views: list[why.ZView] = field(default_factory=list)
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("speceq.reports", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        finalize=finalize,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters.update(p=fmt_p, num=fmt_num, pct=fmt_pct, value=fmt_value)
-    return env
-
-
-_ENV = _environment()
-
-
-def environment() -> jinja2.Environment:
-    """The report's template environment (shared with :mod:`speceq.reports.kernels`)."""
-    return _ENV
 
 
 def _where(case: CaseResult, name: str) -> str:
@@ -293,7 +271,7 @@ def render_report(result: RunResult, kernels: Sequence[dict[str, Any]] = ()) -> 
         "primary_tests": sum(t.primary for c in result.cases for t in c.tests),
         "tests": sum(len(c.tests) for c in result.cases),
     }
-    return _ENV.get_template("report.html.j2").render(
+    return environment().get_template("report.html.j2").render(
         run=result,
         cases=views,
         counts=counts,
