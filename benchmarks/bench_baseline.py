@@ -18,12 +18,12 @@ import time
 
 import torch
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
 from speceq.models import ByteTokenizer
 from speceq.models.hf_utils import load_causal_lm
 from speceq.models.torch_utils import configure_threads
-from speceq.params import SamplingParams
 
 #: A short and a long prompt (5 and 53 tokens with BOS).
 PROMPTS = ("def ", "def get(self, key):\n    return self._data[key]\n\ndef ")

@@ -1,6 +1,6 @@
 """The main job (`speceq run` with the built-in cases): today's serial path vs the CLI with executors.
 
-Runs the same job once per path, each through the real command line (``speceq.cli.main``,
+Runs the same job once per path, each through the real command line (``speceq.faces.cli.main``,
 ``speceq run --fresh --no-progress --workers ...``) into its own fresh output folder, in
 this process (worker processes are its children). Paths:
 
@@ -44,13 +44,15 @@ from typing import Any
 
 import numpy as np
 
-import speceq.run as runmod
-from speceq.cases import default_cases
-from speceq.cli import main as cli_main
-from speceq.collect.oracle_tasks import PrefetchedOracle
-from speceq.defaults import DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES
+import speceq.pipeline.fixed as fixedmod
+import speceq.pipeline.runner as runmod
+from speceq.core.defaults import DEFAULT_CHUNK_SIZE, DEFAULT_SAMPLES
+from speceq.faces.cli import main as cli_main
+from speceq.inputs.cases import default_cases
 from speceq.models.fast_forward import FAST_FORWARD_ENV
-from speceq.oracle import TargetOracle
+from speceq.oracles.hf import TargetOracle
+from speceq.pipeline.collect.oracle_tasks import PrefetchedOracle
+from speceq.pipeline.config import PROVENANCE_FILE, RESULT_FILE
 from speceq.store import SampleStore
 
 #: path name -> (fast forward on, oracle shares prompt prefixes, executors on)
@@ -105,7 +107,7 @@ def run_path(path: str, out: Path, args: argparse.Namespace) -> tuple[Clock, dic
             prefetched.append(got)
         return got
 
-    from speceq.collect.session import ExecutorSession
+    from speceq.pipeline.collect.session import ExecutorSession
 
     prefetch_scores = ExecutorSession.prefetch_scores
     argv = ["run", "--out", str(out), "--fresh", "--no-progress", "--json", "--samples", str(args.samples),
@@ -124,9 +126,9 @@ def run_path(path: str, out: Path, args: argparse.Namespace) -> tuple[Clock, dic
                                                                            getattr(TargetOracle, name))))
             stack.enter_context(patched(runmod, "resolve_engines", clock.wrap("loading engines",
                                                                                runmod.resolve_engines)))
-            stack.enter_context(patched(runmod, "collect", clock.wrap("collection", runmod.collect)))
+            stack.enter_context(patched(fixedmod, "collect", clock.wrap("collection", fixedmod.collect)))
             stack.enter_context(patched(runmod, "make_oracle", clock.wrap("loading the oracle", runmod.make_oracle)))
-            stack.enter_context(patched(runmod, "_analyse", clock.wrap("oracle + analysis", runmod._analyse)))
+            stack.enter_context(patched(fixedmod, "analyse_rows", clock.wrap("oracle + analysis", fixedmod.analyse_rows)))
             with contextlib.redirect_stdout(open(os.devnull, "w")):  # noqa: SIM115 (closed with the process)
                 code = cli_main(argv)
     finally:
@@ -145,9 +147,9 @@ def run_path(path: str, out: Path, args: argparse.Namespace) -> tuple[Clock, dic
     if prefetched:
         clock.wall["oracle in workers (worker s)"] = sum(p.worker_seconds for p in prefetched)
         clock.wall["oracle: driver waiting"] = sum(p.wait_seconds for p in prefetched)
-    provenance = json.loads((out / runmod.PROVENANCE_FILE).read_text())
+    provenance = json.loads((out / PROVENANCE_FILE).read_text())
     clock.executor = provenance.get("executor", "?")  # type: ignore[attr-defined]
-    return clock, json.loads((out / runmod.RESULT_FILE).read_text())
+    return clock, json.loads((out / RESULT_FILE).read_text())
 
 
 def decisions(result: Any) -> Any:

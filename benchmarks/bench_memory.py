@@ -2,7 +2,7 @@
 
 A fast numpy engine (no model: this measures the collector, the store and the two-sample
 analysis, not a model's weights) streams ``--samples`` samples per engine of one case in
-chunks through ``speceq.run.run`` (oracle off), then the store is read back into pandas.
+chunks through ``speceq.pipeline.runner.run`` (oracle off), then the store is read back into pandas.
 Prints wall time, peak RSS (resource.getrusage, MB) and the store size.
 
     python benchmarks/bench_memory.py --samples 1000000 --chunk-size 50000
@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from speceq.cases import Case
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleBatch, SampleRequest
-from speceq.params import SamplingParams
-from speceq.run import RunConfig, run
+from speceq.inputs.cases import Case
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import run
 from speceq.store import load_samples_frame
 
 

@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from speceq.core.params import SamplingParams
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
@@ -29,7 +30,6 @@ from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.models import ByteTokenizer
 from speceq.models.prompts import DEFAULT_PROMPTS
 from speceq.models.torch_utils import configure_threads
-from speceq.params import SamplingParams
 
 
 def cpu_seconds(fn) -> tuple[float, object]:

@@ -1,19 +1,19 @@
 """How speceq scales with the vocabulary: oracle scoring, analysis and the store at V = 259, 32k, 128k.
 
-Three measurements (numbers and goals in docs/BPE.md):
+Three measurements (numbers and goals in docs/explanation/bpe-world.md):
 
-- ``oracle``: :meth:`speceq.oracle.TargetOracle.score` of generated tokens by a random-initialised
+- ``oracle``: :meth:`speceq.oracles.hf.TargetOracle.score` of generated tokens by a random-initialised
   Llama (hidden 64, 2 layers, built at run time; nothing this size is committed) at each V:
   tokens scored per second and the peak RSS increase over the loaded model, for two numbers
   of rows. Goal: memory grows with batch x V (the oracle's logits budget), never with rows x V.
   Each point runs in its own process so that ``ru_maxrss`` is that point's peak.
-- ``analysis``: :func:`speceq.analysis.analyse_run` (black-box: no oracle) of 10^6 generated
+- ``analysis``: :func:`speceq.pipeline.analysis.analyse_run` (black-box: no oracle) of 10^6 generated
   tokens per engine (250 000 samples x 4 tokens, two prompts at batch 32) drawn from a Zipf(1.1)
   law over the whole vocabulary, ids shuffled, so most of V is seen once or never. Goal: <= 30 s
   at V = 128k on this machine.
-- ``store``: bytes per sample of the sample store (``speceq.run.run`` with a numpy engine,
+- ``store``: bytes per sample of the sample store (``speceq.pipeline.runner.run`` with a numpy engine,
   20 000 samples x 4 tokens per engine) at each V. Goal: independent of V.
-- ``exact``: :func:`speceq.calibrate.exact.exact_laws` (exact laws of the first two generated
+- ``exact``: :func:`speceq.power.exact.exact_laws` (exact laws of the first two generated
   tokens by enumeration) of a mutant on the bundled BPE pair (V = 32 000), with a bpe case's
   prompt: seconds and peak RSS increase over the loaded models (its own process).
 
@@ -61,10 +61,10 @@ def oracle_point(vocab: int, rows: int, tokens: int = 4, prompt_len: int = 4) ->
     """One oracle measurement in this process: throughput and peak RSS over the loaded model."""
     import torch
 
+    from speceq.core.params import SamplingParams
     from speceq.engines.base import SampleBatch
     from speceq.models.hf_utils import tiny_random_llama
-    from speceq.oracle import TargetOracle
-    from speceq.params import SamplingParams
+    from speceq.oracles.hf import TargetOracle
 
     torch.set_num_threads(1)
     model = tiny_random_llama(0, hidden_size=64, layers=2, heads=4, vocab_size=vocab, eos_token_id=vocab - 1,
@@ -100,10 +100,10 @@ def exact_point(case_id: str, mutant: str) -> dict:
     """``exact_laws`` of ``mutant`` on the BPE pair for the bpe case ``case_id``, in this process."""
     import torch
 
-    from speceq.calibrate.exact import exact_laws
-    from speceq.cases import bpe_cases
     from speceq.engines.mutants import make_mutant
+    from speceq.inputs.cases import bpe_cases
     from speceq.models.bpe import load_bpe_draft, load_bpe_target
+    from speceq.power.exact import exact_laws
 
     torch.set_num_threads(1)
     case = next(c for c in bpe_cases() if c.case_id == case_id)
@@ -122,10 +122,10 @@ def exact_point(case_id: str, mutant: str) -> dict:
 # ----- analysis -------------------------------------------------------------------------------------
 def analysis_point(vocab: int, tokens_per_engine: int = 1_000_000, tokens: int = 4) -> dict:
     """analyse_run (black-box) of ``tokens_per_engine`` generated tokens per engine at ``vocab``."""
-    from speceq.analysis import analyse_run
-    from speceq.cases import Case
+    from speceq.core.params import SamplingParams
     from speceq.engines.base import SampleBatch
-    from speceq.params import SamplingParams
+    from speceq.inputs.cases import Case
+    from speceq.pipeline.analysis import analyse_run
 
     rows = tokens_per_engine // tokens
     rows -= rows % 2
@@ -176,9 +176,10 @@ class ZipfEngine:
 
 def store_point(vocab: int, samples: int = 20_000, tokens: int = 4) -> dict:
     """Bytes per sample of the store after a black-box run of ``samples`` samples per engine."""
-    from speceq.cases import Case
-    from speceq.params import SamplingParams
-    from speceq.run import RunConfig, run
+    from speceq.core.params import SamplingParams
+    from speceq.inputs.cases import Case
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     out = Path(tempfile.mkdtemp(prefix="speceq-vocab-"))
     try:

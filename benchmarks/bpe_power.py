@@ -1,12 +1,12 @@
 """Power of speceq in the BPE world (V = 32 000): samples needed to catch mutants, false shifts of the reference.
 
-The BPE world's counterpart of ``speceq calibrate`` (docs/POWER.md), for the bpe cases at
+The BPE world's counterpart of ``speceq power`` (docs/measurements/power.md), for the bpe cases at
 batch 1 and 4 (``PAIRS``) or 32 (``--pairs batch32``), oracle on (the BPE target, with the BPE draft for the draft-drift test):
 
 - each mutant runs on the case where its bug acts. Repetition r at size n analyses samples
   [r n, (r + 1) n) of seeded pools of the baseline and of the mutant (disjoint, independent
-  repetitions, as ``speceq.calibrate.pools.SamplePool`` draws them) with the full analysis
-  (:func:`speceq.analysis.analyse_run`), and records the smallest Holm-adjusted primary
+  repetitions, as ``speceq.power.pools.SamplePool`` draws them) with the full analysis
+  (:func:`speceq.pipeline.analysis.analyse_run`), and records the smallest Holm-adjusted primary
   p-value (0 on a hard failure). A mutant is *detected* at level alpha when that p-value is
   <= alpha. Sizes are tried in increasing order until the detection rate at ``--alpha``
   reaches 90 %: that size is n90 (with R repetitions, 90 % means at least ceil(0.9 R)).
@@ -60,7 +60,7 @@ FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean",
 
 
 class RowCachedOracle:
-    """A :class:`speceq.oracle.TargetOracle` that scores each distinct (prompts, params, row) once.
+    """A :class:`speceq.oracles.hf.TargetOracle` that scores each distinct (prompts, params, row) once.
 
     ``score`` returns exactly what the wrapped oracle returns for the same batch (each row's
     fields depend only on its prompt and tokens); everything else is delegated.
@@ -111,7 +111,7 @@ class RowCachedOracle:
 
 def min_pvalue(case: Any, base: Any, cand: Any, oracle: Any, alpha: float, seed: int) -> float:
     """Smallest Holm-adjusted primary p-value of one analysis (0 on a hard failure)."""
-    from speceq.analysis import analyse_run
+    from speceq.pipeline.analysis import analyse_run
 
     result = analyse_run([case], {case.case_id: base}, {case.case_id: cand}, oracle=oracle, alpha=alpha,
                          tolerance=0.05, seed=seed, engines={"baseline": {}, "candidate": {}}, provenance={})
@@ -124,13 +124,13 @@ def min_pvalue(case: Any, base: Any, cand: Any, oracle: Any, alpha: float, seed:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from speceq.calibrate.pools import SamplePool
-    from speceq.cases import bpe_cases
     from speceq.engines.baseline import BaselineEngine
     from speceq.engines.mutants import make_mutant
     from speceq.engines.reference import ReferenceSpeculativeEngine
+    from speceq.inputs.cases import bpe_cases
     from speceq.models.bpe import BPE_DRAFT_DIR, BPE_TARGET_DIR
-    from speceq.oracle import TargetOracle
+    from speceq.oracles.hf import TargetOracle
+    from speceq.power.pools import SamplePool
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="25,100,400", help="samples per engine tried, increasing")

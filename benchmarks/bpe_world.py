@@ -2,9 +2,9 @@
 
 The same as ``speceq run --models bpe --candidate C --samples N`` for each candidate C, with
 the baseline's chunks copied into every candidate's store so the baseline is sampled once. Prints a markdown
-table of verdicts with each case's TV estimate (docs/BPE.md) and writes JSON. Black-box or
+table of verdicts with each case's TV estimate (docs/explanation/bpe-world.md) and writes JSON. Black-box or
 oracle on; the calibrated power table of this world is ``benchmarks/bpe_power.py``, and exact
-TVs (``speceq.calibrate.exact.exact_tv``, bounded memory at V = 32 000) are measured by
+TVs (``speceq.power.exact.exact_tv``, bounded memory at V = 32 000) are measured by
 ``benchmarks/bench_vocab.py exact``.
 
     python benchmarks/bpe_world.py --samples 1000 --out /tmp/bpe-world
@@ -31,10 +31,11 @@ DEFAULT_CANDIDATES = (
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from speceq.cases import bpe_cases
     from speceq.engines.registry import resolve_engine
+    from speceq.inputs.cases import bpe_cases
     from speceq.models.worlds import world_engine_options
-    from speceq.run import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1000)

@@ -9,17 +9,17 @@ between plain sampling (the ``baseline`` engine) and the float32 target law:
    total variation between the two processed next-token laws is computed exactly. This is the
    per-token numerics floor a perfect test could at best detect.
 2. Statistical distinguishability: float32, bf16 and fp16 plain samples (``--tokens``
-   generated tokens per engine) analysed with :func:`speceq.analysis.analyse_run` against a
+   generated tokens per engine) analysed with :func:`speceq.pipeline.analysis.analyse_run` against a
    float32 plain run (two-sample tests) and the float32 oracle (z-tests, PIT, GOF), at
    ``--alpha``. A float32 A/A run (second seed) is the control. The bf16 candidate is also
    analysed with a bf16 oracle (the oracle in the deployment's dtype).
 3. Greedy (temperature 0): how often bf16 / fp16 rows diverge from float32 rows, and how the
    first divergences classify by the float32 target's raw top-2 margin: at
-   :data:`speceq.greedy.NEAR_TIE_NATS` (the float32 batching threshold) and at the dtype's own
+   :data:`speceq.pipeline.greedy.NEAR_TIE_NATS` (the float32 batching threshold) and at the dtype's own
    noise scale (99th percentile of |low-dtype margin - float32 margin| over the positions of
    part 1).
 
-Usage (about 15 minutes on one loaded CPU core; see docs/NUMERICS.md for measured numbers):
+Usage (about 15 minutes on one loaded CPU core; see docs/explanation/numerics.md for measured numbers):
 
     python benchmarks/numerics_floor.py --tokens 100000 --greedy-prompts 256 --json numerics.json
 
@@ -39,17 +39,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.analysis import analyse_run
-from speceq.cases import Case
+from speceq.core.defaults import NEAR_TIE_NATS
+from speceq.core.params import SamplingParams
+from speceq.core.processing import process_logits
 from speceq.engines.base import SampleBatch, SampleRequest
 from speceq.engines.baseline import BaselineEngine
-from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence
+from speceq.inputs.cases import Case
 from speceq.models import ByteTokenizer, load_target
 from speceq.models.prompts import DEFAULT_PROMPTS
 from speceq.models.torch_utils import resolve_dtype
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
-from speceq.processing import process_logits
+from speceq.oracles.hf import TargetOracle
+from speceq.pipeline.analysis import analyse_run
+from speceq.pipeline.greedy import classify_margin, first_divergence
 
 ORACLE_TESTS = ("z argmax leak", "z temperature drift", "PIT Anderson-Darling", "PIT Kolmogorov-Smirnov",
                 "chi2 GOF first token", "baseline vs oracle PIT Anderson-Darling")

@@ -27,15 +27,15 @@ STRONG = {"biased-ratio": {"power": 0.5}, "mixture": {"mix": 0.5}}
 
 def run_mutant(name: str, samples: int, models, seed: int = 0):
     """RunResult of baseline vs ``mutant:<name>`` on one case, with the oracle."""
-    from speceq.analysis import analyse_run
-    from speceq.cases import Case
+    from speceq.core.params import SamplingParams
     from speceq.engines.base import SampleRequest
     from speceq.engines.baseline import BaselineEngine
     from speceq.engines.mutants import MUTANTS, make_mutant
+    from speceq.inputs.cases import Case
     from speceq.models import ByteTokenizer
     from speceq.models.prompts import DEFAULT_PROMPTS
-    from speceq.oracle import TargetOracle
-    from speceq.params import SamplingParams
+    from speceq.oracles.hf import TargetOracle
+    from speceq.pipeline.analysis import analyse_run
 
     target, draft = models
     spec = MUTANTS[name]

@@ -16,8 +16,8 @@ Three parts (each prints a markdown table and adds its numbers to ``--json``):
     on synthetic laws of 8 positions (two-sample bound, alpha / 8 per position).
 ``gallery``
     Samples to a ``shifted`` verdict for every mutant of the gallery with the bundled models
-    and the real driver (speceq.sequential.run_sequential, oracle on, alpha = 0.01 as in
-    docs/POWER.md), a few seeds each, against the fixed-n detection sizes of docs/power.json.
+    and the real driver (speceq.run with sequential=True, oracle on, alpha = 0.01 as in
+    docs/measurements/power.md), a few seeds each, against the fixed-n detection sizes of docs/measurements/power.json.
 
 Usage: python benchmarks/sequential.py [aa|certify|gallery|all] [--reps R] [--json PATH]
        python benchmarks/sequential.py gallery --seeds 3 --budget 1500 [--mutants a,b]
@@ -144,7 +144,7 @@ def run_aa(reps: int, samples: int = 200, length: int = 8, seed: int = 0) -> dic
 
 def run_certify(reps: int, seed: int = 1, alpha: float = 1e-3, length: int = 8, symbols: int = 12,
                 tolerances: tuple[float, ...] = (0.15, 0.1, 0.05)) -> dict[str, Any]:
-    from speceq.sequential.driver import look_totals
+    from speceq.pipeline.sequential.driver import look_totals
     from speceq.stats import tv_upper_bound_two_sample
 
     rng = np.random.default_rng(seed)
@@ -201,7 +201,7 @@ def run_certify(reps: int, seed: int = 1, alpha: float = 1e-3, length: int = 8, 
 # ---- the mutant gallery ------------------------------------------------------------------------
 
 def _fixed_sizes() -> dict[str, dict[str, Any]]:
-    doc = json.loads((REPO / "docs" / "power.json").read_text())
+    doc = json.loads((REPO / "docs" / "measurements" / "power.json").read_text())
     out = {}
     for v in doc["variants"]:
         det = next((d for d in v["detections"] if d["method"] == "speceq"), None)
@@ -218,18 +218,18 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
     import torch
 
     torch.set_num_threads(1)
-    from speceq.calibrate.power import Calibrator
-    from speceq.calibrate.settings import settings_for
     from speceq.engines.mutants import MUTANTS
-    from speceq.run import RunConfig
-    from speceq.sequential import run_sequential
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
+    from speceq.power.settings import settings_for
+    from speceq.power.study import PowerStudy
 
     fixed = _fixed_sizes()
-    cal = Calibrator(settings_for("quick"), log=lambda *a, **k: None)
+    cal = PowerStudy(settings_for("quick"), log=lambda *a, **k: None)
     names = mutants or [n for n, s in MUTANTS.items() if not s.lossless]  # lossless ones: --mutants
     rows = []
     print(f"\n### Mutant gallery: samples per engine to `shifted` (alpha = {alpha:g}, {seeds} seeds, budget {budget})\n")
-    print("| mutant | TV | fixed-n n50 / n90 (docs/power.json) | sequential: stopped at (per seed) | first crossing "
+    print("| mutant | TV | fixed-n n50 / n90 (docs/measurements/power.json) | sequential: stopped at (per seed) | first crossing "
           "(per seed) | median stop / fixed n90 | seconds |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -241,8 +241,8 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
             for s in range(seeds):
                 engines = {"baseline": cal.baseline, "candidate": cal.engine(spec)}
                 cfg = RunConfig(samples=budget, alpha=alpha, tolerance=tolerance, seed=s, out_dir=Path(tmp) / f"{name}-{s}", resume=False,
-                                progress=False, oracle_draft="bundled")
-                c = run_sequential(cfg, [case], engines=engines).cases[0]
+                                progress=False, oracle_draft="bundled", sequential=True)
+                c = run(cfg, [case], engines=engines).cases[0]
                 verdicts.append(c.verdict)
                 decided.append(c.n_baseline)
                 stops.append(c.n_baseline if c.verdict == "shifted" else math.inf)
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="gallery seeds per mutant (default %(default)s)")
     ap.add_argument("--budget", type=int, default=1500, help="gallery budget per engine (default %(default)s)")
     ap.add_argument("--mutants", default=None, help="comma-separated mutant names (default: every non-lossless one)")
-    ap.add_argument("--alpha", type=float, default=0.01, help="gallery alpha (default %(default)s, as POWER.md)")
+    ap.add_argument("--alpha", type=float, default=0.01, help="gallery alpha (default %(default)s, as docs/measurements/power.md)")
     ap.add_argument("--tolerance", type=float, default=0.15, help="gallery tolerance (default %(default)s)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write the numbers there")
     args = ap.parse_args(argv)

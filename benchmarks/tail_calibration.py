@@ -15,7 +15,7 @@ Other laws plug in through the ``laws`` argument of :func:`calibration_table` (a
 returning :class:`Law` objects, e.g. the next-token laws of a 32k-vocabulary BPE model).
 
 The pipeline-level A/A check (:func:`pipeline_aa`) runs the whole analysis and decision
-(:func:`speceq.analysis.analyse_run`, with an exact oracle) on A/A runs of a Markov model
+(:func:`speceq.pipeline.analysis.analyse_run`, with an exact oracle) on A/A runs of a Markov model
 built from the bundled target, and reports the run-level false-``shifted`` rate against alpha.
 
 Usage::
@@ -75,11 +75,11 @@ def bundled_laws(temperatures: Sequence[float] = (0.3, 0.7, 1.0), prompts: int =
     import torch
 
     torch.set_num_threads(1)
+    from speceq.core.params import SamplingParams
     from speceq.models import load_draft
     from speceq.models.prompts import DEFAULT_PROMPTS
     from speceq.models.tokenizer import ByteTokenizer
-    from speceq.oracle import TargetOracle
-    from speceq.params import SamplingParams
+    from speceq.oracles.hf import TargetOracle
 
     tok = ByteTokenizer()
     target = TargetOracle()
@@ -465,6 +465,11 @@ class MarkovOracle:
     """
 
     vocab_size = 259
+    eos_token_id = None
+    has_draft = False
+
+    def knows_full_law(self, params) -> bool:
+        return True
 
     def __init__(self, models: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
         self.models = models
@@ -498,11 +503,11 @@ def markov_model(T: float = 1.0, eos_boost: float = 0.0, top: int = 40) -> tuple
     import torch
 
     torch.set_num_threads(1)
+    from speceq.core.params import SamplingParams
     from speceq.models import EOS_ID
     from speceq.models.prompts import DEFAULT_PROMPTS
     from speceq.models.tokenizer import ByteTokenizer
-    from speceq.oracle import TargetOracle
-    from speceq.params import SamplingParams
+    from speceq.oracles.hf import TargetOracle
 
     tok = ByteTokenizer()
     oracle = TargetOracle()
@@ -532,11 +537,11 @@ def pipeline_aa(runs: int, samples: int, alphas: Sequence[float], seed: int = 0,
     ``fired``: when given, each false ``shifted`` appends (run, alpha, case, the primary test with the
     smallest Holm-adjusted p-value, its raw p-value, its adjusted p-value).
     """
-    from speceq.analysis import analyse_run
-    from speceq.cases import Case
+    from speceq.core.params import SamplingParams
     from speceq.engines.base import SampleBatch
+    from speceq.inputs.cases import Case
     from speceq.models import EOS_ID
-    from speceq.params import SamplingParams
+    from speceq.pipeline.analysis import analyse_run
     from speceq.stats.calibration import toy_sequences
 
     make = models or (lambda boost: markov_model(1.0, eos_boost=boost))

@@ -1,30 +1,42 @@
 """speceq: empirical distribution-equivalence tests for speculative decoding.
 
 ``import speceq`` is cheap: the public names below are imported on first use, so torch and
-transformers load only when something that needs them is touched.
+transformers load only when something that needs them is touched. ``speceq.run`` is always the
+function that runs one check (the runner lives in :mod:`speceq.pipeline.runner`).
 
+Two tiny engines written as plain functions, over a 4-token vocabulary: the candidate draws
+the same law as the baseline, so the run comes out ``equivalent``.
+
+>>> import tempfile
+>>> import numpy as np
 >>> import speceq
->>> config = speceq.RunConfig(samples=300)        # doctest: +SKIP
->>> result = speceq.run(config, speceq.default_cases())  # doctest: +SKIP
->>> print(result.summary())                       # doctest: +SKIP
+>>> def plain(prompt_ids, n, params, seed):
+...     rng = np.random.default_rng(seed)
+...     return rng.choice(4, size=(n, params.max_new_tokens), p=[0.5, 0.3, 0.15, 0.05]).tolist()
+>>> engines = {role: speceq.resolve_engine(plain, options={"vocab_size": 4, "eos_token_id": None})
+...            for role in ("baseline", "candidate")}
+>>> case = speceq.Case(case_id="toy", prompt_ids=(1, 2), params=speceq.SamplingParams(max_new_tokens=2))
+>>> with tempfile.TemporaryDirectory() as out:
+...     config = speceq.RunConfig(samples=2000, oracle=False, tolerance=0.2, out_dir=out, progress=False)
+...     result = speceq.run(config, [case], engines=engines)
+>>> result.verdict, result.cases[0].verdict
+('equivalent', 'equivalent')
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 __version__ = "0.1.0"
 
 #: public name -> module that defines it (imported lazily by :func:`__getattr__`).
 _PUBLIC: dict[str, str] = {
-    "run": "speceq.run",
-    "RunConfig": "speceq.run",
-    "Case": "speceq.cases",
-    "SamplingParams": "speceq.params",
-    "default_cases": "speceq.cases",
-    "load_cases": "speceq.cases",
-    "parse_cases": "speceq.cases",
+    "run": "speceq.pipeline.runner",
+    "RunConfig": "speceq.pipeline.config",
+    "Case": "speceq.inputs.cases",
+    "SamplingParams": "speceq.core.params",
+    "default_cases": "speceq.inputs.cases",
+    "load_cases": "speceq.inputs.cases",
+    "parse_cases": "speceq.inputs.cases",
     "RunResult": "speceq.verdicts.result",
     "CaseResult": "speceq.verdicts.result",
     "Engine": "speceq.engines.base",
@@ -32,6 +44,7 @@ _PUBLIC: dict[str, str] = {
     "SampleBatch": "speceq.engines.base",
     "resolve_engine": "speceq.engines.registry",
     "list_engines": "speceq.engines.registry",
+    "Oracle": "speceq.oracles.protocol",
     "load_samples_frame": "speceq.store",
     "write_report": "speceq.reports",
     "render_report": "speceq.reports",
@@ -44,19 +57,19 @@ _PUBLIC: dict[str, str] = {
 }
 
 __all__ = [
-    "__version__", "run", "RunConfig", "Case", "SamplingParams", "default_cases", "load_cases",
-    "parse_cases", "RunResult", "CaseResult", "Engine", "SampleRequest", "SampleBatch",
-    "resolve_engine", "list_engines", "load_samples_frame", "write_report", "render_report",
-    "SpeceqError", "ConfigError", "EngineError", "EngineNotFound", "StoreError", "DistributionMismatch",
+    "__version__", "run", "RunConfig", "Case", "SamplingParams", "default_cases", "load_cases", "parse_cases",
+    "RunResult", "CaseResult", "Engine", "SampleRequest", "SampleBatch", "resolve_engine", "list_engines", "Oracle",
+    "load_samples_frame", "write_report", "render_report", "SpeceqError", "ConfigError", "EngineError",
+    "EngineNotFound", "StoreError", "DistributionMismatch",
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import a public name on first access (PEP 562), keeping ``import speceq`` light."""
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'speceq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
@@ -65,13 +78,15 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PUBLIC))
 
 
-if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from speceq.cases import Case, default_cases, load_cases, parse_cases
+if _typing.TYPE_CHECKING:  # for type checkers and IDEs; never executed
+    from speceq.core.params import SamplingParams
     from speceq.engines.base import Engine, SampleBatch, SampleRequest
     from speceq.engines.registry import list_engines, resolve_engine
     from speceq.errors import ConfigError, DistributionMismatch, EngineError, EngineNotFound, SpeceqError, StoreError
-    from speceq.params import SamplingParams
+    from speceq.inputs.cases import Case, default_cases, load_cases, parse_cases
+    from speceq.oracles.protocol import Oracle
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
     from speceq.reports import render_report, write_report
-    from speceq.run import RunConfig, run
     from speceq.store import load_samples_frame
     from speceq.verdicts.result import CaseResult, RunResult

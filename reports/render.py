@@ -20,10 +20,10 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from speceq import reasons
 from speceq.errors import ConfigError
 from speceq.reports import svg, why
 from speceq.reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
+from speceq.verdicts import reasons
 from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
 
 #: At most this many sample texts per engine are shown per case (the result may hold more).

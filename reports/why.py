@@ -7,20 +7,18 @@ histogram; token bars at a position; the stored bins of any other chi-square tes
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from markupsafe import Markup
 from scipy import stats
 
-from speceq import reasons
 from speceq.reports import svg
 from speceq.reports.format import fmt_p
+from speceq.verdicts import reasons
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Pointwise coverage of the uniform band drawn on PIT histograms (the report's PIT section uses it too).
 PIT_BAND_LEVEL = 0.99
-_CHI2_POSITION = re.compile(r"^chi2 (?:prompt (\d+) )?position (\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +111,6 @@ def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView])
     name = deciding.name
     picture, caption = None, ""
     zv = next((z for z in z_views if z.test == name), None)
-    m = _CHI2_POSITION.match(name)
     if zv is not None:
         picture = zv.chart
         caption = (f"Running sum of f − E f over the candidate's tokens (orange) inside its null band ±{zv.z_crit:.3g}·sd "
@@ -124,9 +121,9 @@ def _test_picture(case: CaseResult, deciding: TestOutcome, z_views: list[ZView])
         picture = svg.pit_histogram(case.pit_histogram, band)
         caption = (f"PIT values of the candidate's tokens; uniform under the target. {band.outside} of {band.bins} bins "
                    f"lie outside the {round(PIT_BAND_LEVEL * 100)} % band (red).")
-    elif name == "chi2 GOF first token" or (m and (m.group(1) in (None, "0")) and any(
-            t.position == int(m.group(2)) for t in case.top_tokens)):
-        position = 0 if name == "chi2 GOF first token" else int(m.group(2))  # type: ignore[union-attr]
+    elif name == "chi2 GOF first token" or (deciding.position is not None and deciding.prompt in (None, 0) and any(
+            t.position == deciding.position for t in case.top_tokens)):
+        position = 0 if name == "chi2 GOF first token" else int(deciding.position)  # type: ignore[arg-type]
         picture = _position_chart(case, position)
         caption = (f"Token frequencies at position {position} of the case's prompt (black ticks: the oracle's "
                    "probability); bold ▲▼ marks the tokens that moved most.")

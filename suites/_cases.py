@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from speceq.cases import Case
+from speceq.core.params import SamplingParams
+from speceq.inputs.cases import Case
 from speceq.models.prompts import DEFAULT_PROMPTS
 from speceq.models.tokenizer import ByteTokenizer
-from speceq.params import SamplingParams
 
 #: Rows per engine batch in suites that do not study batching: copies of one prompt share a
 #: batch (no padding), which keeps sampling fast; test_batch_invariance covers batch size 1

@@ -1,4 +1,4 @@
-"""The import direction of docs/ARCHITECTURE.md, checked on the source files with ast.
+"""The import direction of docs/explanation/architecture.md, checked on the source files with ast.
 
 Every import counts, also those inside functions and ``if TYPE_CHECKING:`` blocks: a lazy
 import is still a dependency. The checks read the repository's folders (``harness/`` is
@@ -9,7 +9,7 @@ nothing.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,30 +22,15 @@ PACKAGE_DIRS: dict[str, str] = {"harness": "speceq", "reports": "speceq.reports"
 #: Layers, lowest first. A module may import its own layer and the layers below, never above.
 #: Prefixes match a module and its submodules. ``speceq`` itself (the lazy public API) is the top.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("speceq.errors", "speceq.defaults", "speceq.params", "speceq.processing", "speceq.greedy",
-                    "speceq.http_json")),
+    ("foundation", ("speceq.errors", "speceq.core")),
     ("models", ("speceq.models",)),
-    ("inputs", ("speceq.cases", "speceq.provenance")),
-    (
-        "engines, store, stats, oracle, verdicts",
-        ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracle", "speceq.server_oracle",
-         "speceq.server_laws", "speceq.verdicts", "speceq.reasons"),
-    ),
-    ("run", ("speceq.analysis", "speceq.collect", "speceq.pictures", "speceq.run", "speceq.sequential")),
-    (
-        "faces",
-        (
-            "speceq.calibrate",
-            "speceq.cli",
-            "speceq.cli_calibrate",
-            "speceq.plugin",
-            "speceq.hookspec",
-            "speceq.pytest_support",
-            "speceq.reports",
-            "speceq.suites",
-            "speceq.__main__",
-        ),
-    ),
+    ("inputs", ("speceq.inputs",)),
+    ("engines, store, stats, oracles, verdicts, kernels",
+     ("speceq.engines", "speceq.store", "speceq.stats", "speceq.oracles", "speceq.verdicts", "speceq.kernels")),
+    ("pipeline", ("speceq.pipeline",)),
+    ("reports", ("speceq.reports",)),
+    ("power", ("speceq.power",)),
+    ("faces", ("speceq.faces", "speceq.suites", "speceq.__main__")),
 )
 
 
@@ -118,7 +103,7 @@ def test_the_source_tree_is_found() -> None:
 
 def test_every_module_has_a_layer() -> None:
     unplaced = sorted(m for m in MODULES if m != "speceq" and _layer(m) is None)
-    assert not unplaced, f"add these modules to a layer of LAYERS (and docs/ARCHITECTURE.md): {unplaced}"
+    assert not unplaced, f"add these modules to a layer of LAYERS (and docs/explanation/architecture.md): {unplaced}"
 
 
 def _upward_imports() -> list[str]:
@@ -138,11 +123,11 @@ def test_imports_point_down_the_layers() -> None:
 
 
 def test_the_layer_check_finds_an_upward_import(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check above can fail: a made-up import of speceq.run by an engine is found."""
+    """The check above can fail: a made-up import of the runner by an engine is found."""
     mutants = MODULES["speceq.engines.mutants"]
-    extra = Import("speceq.engines.mutants", "speceq.run", mutants, 1)
+    extra = Import("speceq.engines.mutants", "speceq.pipeline.runner", mutants, 1)
     monkeypatch.setattr(f"{__name__}.IMPORTS", [*IMPORTS, extra])
-    assert [u for u in _upward_imports() if "speceq.engines.mutants imports speceq.run" in u]
+    assert [u for u in _upward_imports() if "speceq.engines.mutants imports speceq.pipeline.runner" in u]
 
 
 def test_stats_is_pure() -> None:
@@ -162,9 +147,9 @@ def test_stats_is_pure() -> None:
 @pytest.mark.parametrize(
     ("importer", "forbidden"),
     [
-        ("speceq.engines", ("speceq.calibrate", "speceq.run", "speceq.analysis", "speceq.verdicts", "speceq.oracle")),
-        ("speceq.models", ("speceq.engines", "speceq.oracle", "speceq.run", "speceq.analysis", "speceq.calibrate")),
-        ("speceq.reports", ("speceq.engines", "speceq.run", "speceq.analysis", "speceq.oracle", "speceq.calibrate")),
+        ("speceq.engines", ("speceq.power", "speceq.pipeline", "speceq.verdicts", "speceq.oracles")),
+        ("speceq.models", ("speceq.engines", "speceq.oracles", "speceq.pipeline", "speceq.power")),
+        ("speceq.reports", ("speceq.engines", "speceq.pipeline", "speceq.oracles", "speceq.power")),
     ],
 )
 def test_layer_never_imports(importer: str, forbidden: tuple[str, ...]) -> None:
@@ -199,12 +184,19 @@ def test_private_modules_stay_inside_their_package() -> None:
     assert not bad, "private modules imported from outside their package:\n" + "\n".join(bad)
 
 
-def _cycles(prefix: str) -> list[list[str]]:
-    """Strongly connected components (size > 1, or a self-import) of the import graph inside ``prefix``."""
-    graph: dict[str, set[str]] = {m: set() for m in MODULES if _within(m, prefix)}
+def _cycles(prefix: str, *, skip: frozenset[str] | set[str] = frozenset(),
+            node: Callable[[str], str] = lambda m: m) -> list[list[str]]:
+    """Strongly connected components (size > 1, or a self-import) of the import graph inside ``prefix``.
+
+    ``skip``: modules left out (the lazy top package); ``node``: what a module counts as (itself, or its package).
+    """
+    graph: dict[str, set[str]] = {node(m): set() for m in MODULES if _within(m, prefix) and m not in skip}
     for imp in IMPORTS:
-        if imp.importer in graph and imp.imported in graph:
-            graph[imp.importer].add(imp.imported)
+        if imp.importer in skip or imp.imported in skip or imp.imported not in MODULES:
+            continue
+        a, b = node(imp.importer), node(imp.imported)
+        if a in graph and b in graph and (a != b or imp.importer == imp.imported):
+            graph[a].add(b)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -238,9 +230,53 @@ def _cycles(prefix: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["speceq.engines", "speceq.stats", "speceq.models", "speceq.calibrate"])
-def test_no_import_cycles(package: str) -> None:
-    assert _cycles(package) == []
+def _package(module: str) -> str:
+    """The top-level subpackage a module belongs to (``speceq.pipeline.collect.worker`` -> ``speceq.pipeline``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """No module of speceq imports itself through others (``import speceq`` for the version or the lazy API aside)."""
+    assert _cycles("speceq", skip={"speceq"}) == []
+
+
+def test_no_import_cycles_between_packages() -> None:
+    """The top-level packages form a directed acyclic graph (so each can be read, tested and moved on its own)."""
+    assert _cycles("speceq", skip={"speceq"}, node=_package) == []
+
+
+def _private_uses() -> list[str]:
+    """``from pkg.mod import _name`` and ``mod._name`` where ``mod`` is a speceq module of another package."""
+    bad = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if _within(a.name, "speceq") and a.asname:
+                        aliases[a.asname] = a.name
+            elif isinstance(node, ast.ImportFrom) and node.module and _within(node.module, "speceq"):
+                for a in node.names:
+                    target = f"{node.module}.{a.name}"
+                    if target in MODULES:
+                        aliases[a.asname or a.name] = target
+                    elif a.name.startswith("_") and not a.name.startswith("__") \
+                            and _package(node.module) != _package(module):
+                        bad.append(f"{path.relative_to(REPO)}:{node.lineno}: imports {node.module}.{a.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                    and node.attr.startswith("_") and not node.attr.startswith("__"):
+                owner = aliases[node.value.id]
+                if _package(owner) != _package(module):
+                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}: uses {owner}.{node.attr}")
+    return bad
+
+
+def test_no_private_names_across_packages() -> None:
+    """A ``_name`` is private to its package: no other package imports it or reads it off a module."""
+    bad = _private_uses()
+    assert not bad, "private names used from another package:\n" + "\n".join(bad)
 
 
 def test_the_cycle_finder_finds_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,3 +285,21 @@ def test_the_cycle_finder_finds_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None
     extra = Import("speceq.engines._speculative_loop", "speceq.engines.reference", loop, 1)
     monkeypatch.setattr(f"{__name__}.IMPORTS", [*IMPORTS, extra])
     assert ["speceq.engines._speculative_loop", "speceq.engines.reference"] in _cycles("speceq.engines")
+
+
+def test_the_package_cycle_check_finds_a_planted_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package-level check can fail: stats importing the pipeline (which imports stats) is a cycle."""
+    extra = Import("speceq.stats.tv", "speceq.pipeline.runner", MODULES["speceq.stats.tv"], 1)
+    monkeypatch.setattr(f"{__name__}.IMPORTS", [*IMPORTS, extra])
+    assert any("speceq.stats" in c and "speceq.pipeline" in c for c in _cycles("speceq", skip={"speceq"}, node=_package))
+
+
+def test_the_private_name_check_finds_a_planted_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both forms are found: ``from speceq.oracles.hf import _x`` and ``hf._x`` from another package."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from speceq.oracles.hf import _top2_margin\nfrom speceq.oracles import hf\nhf._row_slices\n")
+    monkeypatch.setitem(MODULES, "speceq.pipeline.planted", planted)
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    bad = _private_uses()
+    assert any("imports speceq.oracles.hf._top2_margin" in b for b in bad)
+    assert any("uses speceq.oracles.hf._row_slices" in b for b in bad)

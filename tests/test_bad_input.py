@@ -1,24 +1,20 @@
 """Bad input at the run level: each mistake gets a specific error naming what is wrong.
 
-(The cases-file parser's 30+ kinds are in tests/test_cases.py, engine output in
+(The cases-file parser's 30+ kinds are in tests/core/test_cases.py, engine output in
 tests/engines, server faults in tests/engines/test_openai.py.)
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from fake_engines import FakeEngine
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fake_engines import FakeEngine  # noqa: E402
-
-from speceq.cases import Case  # noqa: E402
-from speceq.errors import ConfigError  # noqa: E402
-from speceq.params import SamplingParams  # noqa: E402
-from speceq.run import RunConfig, check_oracle_matches, run  # noqa: E402
+from speceq.core.params import SamplingParams
+from speceq.errors import ConfigError
+from speceq.inputs.cases import Case
+from speceq.oracles.build import check_oracle_matches
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import run
 
 
 def cases(**kw) -> list[Case]:

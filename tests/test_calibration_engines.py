@@ -3,7 +3,7 @@
 Level 2: the baseline engine's samples against the oracle (the oracle's primary tests on a
 correct sampler's tokens). Level 3: baseline against baseline with independent seeds (the
 two-sample primary tests). R repetitions, each the full analysis pipeline
-(``speceq.analysis.analyse_run``) on one case; every primary test's raw p-value must reject at
+(``speceq.pipeline.analysis.analyse_run``) on one case; every primary test's raw p-value must reject at
 alpha = 0.05 at a rate inside alpha +- 2 sqrt(alpha (1 - alpha) / R). Seeded: deterministic.
 """
 
@@ -14,10 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from speceq.analysis import analyse_run
-from speceq.cases import Case
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleBatch, SampleRequest
-from speceq.params import SamplingParams
+from speceq.inputs.cases import Case
+from speceq.pipeline.analysis import analyse_run
 
 R = 200
 ROWS_PER_REP = 150
@@ -34,7 +34,7 @@ CONSERVATIVE_AT_THIS_SIZE = {"chi2 length", "z argmax leak"}
 def engines():
     from speceq.engines.baseline import BaselineEngine
     from speceq.models import ByteTokenizer
-    from speceq.oracle import TargetOracle
+    from speceq.oracles.hf import TargetOracle
 
     base = BaselineEngine()
     return base, TargetOracle(base.model), ByteTokenizer()

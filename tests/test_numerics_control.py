@@ -1,4 +1,4 @@
-"""The numerics control recipe of docs/NUMERICS.md on the bundled models, in bfloat16.
+"""The numerics control recipe of docs/explanation/numerics.md on the bundled models, in bfloat16.
 
 Recipe: compare like with like (candidate and baseline in the deployment's dtype) and use the
 oracle in that dtype too. Then a correct speculative engine is not shifted from plain
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import torch
 
-from speceq.analysis import analyse_run
-from speceq.cases import Case
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleBatch, SampleRequest, validate_batch
 from speceq.engines.registry import resolve_engine
+from speceq.inputs.cases import Case
 from speceq.models import ByteTokenizer
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
+from speceq.pipeline.analysis import analyse_run
 
 DTYPE = "bfloat16"
 SAMPLES = 400  # rows per engine; at 600 the mutant was rejected at adjusted p 1e-173 (oracle) and 1e-11 (two-sample only)

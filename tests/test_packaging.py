@@ -72,7 +72,7 @@ def test_wheel_installs_one_top_level_package_with_its_data(wheel: Path) -> None
                  "speceq/reports/templates/report.html.j2", "speceq/suites/test_greedy.py", "speceq/py.typed"):
         assert data in names, f"{data} missing from the wheel"
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "speceq = speceq.plugin" in entry_points and "speceq = speceq.cli:main" in entry_points
+    assert "speceq = speceq.faces.plugin" in entry_points and "speceq = speceq.faces.cli:main" in entry_points
 
 
 def test_non_editable_install_holds_only_speceq(venv: Path) -> None:
@@ -90,7 +90,7 @@ def test_non_editable_install_holds_only_speceq(venv: Path) -> None:
 
 
 def test_a_user_project_with_its_own_harness_reports_suites_keeps_them(venv: Path, tmp_path: Path) -> None:
-    """The pytest11 entry point loads speceq.plugin, and the user's own same-named packages still win."""
+    """The pytest11 entry point loads speceq.faces.plugin, and the user's own same-named packages still win."""
     for name in ("harness", "reports", "suites"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"OWNER = 'user {name}'\n")

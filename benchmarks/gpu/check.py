@@ -9,11 +9,11 @@ batch sizes 1 and 32, and transformers' assisted generation (batch size 1 only),
 bfloat16 and float16, on ``--greedy-prompts`` prompts of different lengths. Every row is
 compared with the float32 baseline at batch size 1; each first divergence is classified by
 the float32 target's raw top-2 log-probability margin at that prefix (near-tie when
-<= ``speceq.greedy.NEAR_TIE_NATS``, else a real mismatch).
+<= ``speceq.pipeline.greedy.NEAR_TIE_NATS``, else a real mismatch).
 
 Part 2, sampling (temperature 1): float32 plain, bfloat16 plain and bfloat16 reference
 speculative samples of a few cases (batch size 32), up to ``--tokens`` generated tokens per
-engine (time-boxed), analysed with :func:`speceq.analysis.analyse_run` against the float32
+engine (time-boxed), analysed with :func:`speceq.pipeline.analysis.analyse_run` against the float32
 oracle at 10 % of the tokens and at all of them: is bf16 speculation distinguishable from bf16
 plain sampling (two-sample tests), and from the float32 target (oracle tests)?
 """
@@ -57,12 +57,13 @@ def _import_speceq_from_checkout() -> None:
 
 _import_speceq_from_checkout()
 
-from speceq.cases import Case  # noqa: E402
+from speceq.core.defaults import NEAR_TIE_NATS  # noqa: E402
+from speceq.core.params import SamplingParams  # noqa: E402
 from speceq.engines.base import SampleBatch, SampleRequest, validate_batch  # noqa: E402
-from speceq.greedy import NEAR_TIE_NATS, classify_margin, first_divergence  # noqa: E402
+from speceq.inputs.cases import Case  # noqa: E402
 from speceq.models import ByteTokenizer  # noqa: E402
 from speceq.models.prompts import DEFAULT_PROMPTS  # noqa: E402
-from speceq.params import SamplingParams  # noqa: E402
+from speceq.pipeline.greedy import classify_margin, first_divergence  # noqa: E402
 
 DTYPES = ("float32", "bfloat16", "float16")
 GREEDY_BATCH_SIZES = (1, 32)
@@ -206,7 +207,7 @@ def head(batches: dict[str, SampleBatch], fraction: float) -> dict[str, SampleBa
 
 
 def verdicts(cases: list[Case], base: dict[str, SampleBatch], cand: dict[str, SampleBatch], oracle: Any, label: str) -> dict[str, Any]:
-    from speceq.analysis import analyse_run
+    from speceq.pipeline.analysis import analyse_run
 
     result = analyse_run(cases, base, cand, oracle=oracle, alpha=1e-3, tolerance=0.01, seed=0,
                          engines={"baseline": {"name": label.split(" vs ")[1]}, "candidate": {"name": label.split(" vs ")[0]}},
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         torch.set_num_threads(1)
     started = time.perf_counter()
-    from speceq.oracle import TargetOracle
+    from speceq.oracles.hf import TargetOracle
 
     oracle = TargetOracle(device=args.device, dtype="float32")
     report: dict[str, Any] = {"environment": environment(args.device), "settings": vars(args)}

@@ -29,13 +29,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from speceq.core.params import SamplingParams
+from speceq.core.processing import sample_from_probs
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
 from speceq.engines.rejection import accept_prefix_lengths
 from speceq.models.torch_utils import batch_generator
-from speceq.params import SamplingParams
-from speceq.processing import sample_from_probs
 
 
 class SpeculativeHooks(Protocol):

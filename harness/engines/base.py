@@ -13,8 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from speceq.core.params import SamplingParams
 from speceq.errors import ConfigError, EngineError
-from speceq.params import SamplingParams
 
 #: Fill value of ``SampleBatch.tokens`` after the end of a row.
 PAD_OUT = -1

@@ -4,8 +4,8 @@ Rows follow :meth:`SampleRequest.rows` and are cut into batches of ``request.bat
 A batch is left-padded, with an attention mask and explicit per-row position ids, so each
 row is computed exactly as if it were alone (up to float rounding); each distinct prompt of
 a batch is computed once and its KV cache copied to the rows that continue it. Every step applies
-:func:`speceq.processing.process_logits` and draws with
-:func:`speceq.processing.sample_from_probs` from one ``torch.Generator`` per batch,
+:func:`speceq.core.processing.process_logits` and draws with
+:func:`speceq.core.processing.sample_from_probs` from one ``torch.Generator`` per batch,
 seeded from ``(request.seed, batch index)``. A row ends at EOS (unless ``ignore_eos``) or
 after ``max_new_tokens``; finished rows leave the batch.
 """
@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from speceq.core.params import SamplingParams
+from speceq.core.processing import process_logits, sample_from_probs
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import batch_generator, configure_threads
-from speceq.params import SamplingParams
-from speceq.processing import process_logits, sample_from_probs
 
 
 class BaselineEngine:

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
 from speceq.models.vocab import DEFAULT_SOURCE
-from speceq.params import SamplingParams
 
 SampleFunction = Callable[[list[int], int, SamplingParams, int], Sequence[Sequence[int]]]
 

@@ -15,7 +15,7 @@ top_p -> ``top_p``, max_new_tokens -> ``max_new_tokens``; ``ignore_eos`` -> ``su
 plus ``min_new_tokens=max_new_tokens``. Penalties, min-p, typical-p, epsilon/eta cut-offs are set to
 their neutral values.
 
-Processing compared with :func:`speceq.processing.process_logits` (checked by
+Processing compared with :func:`speceq.core.processing.process_logits` (checked by
 ``tests/engines/test_hf.py``). transformers applies ``SuppressTokens`` (EOS -> -inf) before the
 warpers, then ``Temperature -> TopK -> TopP``, the same order as ours, and its top-p keeps a token
 when the mass of the tokens ranked strictly above it is < top_p (it removes tokens whose ascending
@@ -51,13 +51,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from speceq.core.params import SamplingParams
 from speceq.engines._batching import check_prompts
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
 from speceq.models.hf_utils import load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import derive_seed
-from speceq.params import SamplingParams
 
 if TYPE_CHECKING:
     pass

@@ -9,7 +9,7 @@ an untruncated draft): a sound test must flag the bugs and leave these alone.
 ``MUTANTS`` maps a name to its :class:`MutantSpec`; :func:`make_mutant` builds one (the
 registry resolves ``"mutant:<name>"`` to it). :func:`enumerable` says whether a mutant's
 true TV shift at the first two generated positions can be computed exactly by enumeration
-on the models (:func:`speceq.calibrate.exact.exact_tv`): the bugs that act on the per-step
+on the models (:func:`speceq.power.exact.exact_tv`): the bugs that act on the per-step
 law; bugs that act only at batch size > 1 or only after a rejection are measured
 empirically by the calibration.
 """
@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
+from speceq.core.params import SamplingParams
+from speceq.core.processing import process_logits
 from speceq.engines._kv import SlotCache
 from speceq.engines._options import unknown_options_message
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.rejection import gather_token_probs
 from speceq.errors import ConfigError, EngineNotFound
-from speceq.params import SamplingParams
-from speceq.processing import process_logits
 
 #: Default exponent of the biased accept ratio min(1, (p/q)^power).
 DEFAULT_POWER = 0.9
@@ -300,11 +300,11 @@ class MutantSpec:
     lossless variant, why it only looks wrong). bug_class: ``rejection`` (accept/residual
     arithmetic), ``bonus``, ``processing`` (temperature / top-k / top-p on one side),
     ``cache`` (KV rollback), ``batch`` (acts only at batch size > 1), ``mixture`` or
-    ``lossless``. exact: its per-step law is computable by enumeration (:func:`speceq.calibrate.exact.exact_tv`).
+    ``lossless``. exact: its per-step law is computable by enumeration (:func:`speceq.power.exact.exact_tv`).
     params: sampling parameters under which the bug acts (overrides of SamplingParams'
     defaults used by the calibration). options: engine options of the calibration (e.g.
     ``k=1`` so that a bonus bug acts at position 1, where its TV is computed exactly).
-    row_law: how the TV between one-row laws is known (:mod:`speceq.calibrate.ceiling`):
+    row_law: how the TV between one-row laws is known (:mod:`speceq.power.ceiling`):
     ``support`` (exact: the chance a row leaves the target's support), ``mixture`` (a bound)
     or None (not known).
     """

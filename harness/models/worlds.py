@@ -1,7 +1,7 @@
 """The bundled model worlds of ``speceq run --models``: which models and cases a world uses.
 
-- ``byte``: the 259-token byte models (``target/``, ``draft/``) and ``speceq.cases.default_cases()``;
-- ``bpe``: the 32 000-token BPE models (``bpe-target/``, ``bpe-draft/``) and ``speceq.cases.bpe_cases()``.
+- ``byte``: the 259-token byte models (``target/``, ``draft/``) and ``speceq.inputs.cases.default_cases()``;
+- ``bpe``: the 32 000-token BPE models (``bpe-target/``, ``bpe-draft/``) and ``speceq.inputs.cases.bpe_cases()``.
 
 :func:`world_engine_options` fills the model-folder options (``target``, ``draft``, or the
 ``openai`` engine's ``tokenizer``) of the built-in engines for a world, leaving every option

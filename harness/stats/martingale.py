@@ -12,13 +12,13 @@ martingale CLT. The p-value is asymptotic, not exact:
   peaked laws with summed variance 1 000-1 700. :func:`skew_corrected_pvalue` therefore adds
   the one-term Edgeworth correction with the observed skewness sum d^3 / V^1.5 on the side of
   the observed Z, and never returns less than the normal p-value. It brought those cells to
-  0.25-1.1x nominal; the measured sizes at the levels of a run are in docs/CALIBRATION.md.
+  0.25-1.1x nominal; the measured sizes at the levels of a run are in docs/measurements/calibration.md.
 
 The anytime-valid e-processes of :mod:`speceq.stats.sequential` are exact, but at a fixed n
-they need far more evidence (docs/STATISTICS.md gives the power numbers), so the fixed-n
+they need far more evidence (docs/explanation/statistics.md gives the power numbers), so the fixed-n
 tests keep this corrected asymptotic p-value. f may depend only on the prefix and the emitted token x_t, never on the
 draft's proposal at position t: under correct speculative sampling x_t is coupled to the
-draft token, so such a statistic would reject a correct engine (docs/STATISTICS.md).
+draft token, so such a statistic would reject a correct engine (docs/explanation/statistics.md).
 Every f used here (argmax indicator, log p, log q_draft - log p) is a function of the prefix
 distributions and x_t alone.
 """

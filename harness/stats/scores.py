@@ -26,7 +26,7 @@ class TokenScores:
     logp: log p_t(x_t) (natural log; -inf when prob == 0).
     logp_mean, logp_var: E_{p_t}[log p] (= -entropy, nats) and Var_{p_t}[log p] over the support.
         ``None`` when the oracle does not know the whole law (a server's top-K log-probabilities:
-        :class:`speceq.server_oracle.ServerOracle`); the log-likelihood tests then do not run.
+        :class:`speceq.oracles.server.ServerOracle`); the log-likelihood tests then do not run.
     raw_top2_margin: log-prob of the raw (unprocessed, T=1) top-1 minus top-2 token (nats),
         used to classify greedy divergences as numerical near-ties.
     draft_llr, draft_llr_mean, draft_llr_var: f = log q_t(x) - log p_t(x) with q_t the

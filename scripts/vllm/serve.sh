@@ -8,9 +8,9 @@
 # Environment: SPECEQ_VLLM_VENV (default .venv-vllm), SPECEQ_VLLM_RUN_DIR (pid and log files,
 #   default .venv-vllm/run), SPECEQ_VLLM_WAIT_S (default 600), VLLM_CPU_KVCACHE_SPACE (GiB, default 1),
 #   SPECEQ_VLLM_PATCH_EXPAND=1: start vLLM with the workaround for vllm-project/vllm#55005
-#   (scripts/vllm/patched/sitecustomize.py; for experiments, see docs/VLLM.md),
+#   (scripts/vllm/patched/sitecustomize.py; for experiments, see docs/how-to/test-a-server.md),
 #   SPECEQ_VLLM_ARGS: more server arguments (word-split), e.g. the server oracle's
-#   "--max-logprobs -1 --skip-tokenizer-init" (docs/SERVER_ORACLE.md).
+#   "--max-logprobs -1 --skip-tokenizer-init" (docs/explanation/server-oracle.md).
 # Prints the server's process-group id on stdout; stop it with `kill -- -PGID` (ci.sh does).
 # Exits non-zero, after stopping the server, when it does not answer /v1/models in time.
 set -euo pipefail

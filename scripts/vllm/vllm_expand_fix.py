@@ -6,7 +6,7 @@ temporary int64 copy of its output and never copies it back, so the rejection sa
 uninitialised memory as the temperature. :func:`expand_batch_to_tokens` does the same
 expansion with ``torch.repeat_interleave`` in the input's dtype; :func:`install` puts it in
 place of vLLM's. Upstream's fix is PR #55006; this file exists to show, in this project's
-vLLM job, that speceq's verdict follows the fix (docs/VLLM.md). Not used by speceq itself.
+vLLM job, that speceq's verdict follows the fix (docs/how-to/test-a-server.md). Not used by speceq itself.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import batch_from_lists
 from speceq.models.hf_utils import tiny_random_llama
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -55,7 +55,7 @@ def test_gpu_check_imports_speceq_from_a_bare_checkout() -> None:
         pytest.skip("speceq is importable without site processing here (a regular install); the shim is not needed")
     code = (
         f"import runpy; runpy.run_path({str(REPO / 'benchmarks/gpu/check.py')!r}); "
-        "import speceq, speceq.analysis, speceq.oracle; print(speceq.__file__)")
+        "import speceq, speceq.pipeline.analysis, speceq.oracles.hf; print(speceq.__file__)")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd="/")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert Path(proc.stdout.strip()) == REPO / "harness" / "__init__.py"

@@ -23,8 +23,8 @@ _EXTERNAL = ("http://", "https://", "mailto:")
 
 
 def doc_pages() -> list[Path]:
-    """README.md and every page under docs/ (the user-facing markdown)."""
-    return [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    """README.md and every page under docs/, in all its folders (the user-facing markdown)."""
+    return [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def rel(path: Path) -> str:

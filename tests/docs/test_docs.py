@@ -4,11 +4,11 @@ Option tables are markdown tables whose first header cell names what they docume
 
 - ``| `speceq run` option | default | meaning |`` (one per subcommand; ``| `speceq` option |``
   for the options every subcommand has, such as ``--debug``), checked against
-  :func:`speceq.cli.build_parser`;
+  :func:`speceq.faces.cli.build_parser`;
 - ``| pytest option | ini | default | meaning |``, checked against
-  :data:`speceq.pytest_support.options.OPTIONS` (the plugin's options and ini mirrors);
-- ``| marker | meaning |``, checked against :data:`speceq.plugin.MARKERS`;
-- ``| field | type | default | meaning |`` (docs/CASES.md), checked against the cases-file fields.
+  :data:`speceq.faces.pytest_support.options.OPTIONS` (the plugin's options and ini mirrors);
+- ``| marker | meaning |``, checked against :data:`speceq.faces.plugin.MARKERS`;
+- ``| field | type | default | meaning |`` (docs/reference/cases.md), checked against the cases-file fields.
 
 A default cell holds the value first (a number, or a value in backticks) and may explain it
 after; ``—`` means "no value" (the option's default is None or empty); ``on``/``off`` is
@@ -39,8 +39,8 @@ from docs_support import (
 )
 
 NO_VALUE = object()  #: a default cell that says "no value" (``—``, ``none``)
-CLI_PAGE = "docs/CLI.md"  #: where a missing `speceq` subcommand table goes
-PYTEST_PAGE = "docs/PYTEST.md"
+CLI_PAGE = "docs/reference/cli.md"  #: where a missing `speceq` subcommand table goes
+PYTEST_PAGE = "docs/how-to/ci-with-pytest.md"
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _help(text: str | None) -> str:
 
 # ----- the `speceq` command line ----------------------------------------------------------
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    from speceq.cli import build_parser
+    from speceq.faces.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -207,7 +207,7 @@ def test_every_command_line_option_is_documented_with_its_default() -> None:
 
 # ----- the pytest plugin --------------------------------------------------------------------
 def pytest_options() -> tuple[dict[str, list[Documented]], dict[str, dict[str, str]]]:
-    from speceq.pytest_support.options import OPTIONS
+    from speceq.faces.pytest_support.options import OPTIONS
 
     documented, ini = [], {}
     for o in OPTIONS:
@@ -232,7 +232,7 @@ def test_every_pytest_option_is_documented_with_its_default_and_ini_name() -> No
 
 
 def test_every_marker_is_documented() -> None:
-    from speceq.plugin import MARKERS
+    from speceq.faces.plugin import MARKERS
 
     names = {line.split("(", 1)[0].split(":", 1)[0].strip() for line in MARKERS}
     documented: dict[str, str] = {}
@@ -255,12 +255,12 @@ def test_every_marker_is_documented() -> None:
 
 
 def test_every_cases_file_field_is_documented_with_its_default() -> None:
-    from speceq.cases import CASE_FIELDS, Case
-    from speceq.params import SamplingParams
+    from speceq.core.params import SamplingParams
+    from speceq.inputs.cases import CASE_FIELDS, Case
 
     defaults = {**SamplingParams().to_dict(), "batch_size": Case.__dataclass_fields__["batch_size"].default}
     found = [t for t in all_tables() if t.header[:3] == ("field", "type", "default")]
-    assert [rel(t.path) for t in found] == ["docs/CASES.md"], "expected one field table, in docs/CASES.md"
+    assert [rel(t.path) for t in found] == ["docs/reference/cases.md"], "expected one field table, in docs/reference/cases.md"
     table = found[0]
     fields = {}
     for row in table.rows:
@@ -354,7 +354,7 @@ _REPO_PATH_SPAN = re.compile(r"`((?:harness|reports|suites|tests|benchmarks|scri
 
 @pytest.mark.parametrize("page", markdown_files(), ids=rel)
 def test_repository_paths_named_in_the_docs_exist(page: Path) -> None:
-    """A file or folder named in a code span (``harness/processing.py``) exists, from the root or the page."""
+    """A file or folder named in a code span (``harness/core/processing.py``) exists, from the root or the page."""
     errors = []
     text = page.read_text(encoding="utf-8")
     for number, line in enumerate(text.splitlines(), start=1):

@@ -5,7 +5,7 @@ install speceq (through the project's test extra) and the pinned CPU torch of th
 workflow's own pytest command runs there (with a small sample budget), its tests end as
 expected (a correct sampler is not shifted, the buggy negative control is) and the reports it
 uploads are written; the ready-made-suites step collects with the same ini settings. The
-workflow shown in docs/PYTEST.md is this file, byte for byte.
+workflow shown in docs/how-to/ci-with-pytest.md is this file, byte for byte.
 
 Runs in a subprocess, as CI does (the project's pyproject.toml is its ini file).
 """
@@ -71,9 +71,9 @@ def test_the_workflow_uploads_the_reports_it_writes() -> None:
 
 
 def test_the_docs_show_this_workflow() -> None:
-    text = (REPO / "docs" / "PYTEST.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "how-to" / "ci-with-pytest.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
-    assert WORKFLOW.read_text(encoding="utf-8") in blocks, "docs/PYTEST.md must show the example's workflow verbatim"
+    assert WORKFLOW.read_text(encoding="utf-8") in blocks, "docs/how-to/ci-with-pytest.md must show the example's workflow verbatim"
 
 
 @pytest.fixture

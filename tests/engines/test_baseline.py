@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
 from speceq.errors import ConfigError
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
 
 PARAMS = [
     SamplingParams(max_new_tokens=6),

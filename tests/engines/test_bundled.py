@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.models import EOS_ID, ByteTokenizer
 from speceq.models.prompts import DEFAULT_PROMPTS
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
 
 
 @pytest.fixture(scope="module")

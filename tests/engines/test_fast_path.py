@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from speceq.core.params import SamplingParams
 from speceq.engines import _kv
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.models.fast_forward import fast_forward_enabled
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
 
 
 def _both_paths(sample) -> tuple:

@@ -10,6 +10,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
+from speceq.core.params import SamplingParams
+from speceq.core.processing import process_logits
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.hf import (
     HFAssistedEngine,
@@ -18,8 +20,6 @@ from speceq.engines.hf import (
     generation_kwargs,
 )
 from speceq.errors import ConfigError
-from speceq.params import SamplingParams
-from speceq.processing import process_logits
 
 torch.set_num_threads(1)
 

@@ -12,19 +12,19 @@ import torch
 from scipy import stats as sps
 
 from speceq import stats
-from speceq.analysis import analyse_run
-from speceq.calibrate.exact import exact_laws, exact_tv
-from speceq.cases import Case
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
 from speceq.engines.mutants import MUTANTS, enumerable, make_mutant
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.registry import resolve_engine
 from speceq.errors import ConfigError, EngineNotFound
+from speceq.inputs.cases import Case
 from speceq.models import ByteTokenizer, load_draft, load_target
 from speceq.models.prompts import DEFAULT_PROMPTS
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
+from speceq.pipeline.analysis import analyse_run
+from speceq.power.exact import exact_laws, exact_tv
 
 HOOKS = ("process_target", "process_draft", "effective_target", "accept_probs", "residual", "bonus_probs",
          "position_ids", "rollback")
@@ -205,7 +205,8 @@ def test_no_lossless_variant_is_shifted_at_the_same_seed(models, baseline_sample
 
 
 def test_mutant_through_speceq_run(models, tmp_path) -> None:
-    from speceq.run import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     case = dataclasses.replace(case_for("resample-from-target", 3), case_id="def")
     config = RunConfig(candidate="mutant:resample-from-target", samples=300, chunk_size=300, alpha=1e-3,

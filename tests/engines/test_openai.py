@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from fake_openai_server import FAULTS, FakeOpenAIServer
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.openai import OpenAICompletionsEngine, call_seed
 from speceq.errors import ConfigError, EngineError
-from speceq.params import SamplingParams
 
 KEY_ENV = "SPECEQ_TEST_FAKE_KEY"
 SECRET = "sk-test-0123456789abcdef-SECRET"

@@ -9,14 +9,14 @@ import pytest
 import torch
 from scipy import stats
 
+from speceq.core.params import SamplingParams
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.rejection import accept_prefix_lengths, acceptance_ratios, residual_probs
 from speceq.errors import ConfigError
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
 
 PARAMS = [
     SamplingParams(max_new_tokens=7),

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from speceq.core.params import SamplingParams
 from speceq.engines import registry
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.baseline import BaselineEngine
 from speceq.engines.function import FunctionEngine, prompt_seed
 from speceq.engines.registry import list_engines, parse_engine_options, resolve_engine
 from speceq.errors import ConfigError, EngineError, EngineNotFound
-from speceq.params import SamplingParams
 
 PLUGIN_SOURCE = textwrap.dedent(
     """

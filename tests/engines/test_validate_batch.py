@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest, validate_batch
 from speceq.errors import EngineError
-from speceq.params import SamplingParams
 
 
 class Named:

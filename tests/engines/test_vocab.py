@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speceq.cases import Case
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, batch_from_lists, validate_batch
 from speceq.engines.function import FunctionEngine
 from speceq.engines.openai import OpenAICompletionsEngine
 from speceq.errors import ConfigError, EngineError
+from speceq.inputs.cases import Case
 from speceq.models.vocab import read_tokenizer
-from speceq.params import SamplingParams
 
 V = 32_000
 EOS = 31_998
@@ -112,7 +112,8 @@ def test_eos_errors_say_which_id_position_and_prompt() -> None:
 
 def test_run_a_32k_plain_function_end_to_end(tmp_path: Path) -> None:
     """Two declared 32k functions run through ``speceq.run``: equal laws, no vocabulary error."""
-    from speceq.run import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     fn = _with_attrs(uniform_32k, vocab_size=V, eos_token_id=EOS)
     engines = {"baseline": FunctionEngine(fn, name="base"), "candidate": FunctionEngine(fn, name="cand")}
@@ -124,7 +125,8 @@ def test_run_a_32k_plain_function_end_to_end(tmp_path: Path) -> None:
 
 
 def test_run_mismatch_names_the_option_to_set(tmp_path: Path) -> None:
-    from speceq.run import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     declared = FunctionEngine(_with_attrs(uniform_32k, vocab_size=V, eos_token_id=EOS), name="base")
     undeclared = FunctionEngine(uniform_32k, name="cand")

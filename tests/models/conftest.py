@@ -1,30 +1,3 @@
-"""Shared fixtures of the bundled-model tests: offline, one thread, models loaded once."""
+"""Fixtures of the bundled-model tests, shared with the other folder that needs them."""
 
-from __future__ import annotations
-
-from collections.abc import Iterator
-
-import pytest
-import torch
-
-from speceq.models import load_draft, load_target
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No test of this folder may reach a model hub."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    yield
-
-
-@pytest.fixture(scope="session")
-def target() -> torch.nn.Module:
-    torch.set_num_threads(1)
-    return load_target()
-
-
-@pytest.fixture(scope="session")
-def draft() -> torch.nn.Module:
-    torch.set_num_threads(1)
-    return load_draft()
+from bundled_fixtures import draft, offline, target  # noqa: F401

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from speceq.cases import bpe_cases
 from speceq.errors import ConfigError
+from speceq.inputs.cases import bpe_cases
 from speceq.models.bpe import (
     BPE_BOS_ID,
     BPE_DRAFT_DIR,
@@ -113,8 +113,8 @@ def test_engines_learn_the_bpe_vocabulary(bpe_target: torch.nn.Module) -> None:
 
 def test_the_oracle_masks_the_bpe_eos(bpe_target: torch.nn.Module) -> None:
     """ignore_eos masks id 31998 (the model's EOS), not the byte model's 257."""
-    from speceq.oracle import TargetOracle
-    from speceq.params import SamplingParams
+    from speceq.core.params import SamplingParams
+    from speceq.oracles.hf import TargetOracle
 
     oracle = TargetOracle(bpe_target)
     assert oracle.eos_token_id == BPE_EOS_ID
@@ -130,7 +130,8 @@ def test_bpe_world_black_box_run(tmp_path: Path, bpe_target: torch.nn.Module) ->
 
     from speceq.engines.baseline import BaselineEngine
     from speceq.engines.reference import ReferenceSpeculativeEngine
-    from speceq.run import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     (case,) = [c for c in bpe_cases() if c.case_id == "bpe-ignore-eos-t07-b4"]
     case = dataclasses.replace(case, params=dataclasses.replace(case.params, max_new_tokens=1))
@@ -152,7 +153,8 @@ def test_bpe_world_runs_baseline_against_reference(tmp_path: Path, bpe_target: t
 
     from speceq.engines.baseline import BaselineEngine
     from speceq.engines.reference import ReferenceSpeculativeEngine
-    from speceq.run import RunConfig, run
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
 
     (case,) = [c for c in bpe_cases() if c.case_id == "bpe-ignore-eos-t07-b4"]
     case = dataclasses.replace(case, params=dataclasses.replace(case.params, max_new_tokens=2))
@@ -169,7 +171,7 @@ def test_bpe_world_runs_baseline_against_reference(tmp_path: Path, bpe_target: t
 def test_eos_mass_of_the_world_prompts_is_what_the_docs_say(bpe_target: torch.nn.Module) -> None:
     """P(<eos>) as the first token (T = 1, exact, from the bundled target) after every world prompt
     matches ``eos_mass`` in bpe-metrics.json: >= 0.7 after the EOS-prone prompts (held-out file
-    endings), < 1e-3 after the others (docs/BPE.md, "EOS-prone prompts"). A retrained target must
+    endings), < 1e-3 after the others (docs/explanation/bpe-world.md, "EOS-prone prompts"). A retrained target must
     update the metrics, the EOS cases and that section."""
     from speceq.models.bpe import BPE_EOS_PROMPTS, BPE_PROMPTS
 
@@ -214,34 +216,3 @@ def test_the_eos_prone_case_ends_rows_early_and_ignore_eos_does_not(bpe_target: 
             short = lengths < case.params.max_new_tokens
             assert short.sum() >= 8, lengths  # P(<eos> first) ~0.78: ~12 of 16 expected
             assert all(e for e, s in zip(ended, short) if s)  # a short row ends at its EOS
-
-
-def test_refit_eos_row_learns_where_eos_follows_and_is_deterministic() -> None:
-    """On a tiny random model and a stream where <eos> always follows token 7, the refit (the rest
-    frozen) raises P(<eos>) after 7 far above its value elsewhere, picks a ridge by cross-validation
-    and gives the same row twice; the tied input embedding changes with it."""
-    from speceq.models.hf_utils import tiny_random_llama
-    from speceq.models.train_bpe import eos_fit_data, refit_eos_row
-
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    g = torch.Generator().manual_seed(0)
-    stream = torch.randint(0, 200, (6000,), generator=g)
-    stream[stream == 7] = 8
-    ends = torch.arange(40, 6000, 97)
-    stream[ends - 1], stream[ends] = 7, 257  # 257: the tiny model's <eos>
-    data = eos_fit_data(stream, seed=1, context=23, random_windows=40, bos_id=256, eos_id=257)
-    assert data.file_ends == len(ends)
-    rows = []
-    for _ in range(2):
-        model = tiny_random_llama(0)
-        model.config.tie_word_embeddings = True
-        model.tie_weights()
-        record = refit_eos_row(model, data, eos_id=257, ridges=(1e-8, 1e-6, 1e-4), folds=3)
-        rows.append(model.get_output_embeddings().weight[257].detach().clone())
-        assert torch.equal(model.get_input_embeddings().weight[257], rows[-1])
-    assert torch.equal(rows[0], rows[1])
-    assert record["ridge"] in (1e-8, 1e-6, 1e-4), record["cv_nll_by_ridge"]
-    after = record["p_eos_at_training_file_ends"]["after"]["median"]
-    assert after > 0.5 > 20 * record["p_eos_elsewhere"]["after"]["mean"]
-    assert record["nll"]["after"] < record["nll"]["before"]

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, stats
 
-from speceq.pictures import thin_path
+from speceq.pipeline.pictures import thin_path
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -172,7 +172,8 @@ def _sampled_case(case_id: str, *, dist_seed: int, mix: float, n: int, oracle: b
     for pos in range(positions):
         stat, p, dof = _chi2_two_sample(base[:, pos], cand[:, pos], k)
         tests.append(TestOutcome(name=f"chi2 position {pos}", family="two-sample", primary=pos == 0, statistic=stat,
-                                 pvalue=p, dof=dof, n=2 * n, summary=f"Pearson, bins with pooled count >= {MIN_POOLED}"))
+                                 pvalue=p, dof=dof, n=2 * n, summary=f"Pearson, bins with pooled count >= {MIN_POOLED}",
+                                 position=pos))
     joint_b, joint_c = base[:, 0] * k + base[:, 1], cand[:, 0] * k + cand[:, 1]
     stat, p, dof = _chi2_two_sample(joint_b, joint_c, k * k)
     tests.append(TestOutcome(name="chi2 positions 0-1 joint", family="two-sample", primary=False, statistic=stat,

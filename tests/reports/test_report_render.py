@@ -13,8 +13,8 @@ import pytest
 from html_inspect import parse, unsafe_markup
 from report_example import EXAMPLE_FILE, build_example_result
 
-from speceq.cli import main as speceq_main
 from speceq.errors import ConfigError
+from speceq.faces.cli import main as speceq_main
 from speceq.reports import render_report, write_report
 from speceq.verdicts.result import RunResult
 

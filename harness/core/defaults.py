@@ -1,0 +1,24 @@
+"""Default run settings shared by the CLI, the Python API and the pytest plugin (no imports).
+
+DEFAULT_SAMPLES: samples of each case's prompt per engine (companions get as many). The
+    default run is sized to finish in a few minutes on 2 CPU cores.
+DEFAULT_TOLERANCE: TV distance between the baseline's and the candidate's per-position token
+    laws below which a case is ``equivalent`` (checked through an upper confidence bound). At
+    3 000 samples per engine the bound of a correct engine on the default cases measured
+    0.06-0.13 (the plug-in TV's upward bias is most of it), so 0.15 is what the default budget
+    can certify; ~15 000 samples per engine certify 0.05.
+ORACLE_DTYPES: precisions the transformers oracle may run in (``--oracle-dtype``; float32 default).
+DEFAULT_ALPHA: family-wise false-alarm level of a run (Holm over its primary tests); 1e-3
+    keeps a CI job that runs many checks quiet.
+NEAR_TIE_NATS: greedy cases' near-tie threshold, nats (target's top-1 minus top-2 log-probability),
+    measured on float32 CPU: logits of the bundled models differ between batched and unbatched
+    graphs by ~1e-5, so 1e-3 leaves two orders of magnitude of slack and is still far below any
+    margin a real bug needs to flip an argmax on a trained model. bf16 kernels need ~1e-2.
+"""
+
+DEFAULT_SAMPLES = 3000
+DEFAULT_CHUNK_SIZE = 500
+DEFAULT_TOLERANCE = 0.15
+DEFAULT_ALPHA = 1e-3
+ORACLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
+NEAR_TIE_NATS = 1e-3

@@ -1,0 +1,501 @@
+"""The ``speceq`` command line: ``run``, ``report``, ``engines`` (and commands other modules plug in).
+
+Exit codes: 0 every case equivalent, 1 some case shifted, 3 inconclusive and none shifted,
+2 usage, configuration or engine error (one line on stderr; ``--debug`` shows the
+traceback), 130 interrupted (finished chunks are kept; rerun to resume).
+
+A new subcommand lives in its own module providing ``HELP`` (one line),
+``add_arguments(parser)`` and ``handle(args) -> int``, registered by one line in
+:data:`PLUGIN_COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from speceq.errors import SpeceqError, StoreError
+from speceq.verdicts.result import EXIT_USAGE, RunResult
+
+EXIT_INTERRUPTED = 130
+AddArguments = Callable[[argparse.ArgumentParser], None]
+Handler = Callable[[argparse.Namespace], int]
+
+#: Subcommands defined in other modules: name -> module with HELP, add_arguments, handle.
+PLUGIN_COMMANDS: dict[str, str] = {
+    "power": "speceq.faces.cli_power",
+}
+
+
+# ----- speceq run ------------------------------------------------------------------------
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    from speceq.core.defaults import (
+        DEFAULT_ALPHA,
+        DEFAULT_CHUNK_SIZE,
+        DEFAULT_SAMPLES,
+        DEFAULT_TOLERANCE,
+        NEAR_TIE_NATS,
+        ORACLE_DTYPES,
+    )
+
+    g = p.add_argument_group("what to compare")
+    g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/reference/cases.md). Default: the built-in cases")
+    g.add_argument("--models", default="byte", choices=("byte", "bpe"),
+                   help="bundled model world: its target/draft fill the built-in engines' model options and its "
+                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/explanation/bpe-world.md). Default: %(default)s")
+    g.add_argument("--baseline", default="baseline", metavar="SPEC", help="baseline engine (name or module:attr). Default: %(default)s")
+    g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
+    g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
+    g.add_argument("--candidate-option", action="append", default=[], metavar="K=V", help="candidate engine option (repeatable)")
+    g = p.add_argument_group("sampling")
+    g.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N", help="samples per case and engine. Default: %(default)s")
+    g.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N", help="samples per stored chunk. Default: %(default)s")
+    g.add_argument("--seed", type=int, default=0, help="run seed; chunk seeds derive from it. Default: %(default)s")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch threads (default: $SPECEQ_TORCH_THREADS, else 1)")
+    # ----- parallel collection (executors: speceq.pipeline.collect; docs/how-to/scale.md) -----
+    g = p.add_argument_group("parallel collection")
+    g.add_argument("--workers", type=_workers_arg, default=None, metavar="N|auto",
+                   help="local worker processes sampling chunks and scoring them with the oracle (1: in this "
+                        "process). Default: auto, one per CPU that other processes leave at least a quarter idle "
+                        "right now (measured over 0.25 s), at most one per chunk to sample; with --executor ray: tasks in "
+                        "flight (default: one per cluster CPU)")
+    g.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: this machine; ray: tasks on a Ray cluster (pip install 'speceq[ray]'). "
+                        "Default: %(default)s")
+    g.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="Ray cluster to use with --executor ray ('auto', HOST:PORT, ray://HOST:PORT). "
+                        "Default: start a local Ray instance for the run")
+    # ----- end of parallel collection -----
+    g = p.add_argument_group("statistics")
+    g.add_argument("--no-oracle", dest="oracle", action="store_false", help="black-box tests only (no target scoring)")
+    g.add_argument("--oracle-model", metavar="DIR", default=None,
+                   help="target model folder of the oracle. Default: the baseline engine's target model if it "
+                        "loads one, else the bundled target")
+    g.add_argument("--oracle-draft", metavar="auto|bundled|none|DIR", default="auto",
+                   help="draft the oracle scores for the draft-drift test. Default: %(default)s (the candidate "
+                        "engine's own draft model, if it has one)")
+    g.add_argument("--oracle-share-prefix", action=argparse.BooleanOptionalAction, default=True,
+                   help="the oracle runs each prompt once and scores only the generated tokens against its cache: "
+                        "about 6x less oracle work; log-probabilities equal to 1e-5, not bit for bit; "
+                        "--no-oracle-share-prefix scores whole rows, bit-identical to transformers' forward "
+                        "(docs/explanation/fast-forward.md). Default: on")
+    g.add_argument("--oracle-dtype", choices=ORACLE_DTYPES, default="float32",
+                   help="precision of the transformers oracle (a loaded engine model of another dtype is copied, "
+                        "not cast). Default: %(default)s")
+    g.add_argument("--oracle-server", metavar="URL", default=None,
+                   help="score with an OpenAI-compatible server's prompt log-probabilities (vLLM prompt_logprobs) "
+                        "instead of loading the target in transformers (docs/explanation/server-oracle.md). Default: off")
+    g.add_argument("--oracle-top-logprobs", type=_top_logprobs_arg, default=None, metavar="N|all",
+                   help="raw log-probabilities the server oracle asks per position; all: the whole vocabulary "
+                        "(vLLM: --max-logprobs -1). Default: all")
+    g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
+    g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
+    g.add_argument("--near-tie-nats", type=float, default=NEAR_TIE_NATS, metavar="NATS",
+                   help="greedy cases: target top-2 margin up to which a divergence is a numerical near-tie "
+                        "(1e-3 measured on float32 CPU; use ~1e-2 for bf16 engines). Default: %(default)g")
+    g.add_argument("--sequential", action="store_true",
+                   help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
+                        "each case once decided (docs/how-to/sequential.md)")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", default="speceq-out", metavar="DIR", help="samples, result.json, provenance.json. Default: %(default)s")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--resume", dest="resume", action="store_true", default=True, help="reuse stored chunks (default)")
+    mode.add_argument("--fresh", dest="resume", action="store_false", help="discard stored chunks first")
+    g.add_argument("--report", metavar="PATH", help="also write the HTML report there")
+    g.add_argument("--summary-md", metavar="PATH",
+                   help="also write a short Markdown verdict table there (for a pull-request comment or "
+                        "$GITHUB_STEP_SUMMARY, which is appended to; see docs/how-to/ci-summaries.md)")
+    g.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def handle_run(args: argparse.Namespace) -> int:
+    from speceq.engines.registry import parse_engine_options
+    from speceq.inputs.cases import bpe_cases, default_cases, load_cases
+    from speceq.models.worlds import world_engine_options
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
+
+    config = RunConfig(
+        baseline=args.baseline, candidate=args.candidate,
+        baseline_options=world_engine_options(args.models, args.baseline, parse_engine_options(args.baseline_option)),
+        candidate_options=world_engine_options(args.models, args.candidate, parse_engine_options(args.candidate_option)),
+        oracle=args.oracle, oracle_model=args.oracle_model, oracle_share_prefix=args.oracle_share_prefix,
+        oracle_draft=None if args.oracle_draft == "none" else args.oracle_draft,
+        oracle_dtype=args.oracle_dtype, oracle_server=args.oracle_server, oracle_top_logprobs=args.oracle_top_logprobs,
+        samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
+        tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
+        progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
+        workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
+    )
+    if args.cases:
+        cases = load_cases(args.cases)
+    else:
+        cases = bpe_cases() if args.models == "bpe" else default_cases()
+    check_run_outputs(config.out_dir, report=args.report, summary_md=args.summary_md)
+    check_engine_specs(config)
+    try:
+        result = run(config, cases)
+    except StoreError as e:
+        raise StoreError(f"{e} [--fresh discards the stored samples; --out DIR uses another folder]") from e
+    argv = getattr(args, "argv", None) or []
+    if args.json:
+        print(result.to_json())
+    else:
+        print_summary(result, out_dir=config.out_dir, argv=argv)
+    # written after the verdict is printed: a failing write cannot hide it
+    failed = False
+    for flag, path, write in (("--report", args.report, _write_report),
+                              ("--summary-md", args.summary_md, lambda r, p: write_summary_md(r, p, argv=argv))):
+        if not path:
+            continue
+        try:
+            write(result, path)
+        except OSError as e:
+            print(f"speceq: error: {flag}: {os_error_message(e, path)} (the result is in {config.out_dir})",
+                  file=sys.stderr)
+            failed = True
+            continue
+        if not args.json:
+            print(f"{flag.removeprefix('--').replace('-md', '')}: {path}")
+    return EXIT_USAGE if failed else result.exit_code
+
+
+def os_error_message(e: OSError, path: str | os.PathLike[str] | None = None) -> str:
+    """One line for an OS error: what failed and on which path (no errno noise)."""
+    where = e.filename if e.filename is not None else path
+    what = e.strerror or str(e)
+    if e.filename2 is not None:
+        return f"{what}: {str(where)!r} -> {str(e.filename2)!r}"
+    return f"{what}: {str(where)!r}" if where is not None else what
+
+
+def _check_writable_folder(folder: Path, flag: str) -> None:
+    """``folder`` (or its nearest existing parent, when it does not exist yet) accepts a new file."""
+    from speceq.errors import ConfigError
+
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{str(probe)!r} is not a folder, so {str(folder)!r} cannot be created", where=flag)
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write in {str(probe)!r}: {e.strerror or e}", where=flag) from None
+
+
+def check_run_outputs(out_dir: Path, *, report: str | None = None, summary_md: str | None = None) -> None:
+    """Before any sampling: the output folder and the report/summary paths can be written.
+
+    Raises ConfigError naming the option and the path (a file where a folder is needed, a
+    folder where a file is needed, no write permission, a read-only file system).
+    """
+    from speceq.errors import ConfigError
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{str(out_dir)!r} is a file, expected a folder", where="--out")
+    _check_writable_folder(out_dir, "--out")
+    for flag, value in (("--report", report), ("--summary-md", summary_md)):
+        if not value:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise ConfigError(f"{value!r} is a folder, expected a file path", where=flag)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ConfigError(f"{value!r} is not writable", where=flag)
+        _check_writable_folder(path.parent, flag)
+
+
+def check_engine_specs(config: Any) -> None:
+    """Before any model loads: both engine specs name something that exists and imports."""
+    from speceq.engines.registry import check_engine_spec
+
+    for role in ("baseline", "candidate"):
+        spec = getattr(config, role)
+        try:
+            check_engine_spec(spec)
+        except SpeceqError as e:
+            raise type(e)(f"--{role}: {e}") from e
+
+
+def _word_or_int(word: str, minimum: int) -> Callable[[str], int | None]:
+    """An argparse type: ``word`` (None) or an integer >= ``minimum``."""
+
+    def parse(text: str) -> int | None:
+        if text == word:
+            return None
+        try:
+            n = int(text)
+        except ValueError:
+            n = minimum - 1
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"expected {word!r} or an integer >= {minimum}, got {text!r}")
+        return n
+
+    return parse
+
+
+#: ``--oracle-top-logprobs``: ``all`` (None: the whole vocabulary) or an integer >= 2.
+_top_logprobs_arg = _word_or_int("all", 2)
+#: ``--workers``: ``auto`` (None) or an integer >= 1.
+_workers_arg = _word_or_int("auto", 1)
+
+
+def _write_report(result: RunResult, path: str) -> Path:
+    from speceq.reports.render import write_report
+
+    return write_report(result, path)
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str | None = None,
+                  argv: Sequence[str] = ()) -> None:
+    """The result table and the run verdict, on stdout.
+
+    One row per case: id, parameters, verdict, TV estimate and its upper confidence bound,
+    acceptance rate, speedup per token (candidate over baseline), and why: for a shifted case
+    the test that decided it (name, Holm-adjusted p, effect) or the hard failure, for an
+    inconclusive one the samples per engine that would decide. Then the engines (as typed),
+    primary tests that did not run, and the command that would decide the inconclusive
+    cases (``argv``: the ``speceq`` arguments of this run).
+    """
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from speceq.verdicts import reasons
+
+    style = {"equivalent": "green", "shifted": "bold red", "inconclusive": "yellow"}
+    table = Table()
+    table.add_column("case", no_wrap=True)
+    table.add_column("params", overflow="fold")
+    for col in ("verdict", "TV", "TV bound", "accept", "speedup"):
+        table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
+    table.add_column("why", overflow="fold", ratio=1)
+    for c in result.cases:
+        label = _params_label(c.case.get("params", {}), c.case.get("batch_size"))
+        speed = "—" if c.speedup_per_token is None else f"{c.speedup_per_token:.2f}x"
+        why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
+        table.add_row(escape(c.case_id), label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", _fmt(c.tv_estimate),
+                      _fmt(c.tv_upper_bound), _fmt(c.acceptance_rate, ".2f"), speed, escape(why))
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a file or a pipe: room for the whole row
+        console = Console(highlight=False, width=160)
+    # plain print: engine specs are paths and must not be wrapped
+    print(f"speceq: {reasons.engine_label(result, 'candidate')} vs {reasons.engine_label(result, 'baseline')}", flush=True)
+    console.print(table)
+    console.print(result.summary(), style=style.get(result.verdict, ""))
+    # plain prints below: paths and commands must not be wrapped
+    for line in reasons.skipped_tests(result):
+        print(f"note: {line}")
+    rerun = rerun_line(result, argv)
+    if rerun:
+        print(rerun)
+    if out_dir is not None:
+        print(f"result: {out_dir / 'result.json'}   samples and provenance: {out_dir}")
+    for c in result.cases:  # sequential mode: say when each case was decided
+        if c.reason.startswith("sequential:"):
+            print(f"{c.case_id}: {c.reason}")
+    if report:
+        print(f"report: {report}")
+
+
+def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
+    """'to decide: <command>' for the inconclusive cases ('' when there is none or no command line)."""
+    from speceq.verdicts import reasons
+
+    need = [c for c in result.cases if c.verdict == "inconclusive" and c.required_n is not None]
+    if not need:
+        return ""
+    n = max(c.required_n for c in need if c.required_n is not None)
+    own = [c.case_id for c in need if isinstance(c.case, dict) and c.case.get("samples")]
+    tail = (f" (cases {', '.join(own)} set their own samples in the cases file: raise them there)" if own else "")
+    if not argv:
+        return f"to decide: rerun with --samples {n} and the same --out (stored samples are reused){tail}"
+    return f"to decide: {reasons.argv_rerun_command(argv, n)}   (reuses the stored samples){tail}"
+
+
+def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
+    """A short Markdown verdict table (GitHub-flavoured) for a pull-request comment or a CI step summary."""
+    from speceq.verdicts import reasons
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    mark = {"equivalent": "✅ equivalent", "shifted": "❌ shifted", "inconclusive": "⚠️ inconclusive"}
+    lines = [
+        f"### speceq: {result.verdict.upper()}",
+        "",
+        f"`{cell(reasons.engine_label(result, 'candidate'))}` vs `{cell(reasons.engine_label(result, 'baseline'))}` · "
+        f"α = {result.alpha:g} · tolerance TV < {result.tolerance:g}",
+        "",
+        "| case | verdict | TV | TV bound | why |",
+        "|---|---|---:|---:|---|",
+    ]
+    for c in result.cases:
+        why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
+        lines.append(f"| `{cell(c.case_id)}` | {mark.get(c.verdict, c.verdict)} | {_fmt(c.tv_estimate)} | "
+                     f"{_fmt(c.tv_upper_bound)} | {cell(why)} |")
+    lines += ["", result.summary()]
+    for note in reasons.skipped_tests(result):
+        lines += ["", f"> note: {cell(note)}"]
+    rerun = rerun_line(result, argv)
+    if rerun:
+        lines += ["", "To decide the inconclusive cases:", "", "```", rerun.removeprefix("to decide: "), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary_md(result: RunResult, path: str | os.PathLike[str], *, argv: Sequence[str] = ()) -> Path:
+    """Write :func:`summary_markdown` to ``path``; append when ``path`` is ``$GITHUB_STEP_SUMMARY``."""
+    target = Path(path)
+    text = summary_markdown(result, argv=argv)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    append = bool(step_summary) and target.exists() and target.resolve() == Path(step_summary).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a" if append else "w", encoding="utf-8") as f:
+        f.write(text)
+    return target
+
+
+def _params_label(params: dict[str, Any], batch_size: Any) -> str:
+    from speceq.core.params import SamplingParams
+
+    try:
+        label = SamplingParams(**params).label()
+    except (TypeError, SpeceqError):
+        label = str(params)
+    return f"{label} bs={batch_size}" if batch_size and batch_size != 1 else label
+
+
+# ----- speceq report ---------------------------------------------------------------------
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("result", metavar="RESULT", help="a result.json written by speceq run")
+    p.add_argument("-o", "--output", default=None, metavar="OUT.html",
+                   help="where to write the HTML report. Default: RESULT with the suffix .html")
+
+
+def load_result(path: str | Path) -> RunResult:
+    """A RunResult from a result.json; ConfigError naming the file when it is not one."""
+    from speceq.errors import ConfigError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the result: {e}", where=str(path)) from None
+    try:
+        return RunResult.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"not a speceq result.json ({type(e).__name__}: {e})", where=str(path)) from None
+
+
+def handle_report(args: argparse.Namespace) -> int:
+    """Write the HTML report of a saved result; every failure is a ConfigError naming the file."""
+    from speceq.errors import ConfigError
+
+    result = load_result(args.result)
+    out = Path(args.output) if args.output is not None else Path(args.result).with_suffix(".html")
+    try:
+        path = _write_report(result, str(out))
+    except ConfigError as e:
+        raise ConfigError(f"cannot render the result: {e}", where=str(args.result)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot write the report: {os_error_message(e)}", where=str(out)) from None
+    print(result.summary())
+    print(f"report: {path}")
+    return 0
+
+
+# ----- speceq engines --------------------------------------------------------------------
+def add_engines_arguments(p: argparse.ArgumentParser) -> None:
+    del p  # no options
+
+
+def handle_engines(args: argparse.Namespace) -> int:
+    from speceq.engines.registry import BUILTIN_ENGINES, list_engines
+
+    for name in list_engines():
+        target = BUILTIN_ENGINES.get(name)
+        print(f"{name:<20} {target}" if target else name)
+    print("or any 'package.module:attr' / 'path/to/file.py:attr' (see docs/how-to/test-your-engine.md)")
+    return 0
+
+
+COMMANDS: dict[str, tuple[str, AddArguments, Handler]] = {
+    "run": ("sample a baseline and a candidate engine and test that they sample the same distribution",
+            add_run_arguments, handle_run),
+    "report": ("render a saved result.json as an HTML report", add_report_arguments, handle_report),
+    "engines": ("list the engines speceq knows", add_engines_arguments, handle_engines),
+}
+
+
+def _plugin_commands() -> dict[str, tuple[str, AddArguments, Handler]]:
+    found = {}
+    for name, module_name in PLUGIN_COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:  # the module exists but one of its imports is missing
+                raise
+            continue
+        found[name] = (module.HELP, module.add_arguments, module.handle)
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser = argparse.ArgumentParser(
+        prog="speceq", description="Distribution-equivalence tests for speculative decoding.",
+        epilog="exit codes: 0 equivalent, 1 shifted, 3 inconclusive, 2 usage/engine error, 130 interrupted",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (help_text, add_arguments, handler) in {**COMMANDS, **_plugin_commands()}.items():
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+        add_arguments(p)
+        p.set_defaults(handler=handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``speceq`` command line; return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2, message printed)
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    from speceq.pipeline.stopping import RunInterrupted
+
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return args.handler(args)
+    except RunInterrupted as e:
+        print(f"\nspeceq: {e.message}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("\nspeceq: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (SpeceqError, OSError) as e:
+        if args.debug:
+            raise
+        message = os_error_message(e) if isinstance(e, OSError) and not isinstance(e, SpeceqError) else str(e)
+        print(f"speceq: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Per-session state of the plugin: the engine cache, every check's result, the HTML report.
+
+:class:`EquivalenceSession` is registered as the plugin object ``speceq-session``; its hook
+methods run in every pytest process. Under pytest-xdist each worker keeps its own records
+and sends them, as JSON, to the controller in ``workeroutput`` when it finishes; only the
+controller (or the single process without xdist) writes the report: one HTML file for the
+whole session, plus the merged result as JSON beside it. Heavy modules (numpy, the run
+machinery, the report renderer) are imported on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from speceq.faces.pytest_support.options import Settings
+
+if TYPE_CHECKING:
+    from speceq.engines.base import Engine
+    from speceq.verdicts.result import RunResult
+
+#: Per-item stash: the test's checks (result, store folder) and its information notes.
+ITEM_RESULTS_KEY = pytest.StashKey[list]()
+ITEM_NOTES_KEY = pytest.StashKey[list]()
+#: Key of the records a worker sends to the controller in ``workeroutput``.
+WORKER_OUTPUT_KEY = "speceq_records"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """One check of one test: where it ran and its result."""
+
+    nodeid: str
+    index: int  # 0-based, per test
+    result: RunResult
+    store: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodeid": self.nodeid, "index": self.index, "store": self.store, "result": self.result.to_dict()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CheckRecord:
+        from speceq.verdicts.result import RunResult
+
+        return cls(str(d["nodeid"]), int(d["index"]), RunResult.from_dict(dict(d["result"])), d.get("store"))
+
+
+def _engine_key(spec: str, options: Mapping[str, Any]) -> tuple[str, str]:
+    return spec, json.dumps(dict(options), sort_keys=True, default=repr)
+
+
+def _distinct_engines(records: Sequence[CheckRecord]) -> dict[str, Any]:
+    """Engines of the merged result: ``baseline``/``candidate`` when all checks agree, else numbered."""
+    out: dict[str, Any] = {}
+    for role in ("baseline", "candidate"):
+        seen: list[Any] = []
+        for r in records:
+            d = r.result.engines.get(role)
+            if d not in seen:
+                seen.append(d)
+        if len(seen) == 1:
+            out[role] = seen[0]
+        else:
+            out.update({f"{role} #{i + 1}": d for i, d in enumerate(seen)})
+    return out
+
+
+def merge_results(records: Sequence[CheckRecord]) -> RunResult:
+    """One RunResult of every check (cases renamed ``<test id> :: <case id>``), for one report.
+
+    The run verdict is the worst of the checks' verdicts. Each check's Holm adjustment is
+    over its own tests: the merged result does not re-adjust (a note says so).
+    """
+    from speceq.verdicts.result import RunResult, worst_verdict
+
+    if not records:
+        raise ValueError("`records` is empty: no check ran")
+    ordered = sorted(records, key=lambda r: (r.nodeid, r.index))
+    per_test: dict[str, int] = {}
+    for r in ordered:
+        per_test[r.nodeid] = per_test.get(r.nodeid, 0) + 1
+    cases = []
+    for r in ordered:
+        label = r.nodeid if per_test[r.nodeid] == 1 else f"{r.nodeid} #{r.index + 1}"
+        cases.extend(dataclasses.replace(c, case_id=f"{label} :: {c.case_id}") for c in r.result.cases)
+    verdict = worst_verdict(r.result.verdict for r in ordered)
+    first = ordered[0].result
+    notes = [f"merged from {len(ordered)} checks of {len(per_test)} tests; each check's Holm adjustment "
+             f"covers its own tests (family-wise error <= alpha per check, <= {len(ordered)} x alpha for the session)"]
+    other_alpha = sorted({r.result.alpha for r in ordered} - {first.alpha})
+    if other_alpha:
+        notes.append(f"some checks used alpha {other_alpha} instead of {first.alpha:g}; "
+                     f"their 'rejects' marks in this report use {first.alpha:g}")
+    provenance = {
+        "checks": [{"test": r.nodeid, "check": r.index + 1, "verdict": r.result.verdict, "store": r.store,
+                    "seed": r.result.seed, "alpha": r.result.alpha} for r in ordered],
+        **{k: first.provenance[k] for k in ("packages", "git", "machine") if k in first.provenance},
+    }
+    oracle = next((r.result.oracle for r in ordered if r.result.oracle is not None), None)
+    return RunResult(verdict=verdict, alpha=first.alpha, tolerance=first.tolerance, seed=first.seed,
+                     engines=_distinct_engines(ordered), cases=tuple(cases), oracle=oracle,
+                     provenance=provenance, notes=tuple(notes))
+
+
+class EquivalenceSession:
+    """Session state and session-level hooks (registered as plugin ``speceq-session``)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.records: list[CheckRecord] = []
+        self.report_written: Path | None = None
+        self._engines: dict[tuple[str, str], Any] = {}
+        self._engine_errors: dict[tuple[str, str], str] = {}
+
+    @property
+    def is_worker(self) -> bool:
+        """True in a pytest-xdist worker process."""
+        return hasattr(self.config, "workerinput")
+
+    # ----- engines -----------------------------------------------------------------------
+    def engine(self, role: str, spec: str, options: Mapping[str, Any]) -> Engine:
+        """The engine of ``spec`` with ``options``, built once per session (hook, then registry).
+
+        A spec that failed to build fails every test that asks for it, with the first error.
+        """
+        __tracebackhide__ = True
+        key = _engine_key(spec, options)
+        if key in self._engines:
+            return self._engines[key]
+        if key in self._engine_errors:
+            pytest.fail(self._engine_errors[key], pytrace=False)
+        from speceq.engines.registry import resolve_engine
+        from speceq.errors import SpeceqError
+
+        try:
+            engine = self.config.hook.pytest_speceq_make_engine(config=self.config, role=role, spec=spec,
+                                                                 options=dict(options))
+            if engine is None:
+                engine = resolve_engine(spec, options=dict(options))
+        except SpeceqError as e:
+            self._engine_errors[key] = f"speceq: cannot build the {role} engine {spec!r}: {e}"
+            pytest.fail(self._engine_errors[key], pytrace=False)
+        self._engines[key] = engine
+        return engine
+
+    # ----- results -----------------------------------------------------------------------
+    def record(self, nodeid: str, index: int, result: RunResult, store: Path | None) -> None:
+        self.records.append(CheckRecord(nodeid, index, result, None if store is None else str(store)))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Controller side of pytest-xdist: take the records a finished worker sent."""
+        output = getattr(node, "workeroutput", None) or {}
+        payload = output.get(WORKER_OUTPUT_KEY)
+        if payload:
+            self.records.extend(CheckRecord.from_json(d) for d in json.loads(payload))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            self.config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(  # type: ignore[attr-defined]
+                [r.to_json() for r in self.records], allow_nan=True)
+            return
+        if self.settings.report is not None and self.records:
+            self.report_written = write_session_report(self.records, self.settings.report)
+
+    def pytest_report_header(self, config: pytest.Config) -> str | None:
+        if all(source == "default" for source in self.settings.sources.values()):
+            return None
+        return self.settings.header()
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker or self.settings.report is None:
+            return
+        if self.report_written is not None:
+            json_path = self.report_written.with_suffix(".json")
+            terminalreporter.write_line(f"speceq: report of {len(self.records)} checks: {self.report_written} "
+                                        f"(result: {json_path})")
+        else:
+            terminalreporter.write_line("speceq: no check ran; no report written")
+
+
+def write_session_report(records: Sequence[CheckRecord], path: Path) -> Path:
+    """Write the merged result's HTML report to ``path`` and its JSON beside it; return ``path``."""
+    from speceq.reports.render import write_report
+    from speceq.store import atomic_write
+
+    merged = merge_results(records)
+    data = (merged.to_json() + "\n").encode("utf-8")
+    atomic_write(path.with_suffix(".json"), lambda f: f.write(data))
+    return write_report(merged, path)

@@ -1,0 +1,552 @@
+"""Analysis glue: samples (+ oracle scores) of every case -> tests -> decisions -> RunResult.
+
+The primary tests of a case are fixed by its settings before any data is seen:
+
+black-box (always)
+    ``chi2 prompt j position 0`` for every prompt j of the batch layout (the case's prompt
+    and its companions), ``chi2 joint first 2`` on the case's prompt, and, unless
+    ``ignore_eos``, ``chi2 length``. Without an oracle, ``chi2 prompt j position t`` for
+    every later position t is primary too; with one, those are diagnostics.
+oracle (when a target oracle is given; over every generated token of the candidate, all
+prompts of the batch)
+    ``PIT Anderson-Darling``, ``z argmax leak``, ``z temperature drift``, ``z draft drift``
+    (when the oracle has the draft) and ``chi2 GOF first token`` (case prompt). KS, Cramér-von
+    Mises and the PIT histogram are diagnostics, and so is the same PIT on the *baseline*'s
+    tokens (an A/A check of the oracle itself: if it rejects, the oracle does not model the
+    baseline and the oracle tests are not trustworthy; a note says so).
+
+Effect size: for the case's prompt, the plug-in TV between baseline and candidate of the
+token (or END) at every generated position; the case's TV is the largest over positions and
+its upper bound is the largest per-position bound, each at level alpha / (positions), so the
+bound holds for all positions at once (union bound). With an oracle, position 0 uses the
+one-sample bound against the exact target law instead.
+
+Greedy cases (temperature 0) are not tested statistically: rows of every prompt of the
+batch must be equal token for token; every diverging row's first divergence is classified
+by the target's raw top-2 margin there (:mod:`speceq.pipeline.greedy`; the near-tie threshold is a
+setting). The verdict of every case, greedy or not, is decided in
+:func:`speceq.verdicts.decide.decide_run` from the typed :class:`CaseEvidence` built here.
+
+Oracle trust: the same PIT on the *baseline*'s tokens is an A/A check of the oracle
+itself. When it rejects at alpha, or the baseline emits tokens of probability 0 under the
+oracle, the oracle does not model the baseline (e.g. bf16 rounding at a top-p boundary):
+the oracle tests and the candidate's support violations are demoted to diagnostics and the
+two-sample tests decide; the verdict says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shlex
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from speceq import stats
+from speceq.core.defaults import NEAR_TIE_NATS
+from speceq.engines.base import SampleBatch
+from speceq.inputs.cases import Case
+from speceq.models.tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
+from speceq.oracles.protocol import Oracle
+from speceq.pipeline.collect.session import ScoreRequest
+from speceq.pipeline.greedy import compare_greedy_rows
+from speceq.pipeline.pictures import chi2_bins, martingale_paths
+from speceq.verdicts.decide import CaseDecision, decide_run, run_verdict
+from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
+from speceq.verdicts.result import (
+    CaseResult,
+    GreedyDivergence,
+    GreedySummary,
+    RunResult,
+    SampleText,
+    TestOutcome,
+    TokenFrequency,
+)
+
+#: Top tokens shown per position in the report, and positions shown.
+TOP_TOKENS = 8
+TOP_POSITIONS = (0, 1)
+#: Decoded sample texts kept per engine.
+SAMPLE_TEXTS = 3
+#: Baseline rows scored by the oracle for its A/A trust check.
+BASELINE_AA_ROWS = 1000
+#: Most greedy divergences displayed per case (all of them are classified and counted).
+MAX_DIVERGENCES = 10
+#: Oracle tests of a case (upper count) when planning the Monte Carlo level.
+_ORACLE_PRIMARY_TESTS = 5
+
+
+def case_rng(seed: int, case_id: str, stream: int) -> np.random.Generator:
+    """Independent generator per (run seed, case, purpose): PIT V draws, Monte Carlo tables."""
+    return np.random.default_rng([seed, zlib.crc32(case_id.encode()), stream])
+
+
+@dataclass(frozen=True, slots=True)
+class PositionComparison:
+    """The chi-square of one generated position of the case's prompt, with its counts."""
+
+    position: int
+    result: stats.HomogeneityResult
+    labels: np.ndarray
+    counts_baseline: np.ndarray
+    counts_candidate: np.ndarray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OracleFindings:
+    """Oracle tests of one case and whether the oracle is trusted (its baseline A/A check)."""
+
+    tests: tuple[TestOutcome, ...]
+    support_failures: tuple[str, ...]
+    histogram: tuple[int, ...]
+    gof: stats.GoodnessOfFitResult | None
+    demoted: str | None
+    z_paths: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseDetails:
+    """What a case result shows besides the decision: speed, samples, frequencies, notes."""
+
+    samples: tuple[SampleText, ...]
+    candidate_tokens: int
+    acceptance_rate: float | None
+    baseline_tokens_per_s: float | None
+    candidate_tokens_per_s: float | None
+    notes: tuple[str, ...] = ()
+    top_tokens: tuple[TokenFrequency, ...] = ()
+    pit_histogram: tuple[int, ...] = ()
+    greedy: GreedySummary | None = None
+    tv_reference: str = "two-sample"
+    speedup_per_token: float | None = field(default=None)
+    z_paths: tuple[Any, ...] = ()
+    test_bins: tuple[Any, ...] = ()
+
+
+def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | None = None) -> TestOutcome:
+    stat = float(res.statistic)
+    return TestOutcome(
+        name=name,
+        family=family,
+        primary=primary,
+        statistic=stat if math.isfinite(stat) else float("inf"),
+        pvalue=float(res.pvalue),
+        dof=float(res.dof) if getattr(res, "dof", None) is not None else None,
+        n=int(res.n) if getattr(res, "n", None) is not None else None,
+        summary=summary if summary is not None else res.summary(),
+    )
+
+
+def _head(batch: SampleBatch, rows: int) -> SampleBatch:
+    """The first ``rows`` rows of a batch (totals and timing dropped)."""
+    if batch.rows <= rows:
+        return batch
+    return SampleBatch(tokens=batch.tokens[:rows], lengths=batch.lengths[:rows], prompt_index=batch.prompt_index[:rows])
+
+
+def _rows_of(batch: SampleBatch, prompt: int) -> tuple[np.ndarray, np.ndarray]:
+    keep = np.asarray(batch.prompt_index) == prompt
+    return batch.tokens[keep], batch.lengths[keep]
+
+
+def _tokens_per_s(batch: SampleBatch) -> float | None:
+    if not batch.wall_time_s:
+        return None
+    return float(batch.lengths.sum()) / batch.wall_time_s
+
+
+class _Tok:
+    """Token labels for display: ByteTokenizer for the bundled vocabulary, ids otherwise."""
+
+    def __init__(self, vocab_size: int) -> None:
+        from speceq.models import VOCAB_SIZE, ByteTokenizer
+
+        self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
+
+    def _bytes(self, ids: Sequence[int]) -> bool:
+        # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
+        return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
+
+    def token(self, t: int) -> str:
+        if t == stats.END:
+            return "<END>"
+        if t < 0:
+            return "<ended>"
+        return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
+
+    def text(self, ids: Sequence[int]) -> str:
+        return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
+
+
+def score_requests(cases: Sequence[Case], baseline: Mapping[str, SampleBatch],
+                   candidate: Mapping[str, SampleBatch]) -> list[ScoreRequest]:
+    """The ``oracle.score`` requests :func:`analyse_run` makes, in its order, so they can be scored ahead.
+
+    Case by case (sampling cases only): the baseline's first :data:`BASELINE_AA_ROWS` rows for
+    the oracle's A/A check, then the candidate's rows.
+    """
+    out: list[ScoreRequest] = []
+    for case in cases:
+        if case.params.greedy:
+            continue
+        base, cand = baseline[case.case_id], candidate[case.case_id]
+        out += [(case.case_id, case.prompts, _head(base, BASELINE_AA_ROWS), case.params),
+                (case.case_id, case.prompts, cand, case.params)]
+    return out
+
+
+def planned_primary_tests(case: Case, *, oracle: bool) -> int:
+    """Upper count of a case's primary tests, fixed by its settings before any data."""
+    if case.params.greedy:
+        return 0
+    L = case.params.max_new_tokens
+    count = len(case.prompts) * (1 if oracle else L)
+    count += 1 if L >= 2 else 0  # joint first 2
+    count += 1 if (not case.params.ignore_eos and L >= 2) else 0  # length
+    return count + (_ORACLE_PRIMARY_TESTS if oracle else 0)
+
+
+def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float,
+                mc_level: float, rng: np.random.Generator,
+                tok: _Tok) -> tuple[list[TestOutcome], list[PositionComparison], list[Any]]:
+    """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt.
+
+    Also the largest bins of every primary test with raw p <= alpha (one that may decide the
+    case), for the report's picture of it.
+    """
+    L = case.params.max_new_tokens
+    tests: list[TestOutcome] = []
+    bins: list[Any] = []
+    per_position: list[PositionComparison] = []  # case prompt only
+    tv_alpha = alpha / L
+
+    def chi2(ca: np.ndarray, cb: np.ndarray, **kw: Any) -> stats.HomogeneityResult:
+        return stats.chisquare_homogeneity(ca, cb, rng=rng, mc_level=mc_level, **kw)
+
+    for j in range(len(case.prompts)):
+        ta, la = _rows_of(base, j)
+        tb, lb = _rows_of(cand, j)
+        if len(la) == 0 or len(lb) == 0:
+            continue
+        for t in range(L):
+            sa, sb = stats.position_symbols(ta, la, t), stats.position_symbols(tb, lb, t)
+            if t > 0 and (sa == stats.END).all() and (sb == stats.END).all():
+                break
+            labels, ca, cb = stats.paired_counts(sa, sb)
+            res = chi2(ca, cb, tv_alpha=tv_alpha)
+            primary = t == 0 or not oracle_mode
+            tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res),
+                                             prompt=j, position=t))
+            if primary and res.pvalue <= alpha:
+                bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
+            if j == 0:
+                per_position.append(PositionComparison(t, res, labels, ca, cb))
+    ta, la = _rows_of(base, 0)
+    tb, lb = _rows_of(cand, 0)
+    if L >= 2:
+        labels, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
+        res = chi2(ca, cb)
+        tests.append(_outcome("chi2 joint first 2", "two-sample", True, res))
+        if res.pvalue <= alpha:
+            pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
+            bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
+    if not case.params.ignore_eos and L >= 2:
+        labels, ca, cb = stats.paired_counts(la, lb)
+        res = chi2(ca, cb)
+        tests.append(_outcome("chi2 length", "sequence", True, res))
+        if res.pvalue <= alpha:
+            bins.append(chi2_bins("chi2 length", [f"{int(x)} tokens" for x in labels], ca, cb))
+    return tests, per_position, bins
+
+
+def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
+                first_probs: np.ndarray | None) -> tuple[TokenFrequency, ...]:
+    out = []
+    for pc in per_position:
+        if pc.position not in TOP_POSITIONS:
+            continue
+        order = np.argsort(-(pc.counts_baseline + pc.counts_candidate), kind="stable")[:TOP_TOKENS]
+        for i in order:
+            lab = int(pc.labels[i])
+            prob = None
+            if pc.position == 0 and first_probs is not None and lab >= 0:
+                prob = float(first_probs[lab])
+            out.append(TokenFrequency(position=pc.position, token=lab, text=tok.token(lab),
+                                      baseline_count=int(pc.counts_baseline[i]),
+                                      candidate_count=int(pc.counts_candidate[i]), oracle_prob=prob))
+    return tuple(out)
+
+
+def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
+                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float) -> OracleFindings:
+    """Baseline A/A trust check first; then PIT, martingale z-tests, first-token GOF, support check."""
+    params = case.params
+    base_scores = oracle.score(case.prompts, _head(base, BASELINE_AA_ROWS), params)
+    base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
+    base_sup = stats.support_violations(base_scores)
+    demoted = None
+    if base_sup.failed or base_pit.pvalue <= alpha:
+        why = []
+        if base_pit.pvalue <= alpha:
+            why.append(f"its PIT A/A check on the baseline rejects, p={base_pit.pvalue:.2g} <= alpha={alpha:g}")
+        if base_sup.failed:
+            why.append(f"the baseline emits {base_sup.statistic} tokens of probability 0 under it")
+        demoted = (f"the oracle does not model the baseline ({'; '.join(why)}), so the two-sample tests decide; "
+                   "check the oracle model and its processing (e.g. bf16 rounding at a top-p boundary)")
+    primary = demoted is None
+    scores = oracle.score(case.prompts, cand, params)
+    sup = stats.support_violations(scores)
+    failures: list[str] = []
+    for idx in sup.indices[:5]:
+        r, t = int(scores.row[idx]), int(scores.position[idx])
+        pj = int(cand.prompt_index[r])
+        prefix = tok.text(list(case.prompts[pj]) + cand.row_tokens(r)[:t])
+        failures.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} has probability 0 "
+                        f"under the processed target after {prefix[-40:]!r}")
+    if sup.failed and sup.statistic > 5:
+        failures.append(f"... {sup.statistic} such tokens in all")
+    pit = stats.pit_uniformity(stats.randomized_pit(scores, rng))
+    tests = [
+        _outcome("PIT Anderson-Darling", "oracle", primary, pit.anderson_darling),
+        _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks),
+        _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises),
+        _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2),
+        _outcome("z argmax leak", "oracle", primary, stats.argmax_leak_z(scores)),
+    ]
+    if scores.logp_mean is not None:  # None: a top-K oracle, the test is not run (a note says so)
+        tests.append(_outcome("z temperature drift", "oracle", primary, stats.temperature_drift_z(scores)))
+    if scores.has_draft:
+        tests.append(_outcome("z draft drift", "oracle", primary, stats.draft_drift_z(scores)))
+    gof = None
+    if first_probs is not None:  # None: the oracle does not know the whole first-token law
+        first = scores.position == 0
+        first_tokens = scores.token[first & (np.asarray(cand.prompt_index)[scores.row] == 0)]
+        counts = np.bincount(first_tokens, minlength=first_probs.size)
+        gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=mc_level)
+        tests.append(_outcome("chi2 GOF first token", "oracle", primary, gof))
+    tests.append(_outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit))
+    return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), histogram=tuple(int(h) for h in pit.histogram),
+                          gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)))
+
+
+def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: _Tok, *, alpha: float,
+            near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[str, ...]]:
+    """Row comparison over every prompt; every divergence classified; mismatches as hard failures."""
+    rows = [(*_rows_of(base, j), *_rows_of(cand, j)) for j in range(len(case.prompts))]
+    cmp = compare_greedy_rows(rows, case.prompts, None if oracle is None else oracle.raw_top2_margin, near_tie_nats)
+    mismatches = [d for d in cmp.divergences if d.classification == "mismatch"]
+    failures = [f"greedy rows of prompt {d.prompt_index} differ at position {d.divergence.position} where the target's "
+                f"top-2 margin is {d.margin:.3g} nats (> {near_tie_nats:g}): {tok.token(d.divergence.baseline_token)} vs "
+                f"{tok.token(d.divergence.candidate_token)} after "
+                f"{tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-30:]!r} ({d.rows} rows)"
+                for d in mismatches[:MAX_DIVERGENCES]]
+    if len(mismatches) > MAX_DIVERGENCES:
+        failures.append(f"... {len(mismatches)} distinct mismatches in all")
+    n_case = max(1, cmp.case_rows)
+    evidence = GreedyEvidence(
+        rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, mismatches=cmp.rows_classified("mismatch"),
+        near_ties=cmp.rows_classified("near-tie"), unexplained=cmp.rows_classified("unexplained"),
+        near_tie_nats=near_tie_nats, tv_estimate=cmp.case_rows_diverging / n_case,
+        tv_upper_bound=stats.tv_upper_bound_row_mismatch(cmp.case_rows_diverging, n_case, alpha),
+    )
+    shown = tuple(
+        GreedyDivergence(prompt_index=d.prompt_index, position=d.divergence.position,
+                         baseline_token=d.divergence.baseline_token, candidate_token=d.divergence.candidate_token,
+                         margin=d.margin, classification=d.classification,
+                         prefix_text=tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-60:])
+        for d in cmp.divergences[:MAX_DIVERGENCES]
+    )
+    summary = GreedySummary(rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, near_tie_threshold=near_tie_nats,
+                            divergences=shown, mismatches=evidence.mismatches, near_ties=evidence.near_ties,
+                            unexplained=evidence.unexplained, distinct_divergences=len(cmp.divergences))
+    return evidence, summary, tuple(failures)
+
+
+def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tuple[SampleText, ...]:
+    out = []
+    for role, batch in (("baseline", base), ("candidate", cand)):
+        rows = np.flatnonzero(np.asarray(batch.prompt_index) == 0)[:SAMPLE_TEXTS]
+        for r in rows:
+            ids = batch.row_tokens(int(r))
+            out.append(SampleText(engine=role, prompt_index=0, text=tok.text(ids), token_ids=tuple(ids)))
+    return tuple(out)
+
+
+def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
+                  seed: int, tok: _Tok, mc_level: float, near_tie_nats: float) -> tuple[CaseEvidence, CaseDetails]:
+    n_base = int((np.asarray(base.prompt_index) == 0).sum())
+    n_cand = int((np.asarray(cand.prompt_index) == 0).sum())
+    base_speed, cand_speed = _tokens_per_s(base), _tokens_per_s(cand)
+    details = CaseDetails(
+        samples=_samples(case, base, cand, tok), candidate_tokens=int(cand.lengths.sum()),
+        acceptance_rate=cand.acceptance_rate, baseline_tokens_per_s=base_speed, candidate_tokens_per_s=cand_speed,
+        speedup_per_token=cand_speed / base_speed if base_speed and cand_speed else None,
+    )
+    if case.params.greedy:
+        g, summary, failures = _greedy(case, base, cand, oracle, tok, alpha=alpha, near_tie_nats=near_tie_nats)
+        ev = CaseEvidence(case_id=case.case_id, tests=(), tv_estimate=g.tv_estimate, tv_upper_bound=g.tv_upper_bound,
+                          effective_support=1.0, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures, greedy=g)
+        return ev, _replace(details, greedy=summary, tv_reference="greedy rows")
+
+    rng = case_rng(seed, case.case_id, 0)
+    tests, per_position, test_bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha,
+                                                 mc_level=mc_level, rng=rng, tok=tok)
+    details = _replace(details, test_bins=tuple(test_bins))
+    failures: tuple[str, ...] = ()
+    notes: list[str] = []
+    first_probs = None
+    demoted = None
+    bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
+    tv_reference = "two-sample"
+    if oracle is not None:
+        if oracle.knows_full_law(case.params):
+            first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
+        else:
+            notes.append("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
+                         "'z temperature drift' (needs the mean and variance of log p over the whole law) and "
+                         "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
+                         "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
+        found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
+                              alpha=alpha, mc_level=mc_level)
+        tests += found.tests
+        demoted = found.demoted
+        details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths)
+        if demoted is None:
+            failures = found.support_failures
+            if bounds and found.gof is not None:
+                gof = found.gof
+                bounds[0] = (gof.tv, stats.tv_upper_bound_oracle(gof.tv, gof.n, alpha / max(1, len(bounds))))
+            tv_reference = "oracle (position 0) and two-sample" if found.gof is not None else "two-sample"
+        else:
+            notes.append(f"oracle tests demoted to diagnostics: {demoted}")
+            if found.support_failures:
+                notes.append("candidate tokens of probability 0 under the oracle (not counted as failures while the "
+                             f"oracle is not trusted): {found.support_failures[0]}")
+    if bounds:
+        worst = max(range(len(bounds)), key=lambda i: bounds[i][1])
+        tv_est = max(b[0] for b in bounds)
+        tv_up = bounds[worst][1]
+        pc = per_position[worst]
+        k_eff = stats.effective_support_upper(pc.counts_baseline + pc.counts_candidate)
+    else:
+        tv_est = tv_up = None
+        k_eff = 1.0
+    details = _replace(details, notes=tuple(notes), top_tokens=_top_tokens(per_position, tok, first_probs),
+                       tv_reference=tv_reference)
+    ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
+                      effective_support=k_eff, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures,
+                      oracle_demoted=demoted, bound_alpha=alpha / max(1, len(bounds)))
+    return ev, details
+
+
+def _replace(details: CaseDetails, **changes: Any) -> CaseDetails:
+    return dataclasses.replace(details, **changes)
+
+
+def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
+    """The ``speceq run`` command that reruns with ``samples`` per engine, from the run's settings.
+
+    Stored samples are reused (same ``--out``), so only the missing ones are drawn. A case
+    with its own ``samples`` in a cases file needs that entry raised instead; the command
+    then says so.
+    """
+    args = ["speceq", "run"]
+    if settings.get("cases_file"):
+        args += ["--cases", str(settings["cases_file"])]
+    for role in ("baseline", "candidate"):
+        if role in settings:
+            args += [f"--{role}", str(settings[role])]
+        for k, v in dict(settings.get(f"{role}_options") or {}).items():
+            args += [f"--{role}-option", f"{k}={v}"]
+    if settings.get("oracle") is False:
+        args.append("--no-oracle")
+    else:
+        if settings.get("oracle_model"):
+            args += ["--oracle-model", str(settings["oracle_model"])]
+        draft = settings.get("oracle_draft", "auto")
+        if draft != "auto":
+            args += ["--oracle-draft", "none" if draft is None else str(draft)]
+        if not settings.get("oracle_share_prefix", True):
+            args.append("--no-oracle-share-prefix")
+        if settings.get("oracle_server"):
+            args += ["--oracle-server", str(settings["oracle_server"])]
+            top = settings.get("oracle_top_logprobs")
+            args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
+        if settings.get("oracle_dtype", "float32") != "float32":
+            args += ["--oracle-dtype", str(settings["oracle_dtype"])]
+    args += ["--samples", str(samples)]
+    for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
+                      ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
+        if settings.get(key) is not None:
+            args += [flag, f"{settings[key]:g}" if isinstance(settings[key], float) else str(settings[key])]
+    command = shlex.join(args)
+    if case.samples:
+        command += f"  # and set samples = {samples} for case {case.case_id!r} in the cases file"
+    return command
+
+
+def analyse_run(
+    cases: Sequence[Case],
+    baseline: Mapping[str, SampleBatch],
+    candidate: Mapping[str, SampleBatch],
+    *,
+    oracle: Oracle | None,
+    alpha: float,
+    tolerance: float,
+    seed: int,
+    engines: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+    progress: bool = False,
+    near_tie_nats: float = NEAR_TIE_NATS,
+) -> RunResult:
+    """Analyse a run and decide every case.
+
+    baseline / candidate: case id -> every row collected for that case (chunks concatenated
+    in slice order; ``prompt_index`` says which prompt of ``case.prompts`` a row continues).
+    ``oracle``: any :class:`speceq.oracles.protocol.Oracle`, or None for black-box mode.
+    ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
+    greedy near-tie threshold (top-2 margin, nats). Monte Carlo p-values are sized to
+    alpha / (planned number of primary tests of the run), the first step of Holm.
+    """
+    tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
+    planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
+    mc_level = alpha / max(1, planned)
+    evidence: list[CaseEvidence] = []
+    details: list[CaseDetails] = []
+    iterator: Any = cases
+    if progress:
+        from rich.progress import track
+
+        iterator = track(cases, description="analysing", transient=True)
+    for case in iterator:
+        ev, d = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
+                              seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats)
+        evidence.append(ev)
+        details.append(d)
+    decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance)
+    settings = dict(provenance.get("settings") or {})
+    results = tuple(_case_result(c, ev, dec, d, tolerance, settings)
+                    for c, ev, dec, d in zip(cases, evidence, decisions, details))
+    return RunResult(
+        verdict=run_verdict(decisions), alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines), cases=results,
+        oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
+    )
+
+
+def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
+                 settings: Mapping[str, Any]) -> CaseResult:
+    """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
+    rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
+    return CaseResult(
+        case_id=case.case_id, case=case.to_dict(), verdict=d.verdict, reason=d.reason, tolerance=tolerance,
+        n_baseline=ev.n_baseline, n_candidate=ev.n_candidate, tests=d.tests, tv_estimate=d.tv_estimate,
+        tv_upper_bound=d.tv_upper_bound, tv_reference=x.tv_reference, required_n=d.required_n, rerun_command=rerun,
+        candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
+        baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
+        speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
+        samples=x.samples, hard_failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
+    )

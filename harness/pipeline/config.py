@@ -1,0 +1,167 @@
+"""The settings of one run (:class:`RunConfig`), validated where they are made."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speceq.core.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_SAMPLES,
+    DEFAULT_TOLERANCE,
+    NEAR_TIE_NATS,
+    ORACLE_DTYPES,
+)
+from speceq.errors import ConfigError
+from speceq.oracles.build import OracleSpec
+from speceq.pipeline.collect import EXECUTORS
+
+#: Files a run writes into its output folder, next to the store's ``chunks/``.
+RESULT_FILE = "result.json"
+PROVENANCE_FILE = "provenance.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """Settings of one run (all validated; errors name the field).
+
+    baseline / candidate: engine specs (registry names or ``module:attr``); *_options:
+    keyword options for each. oracle: score the candidate's tokens with the target
+    (``oracle_model``: a model folder; None = the baseline engine's loaded target model when
+    it exposes one as ``.model``, else the bundled target). oracle_draft: the draft the
+    oracle scores for the draft-drift test: ``"auto"`` (the candidate engine's loaded
+    ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). oracle_share_prefix:
+    the oracle runs each prompt once and scores only the generated tokens against its cache
+    (~6x less oracle work; log-probabilities equal to 1e-5, not bit for bit, see
+    docs/explanation/fast-forward.md; default on; False scores whole rows, bit-identical to transformers). samples: samples of each
+    case's prompt per engine; chunk_size: samples per stored chunk. alpha: family-wise
+    false-alarm level; tolerance: TV below which a case may be called equivalent.
+    out_dir: store, result and provenance folder. resume: reuse stored chunks (False
+    discards them first). threads: torch threads, per worker process too (None:
+    ``$SPECEQ_TORCH_THREADS`` or 1). progress: a progress bar on a terminal, plain lines
+    elsewhere. executor: ``"local"`` (this machine) or ``"ray"``; workers: local worker
+    processes (1: sample in this process; None: one per usable CPU, see
+    :func:`speceq.pipeline.collect.auto_workers`), or the Ray tasks in flight (None: one per cluster
+    CPU); ray_address: the Ray cluster to use (None: start a local one for the run).
+    near_tie_nats: greedy cases' near-tie threshold, the target's top-2 margin (nats) up to
+    which a divergence is numerical, not a bug
+    (default 1e-3, measured on float32 CPU; bf16 engines need ~1e-2).
+    oracle_dtype: precision of the transformers oracle (default float32); a loaded engine model
+    of another dtype is copied, never cast in place. oracle_server: score with an
+    OpenAI-compatible server's prompt log-probabilities instead of transformers
+    (:class:`speceq.oracles.server.ServerOracle`; no draft); oracle_top_logprobs: raw
+    log-probabilities it asks per position (None: the whole vocabulary). sequential: grow every
+    case look by look and stop it once its anytime-valid evidence decides
+    (:mod:`speceq.pipeline.sequential`); False: a fixed-size run of ``samples`` per engine.
+    """
+
+    baseline: str = "baseline"
+    candidate: str = "reference"
+    baseline_options: Mapping[str, Any] = field(default_factory=dict)
+    candidate_options: Mapping[str, Any] = field(default_factory=dict)
+    oracle: bool = True
+    oracle_model: str | None = None
+    oracle_draft: str | None = "auto"
+    oracle_share_prefix: bool = True
+    samples: int = DEFAULT_SAMPLES
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    seed: int = 0
+    alpha: float = DEFAULT_ALPHA
+    tolerance: float = DEFAULT_TOLERANCE
+    out_dir: Path = Path("speceq-out")
+    resume: bool = True
+    threads: int | None = None
+    progress: bool = True
+    executor: str = "local"
+    workers: int | None = 1
+    ray_address: str | None = None
+    near_tie_nats: float = NEAR_TIE_NATS
+    oracle_dtype: str = "float32"
+    oracle_server: str | None = None
+    oracle_top_logprobs: int | None = None
+    sequential: bool = False
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ConfigError:
+            return ConfigError(f"expected {expected}, got {getattr(self, name)!r}", where=f"run.{name}")
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        for name in ("baseline", "candidate"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise bad(name, "a non-empty engine spec")
+            if not isinstance(getattr(self, f"{name}_options"), Mapping):
+                raise bad(f"{name}_options", "a mapping of option names to values")
+        if not is_int(self.samples) or self.samples < 1:
+            raise bad("samples", "an integer >= 1")
+        if not is_int(self.chunk_size) or self.chunk_size < 1:
+            raise bad("chunk_size", "an integer >= 1")
+        if not is_int(self.seed) or self.seed < 0:
+            raise bad("seed", "an integer >= 0")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:
+            raise bad("alpha", "a number in (0, 1)")
+        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) or not 0 < self.tolerance <= 1:
+            raise bad("tolerance", "a total-variation distance in (0, 1]")
+        if isinstance(self.near_tie_nats, bool) or not isinstance(self.near_tie_nats, (int, float)) \
+                or not 0 <= self.near_tie_nats < float("inf"):
+            raise bad("near_tie_nats", "a finite number of nats >= 0")
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
+            raise bad("threads", "an integer >= 1 or None")
+        if self.executor not in EXECUTORS:
+            raise bad("executor", f"one of {', '.join(EXECUTORS)}")
+        if self.workers is not None and (not is_int(self.workers) or self.workers < 1):
+            raise bad("workers", "an integer >= 1 or None (one per usable CPU)")
+        if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
+            raise bad("ray_address", "a Ray cluster address ('auto', 'HOST:PORT', 'ray://HOST:PORT') or None")
+        if self.ray_address is not None and self.executor != "ray":
+            raise bad("ray_address", "no address unless executor='ray'")
+        for name in ("oracle", "oracle_share_prefix", "resume", "progress", "sequential"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "True or False")
+        if self.oracle_model is not None and not isinstance(self.oracle_model, str):
+            raise bad("oracle_model", "a model folder path or None")
+        if self.oracle_draft is not None and (not isinstance(self.oracle_draft, str) or not self.oracle_draft):
+            raise bad("oracle_draft", "'auto', 'bundled', a model folder path or None")
+        if self.oracle_dtype not in ORACLE_DTYPES:
+            raise bad("oracle_dtype", f"one of {', '.join(ORACLE_DTYPES)}")
+        if self.oracle_server is not None:
+            if not isinstance(self.oracle_server, str) or not self.oracle_server.startswith(("http://", "https://")):
+                raise bad("oracle_server", "an http(s) URL of an OpenAI-compatible server, or None")
+            if self.oracle_model is not None:
+                raise bad("oracle_model", "no model folder with oracle_server (the server's model is the oracle's)")
+        if self.oracle_top_logprobs is not None:
+            if not is_int(self.oracle_top_logprobs) or self.oracle_top_logprobs < 2:
+                raise bad("oracle_top_logprobs", "an integer >= 2, or None (the whole vocabulary)")
+            if self.oracle_server is None:
+                raise bad("oracle_top_logprobs", "no value without oracle_server")
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+
+    def settings(self) -> dict[str, Any]:
+        """JSON-able settings for provenance."""
+        return {
+            "baseline": self.baseline, "candidate": self.candidate,
+            "baseline_options": dict(self.baseline_options), "candidate_options": dict(self.candidate_options),
+            "oracle": self.oracle, "oracle_model": self.oracle_model, "oracle_draft": self.oracle_draft,
+            "oracle_share_prefix": self.oracle_share_prefix,
+            "samples": self.samples,
+            "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
+            "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
+            "executor": self.executor, "workers": self.workers, "ray_address": self.ray_address,
+            "near_tie_nats": self.near_tie_nats, "oracle_dtype": self.oracle_dtype,
+            "oracle_server": self.oracle_server, "oracle_top_logprobs": self.oracle_top_logprobs,
+            "sequential": self.sequential,
+        }
+
+    def oracle_spec(self) -> OracleSpec | None:
+        """The oracle settings of this run, None when the oracle is off."""
+        if not self.oracle:
+            return None
+        return OracleSpec(model=self.oracle_model, draft=self.oracle_draft, share_prefix=self.oracle_share_prefix,
+                          dtype=self.oracle_dtype, server=self.oracle_server, top_logprobs=self.oracle_top_logprobs)
+
+
+__all__ = ["PROVENANCE_FILE", "RESULT_FILE", "RunConfig"]

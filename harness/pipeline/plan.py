@@ -1,0 +1,108 @@
+"""The chunks of a run: seed slices of every case and engine, their seeds and store keys.
+
+Every case is cut into seed slices of at most ``chunk_size`` samples; one chunk = (role,
+case, slice). Its seed is :func:`chunk_seed` of (run seed, role, case id, slice), so a rerun
+draws the same samples, and the last slice of a case is stored under its own sample count, so
+growing or shrinking ``samples`` samples only what the new plan lacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from speceq.engines.base import Engine, SampleBatch, SampleRequest
+from speceq.inputs.cases import Case
+from speceq.pipeline.collect.code_identity import engine_code_identity
+from speceq.pipeline.config import RunConfig
+from speceq.store import ROLES, STORE_FORMAT, ChunkKey
+
+_ROLE_CODES = {"baseline": 1, "candidate": 2}
+
+
+def chunk_seed(run_seed: int, role: str, case_id: str, slice_index: int) -> int:
+    """The 63-bit seed of one chunk.
+
+    ``numpy.random.SeedSequence(entropy=run_seed, spawn_key=(role code, 4 words of
+    SHA-256(case id), slice_index))``, first two 32-bit words of its state, top 63 bits.
+    Baseline and candidate get independent streams (role code 1 and 2), so the two-sample
+    tests compare independent draws; every chunk's seed is far from every other one (nearby
+    integer seeds are not always independent, e.g. vLLM with ``n > 1``).
+    """
+    digest = hashlib.sha256(case_id.encode("utf-8")).digest()
+    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
+    ss = np.random.SeedSequence(entropy=run_seed, spawn_key=(_ROLE_CODES[role], *words, slice_index))
+    lo, hi = (int(x) for x in ss.generate_state(2, dtype=np.uint32))
+    return ((hi << 32) | lo) >> 1
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """One chunk to collect: which engine role, case and seed slice, and its store key."""
+
+    role: str
+    case: Case
+    slice_index: int
+    n: int
+    seed: int
+    key: ChunkKey
+
+    def request(self) -> SampleRequest:
+        return SampleRequest(prompts=tuple(tuple(p) for p in self.case.prompts), params=self.case.params,
+                             n=self.n, seed=self.seed, batch_size=self.case.batch_size)
+
+    def label(self) -> str:
+        return f"{self.role} · {self.case.case_id} · slice {self.slice_index}"
+
+
+def slice_sizes(samples: int, chunk_size: int) -> list[int]:
+    """Samples per slice: full chunks, then the remainder."""
+    full, rest = divmod(samples, chunk_size)
+    return [chunk_size] * full + ([rest] if rest else [])
+
+
+def engine_identities(config: RunConfig, engines: Mapping[str, Engine]) -> dict[str, dict[str, Any]]:
+    """Per role: the spec, options, name, ``describe()`` config and code identity of its engine (JSON-able)."""
+    return {r: {"spec": getattr(config, r), "options": dict(getattr(config, f"{r}_options")),
+                "name": engines[r].name, "config": engines[r].describe(),
+                "code": engine_code_identity(engines[r])} for r in ROLES}
+
+
+def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:
+    """Every chunk of the run, case by case, baseline before candidate, slices in order."""
+    ident = engine_identities(config, engines)
+    chunks = []
+    for case in cases:
+        case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}  # text is display only
+        for role in ROLES:
+            for i, n in enumerate(slice_sizes(case.samples or config.samples, config.chunk_size)):
+                seed = chunk_seed(config.seed, role, case.case_id, i)
+                identity = {"format": STORE_FORMAT, "role": role, "engine": ident[role], "case": case_doc,
+                            "run_seed": config.seed, "seed": seed, "slice": i, "n": n}
+                key = ChunkKey.build(role, case.case_id, i, identity, samples=n)
+                chunks.append(ChunkPlan(role, case, i, n, seed, key))
+    return chunks
+
+
+def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
+    """Rows of several chunks in order; counts and times summed (None if any chunk lacks them)."""
+
+    def total(name: str) -> Any:
+        vals = [getattr(b, name) for b in batches]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    return SampleBatch(
+        tokens=np.concatenate([b.tokens for b in batches]),
+        lengths=np.concatenate([b.lengths for b in batches]),
+        prompt_index=np.concatenate([b.prompt_index for b in batches]),
+        drafted_tokens=total("drafted_tokens"), accepted_tokens=total("accepted_tokens"),
+        verify_steps=total("verify_steps"), wall_time_s=total("wall_time_s"),
+        info={"chunks": len(batches)},
+    )
+
+
+__all__ = ["ChunkPlan", "chunk_seed", "concat_batches", "engine_identities", "plan_chunks", "slice_sizes"]

@@ -1,0 +1,385 @@
+"""The speceq command line: subcommands, exit codes, one-line errors, Ctrl-C, plug-in commands."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]  # fake_engines.py (on sys.path through tests/conftest.py)
+
+from speceq.errors import EngineError  # noqa: E402
+from speceq.faces import cli  # noqa: E402
+from speceq.faces.cli import EXIT_INTERRUPTED, main  # noqa: E402
+from speceq.verdicts.result import CaseResult, RunResult  # noqa: E402
+
+REPO = TESTS.parent
+FAKE = "fake_engines:FakeEngine"
+
+
+def cases_file(tmp_path: Path, **defaults) -> Path:
+    p = tmp_path / "cases.json"
+    p.write_text(json.dumps({"defaults": {"max_new_tokens": 3, **defaults}, "cases": [
+        {"id": "one", "prompt_ids": [1, 2, 3]},
+        {"id": "two", "prompt_ids": [4], "batch_size": 2, "companions": [[1, 1, 1, 1]]},
+    ]}))
+    return p
+
+
+def fake_run(tmp_path: Path, *extra: str) -> list[str]:
+    # --workers 1: the fake engine's *_on_call options count the calls of one engine object, and
+    # its SIGINT goes to the process that samples; in one process they mean what the tests say
+    return ["run", "--baseline", FAKE, "--candidate", FAKE, "--cases", str(cases_file(tmp_path)), "--no-oracle",
+            "--out", str(tmp_path / "out"), "--no-progress", "--samples", "40", "--chunk-size", "20",
+            "--workers", "1", *extra]
+
+
+def test_engines_lists_the_builtin_engines(capsys):
+    assert main(["engines"]) == 0
+    out = capsys.readouterr().out
+    for name in ("baseline", "reference", "hf-assisted", "mutant:<name>"):
+        assert name in out
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"], ["run", "--samples", "many"], ["run", "--fresh", "--resume"],
+                                  ["report"], ["run", "--alpha"]])
+def test_usage_errors_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "usage: speceq" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys):
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--samples", "--seed", "--cases", "--baseline-option", "--no-oracle", "--alpha", "--tolerance",
+                   "--out", "--fresh", "--threads", "--no-progress", "--report", "--json"):
+        assert option in out
+
+
+def test_unknown_engine_is_one_line_exit_2(tmp_path, capsys):
+    argv = fake_run(tmp_path)
+    argv[argv.index("--candidate") + 1] = "refrence"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speceq: error: --candidate: unknown engine 'refrence'. Did you mean 'reference'")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_engine_option_and_bad_run_setting_exit_2(tmp_path, capsys):
+    assert main(fake_run(tmp_path, "--candidate-option", "colour=3")) == 2
+    assert "colour" in capsys.readouterr().err
+    assert main(fake_run(tmp_path, "--samples", "0")) == 2
+    assert "run.samples: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_bad_cases_file_exit_2_naming_file_case_and_field(tmp_path, capsys):
+    p = tmp_path / "bad.json"
+    p.write_text('{"cases": [{"id": "x", "prompt": "a", "temperature": "hot"}]}')
+    argv = fake_run(tmp_path)
+    argv[argv.index("--cases") + 1] = str(p)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{p}: case 0 (id 'x'), field 'temperature': expected a number" in err
+
+
+def test_engine_failure_exit_2_one_line_and_debug_shows_it(tmp_path, capsys):
+    argv = fake_run(tmp_path, "--candidate-option", "fail_on_call=2")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speceq: error: engine 'fake', case 'one': sample() failed on slice 1: RuntimeError")
+    assert "Traceback" not in err
+    with pytest.raises(EngineError, match="simulated engine crash"):
+        main([*argv, "--debug"])
+
+
+def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
+    assert main(fake_run(tmp_path, "--candidate-option", "fail_on_call=3")) == 2
+    capsys.readouterr()
+    assert main(fake_run(tmp_path, "--seed", "5")) == 2
+    err = capsys.readouterr().err
+    assert "run_seed: stored 0, now 5" in err and "--fresh discards the stored samples" in err
+
+
+def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
+    assert main(fake_run(tmp_path, "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert "interrupted: 3 of 8 chunks are stored" in err and "to resume" in err
+
+
+def test_report_subcommand_renders_a_saved_result(tmp_path, capsys):
+    result = RunResult(verdict="inconclusive", alpha=1e-3, tolerance=0.05, seed=0, engines={"baseline": {}, "candidate": {}},
+                       cases=(CaseResult(case_id="c", case={"id": "c", "params": {}}, verdict="inconclusive",
+                                         reason="too few samples", tolerance=0.05, n_baseline=10, n_candidate=10),))
+    src = tmp_path / "result.json"
+    src.write_text(result.to_json())
+    out = tmp_path / "report.html"
+    assert main(["report", str(src), "-o", str(out)]) == 0
+    assert out.is_file() and "<html" in out.read_text().lower()
+    assert f"report: {out}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,message", [(None, "cannot read the result"), ("{", "not a speceq result.json"),
+                                             ('{"verdict": 1}', "not a speceq result.json")])
+def test_report_of_a_bad_file_exit_2(tmp_path, capsys, content, message):
+    src = tmp_path / "result.json"
+    if content is not None:
+        src.write_text(content)
+    assert main(["report", str(src), "-o", str(tmp_path / "r.html")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_plugin_command_plugs_in_by_one_line(tmp_path, monkeypatch, capsys):
+    module = tmp_path / "speceq_test_plugin_cmd.py"
+    module.write_text(
+        "HELP = 'say hello'\n"
+        "def add_arguments(p):\n    p.add_argument('--name', default='world')\n"
+        "def handle(args):\n    print('hello', args.name)\n    return 7\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.PLUGIN_COMMANDS, "hello", "speceq_test_plugin_cmd")
+    assert main(["hello", "--name", "there"]) == 7
+    assert capsys.readouterr().out == "hello there\n"
+    monkeypatch.setitem(cli.PLUGIN_COMMANDS, "absent", "speceq_no_such_module_xyz")
+    assert main(["engines"]) == 0  # a registered module that does not exist yet is skipped
+
+
+def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
+    argv = fake_run(tmp_path, "--candidate-option", "bad_output_on_call=1")
+    proc = subprocess.run([sys.executable, "-m", "speceq.faces.cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': token 13 (row 0, prompt index 0, "
+                                  "position 0) is outside the candidate's vocabulary (8); set --candidate-option "
+                                  "vocab_size=")
+    assert "Traceback" not in proc.stderr
+
+
+def one_case_run(tmp_path: Path, samples: int, *extra: str) -> list[str]:
+    p = tmp_path / "one.json"
+    p.write_text(json.dumps({"defaults": {"max_new_tokens": 2}, "cases": [{"id": "one", "prompt_ids": [1, 2, 3]}]}))
+    return ["run", "--baseline", FAKE, "--candidate", FAKE, "--cases", str(p), "--no-oracle", "--out",
+            str(tmp_path / "out"), "--no-progress", "--samples", str(samples), "--chunk-size", "10000", *extra]
+
+
+@pytest.mark.parametrize("samples,extra,verdict,code", [
+    (20000, (), "equivalent", 0),
+    (4000, ("--candidate-option", "shift=0.2"), "shifted", 1),
+    (300, (), "inconclusive", 3),
+])
+def test_exit_code_follows_the_run_verdict(tmp_path, capsys, samples, extra, verdict, code):
+    assert main(one_case_run(tmp_path, samples, *extra, "--json")) == code
+    result = RunResult.from_json(capsys.readouterr().out)
+    assert result.verdict == verdict and result.cases[0].verdict == verdict
+    assert result.cases[0].n_candidate == samples
+    assert RunResult.from_json((tmp_path / "out" / "result.json").read_text()) == result
+
+
+def test_table_and_report_of_a_run(tmp_path, capsys):
+    report = tmp_path / "r.html"
+    assert main(one_case_run(tmp_path, 300, "--report", str(report))) == 3
+    out = capsys.readouterr().out
+    assert "inconclusive" in out and "run verdict INCONCLUSIVE" in out and "T=1" in out
+    assert f"report: {report}" in out and report.is_file()
+    # the stored samples are reused: a rerun gives the same result without sampling again
+    first = (tmp_path / "out" / "result.json").read_text()
+    assert main(one_case_run(tmp_path, 300, "--json")) == 3
+    again, before = RunResult.from_json(capsys.readouterr().out), RunResult.from_json(first)
+    assert again.provenance["chunks"] == {"total": 2, "reused": 2, "sampled": 0}
+    assert before.provenance["chunks"] == {"total": 2, "reused": 0, "sampled": 2}
+    assert dataclasses.replace(again, provenance={}) == dataclasses.replace(before, provenance={})
+
+
+@pytest.mark.slow
+def test_bundled_engines_end_to_end(tmp_path, capsys):
+    """speceq run on the bundled models (baseline vs reference, oracle on), then an identical rerun."""
+    from speceq.store import load_samples_frame
+
+    p = tmp_path / "cases.json"
+    p.write_text(json.dumps({"cases": [
+        {"id": "plain", "prompt": "def "},
+        {"id": "ragged", "prompt": "class ", "temperature": 0.7, "batch_size": 4, "companions": ["import os\nimport "]},
+    ]}))
+
+    def argv(out: str, *extra: str) -> list[str]:
+        return ["run", "--cases", str(p), "--samples", "40", "--chunk-size", "20", "--out", str(tmp_path / out),
+                "--no-progress", "--json", *extra]
+
+    assert main(argv("one")) == 3  # 40 samples cannot certify TV < 0.05, and correct engines are not shifted
+    result = RunResult.from_json(capsys.readouterr().out)
+    assert [c.verdict for c in result.cases] == ["inconclusive", "inconclusive"]
+    assert all(c.acceptance_rate is not None and 0 < c.acceptance_rate <= 1 for c in result.cases)
+    assert any(t.family == "oracle" for t in result.cases[0].tests)
+    assert result.provenance["oracle"]["draft"] is not None  # the reference engine's draft, scored by the oracle
+    assert result.provenance["engines"]["candidate"]["config"]["engine"] == "reference-speculative"
+    assert main(argv("two", "--no-oracle")) == 3
+    capsys.readouterr()
+    assert load_samples_frame(tmp_path / "one").equals(load_samples_frame(tmp_path / "two"))
+
+
+# ---- why: the table, the Markdown summary, the rerun command ------------------------------------------
+def test_table_names_the_deciding_test_of_a_shifted_case(tmp_path, capsys):
+    assert main(one_case_run(tmp_path, 4000, "--candidate-option", "shift=0.2")) == 1
+    out = capsys.readouterr().out
+    result = RunResult.from_json((tmp_path / "out" / "result.json").read_text())
+    decider = min((t for t in result.cases[0].tests if t.primary), key=lambda t: (t.adjusted_pvalue, t.pvalue))
+    assert f"{decider.name}: Holm p=" in out and "TV=" in out
+    assert "speceq: fake_engines:FakeEngine vs fake_engines:FakeEngine" in out  # the engines as typed
+    assert "note: oracle tests not run (black-box mode)" in out  # a skipped primary family says so
+
+
+def test_inconclusive_case_gives_the_samples_and_the_exact_rerun_command(tmp_path, capsys):
+    import shlex
+
+    argv = one_case_run(tmp_path, 300, "--fresh")
+    assert main(argv) == 3
+    out = capsys.readouterr().out
+    need = RunResult.from_json((tmp_path / "out" / "result.json").read_text()).cases[0].required_n
+    assert f"~{need:,} samples per engine would decide (now 300)" in out
+    line = next(x for x in out.splitlines() if x.startswith("to decide: "))
+    command = shlex.split(line.removeprefix("to decide: ").split("   (")[0])
+    rerun = command[1:]
+    assert command[0] == "speceq" and "--fresh" not in rerun and rerun[-2:] == ["--samples", str(need)]
+    assert rerun[:-2] == [a for a in argv if a != "--fresh" and a != "300" and a != "--samples"]
+    assert cli.build_parser().parse_args(rerun).samples == need
+
+
+def test_summary_md_is_a_markdown_verdict_table(tmp_path, capsys):
+    md = tmp_path / "ci" / "summary.md"
+    assert main(one_case_run(tmp_path, 4000, "--candidate-option", "shift=0.2", "--summary-md", str(md))) == 1
+    assert f"summary: {md}" in capsys.readouterr().out
+    text = md.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "### speceq: SHIFTED"
+    assert "| case | verdict | TV | TV bound | why |" in lines and "|---|---|---:|---:|---|" in lines
+    row = next(x for x in lines if x.startswith("| `one` |"))
+    assert "❌ shifted" in row and "Holm p=" in row and row.count("|") == 6
+    assert "run verdict SHIFTED" in text
+
+
+def test_summary_md_appends_to_the_github_step_summary(tmp_path, capsys, monkeypatch):
+    step = tmp_path / "step_summary"
+    step.write_text("## earlier step output\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    assert main(one_case_run(tmp_path, 300, "--summary-md", str(step))) == 3
+    text = step.read_text()
+    assert text.startswith("## earlier step output\n### speceq: INCONCLUSIVE")
+    assert "To decide the inconclusive cases:" in text and "--samples" in text
+
+
+def test_markdown_cells_escape_pipes_and_newlines():
+    case = CaseResult(case_id="a|b", case={"id": "a|b", "params": {}}, verdict="shifted", reason="r",
+                      tolerance=0.05, n_baseline=10, n_candidate=10, hard_failures=("token x|y\nat 3",))
+    result = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, engines={"baseline": {}, "candidate": {}},
+                       cases=(case,))
+    row = next(x for x in cli.summary_markdown(result).splitlines() if x.startswith("| `a"))
+    assert "a\\|b" in row and "hard failure: token x\\|y at 3" in row and row.count(" | ") == 4
+
+
+# ---- everything that can fail is checked before sampling ------------------------------------------
+@pytest.mark.parametrize("flag", ["--report", "--summary-md"])
+def test_unwritable_output_fails_before_sampling(tmp_path, capsys, flag):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert main(fake_run(tmp_path, flag, str(blocker / "r.html"))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"speceq: error: {flag}: '{blocker}' is not a folder") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing was sampled
+    assert main(fake_run(tmp_path, flag, str(tmp_path))) == 2
+    assert f"{flag}: '{tmp_path}' is a folder, expected a file path" in capsys.readouterr().err
+
+
+def test_out_that_is_a_file_fails_before_sampling(tmp_path, capsys):
+    argv = fake_run(tmp_path)
+    blocker = tmp_path / "out"
+    blocker.write_text("x")
+    assert main(argv) == 2
+    assert f"--out: '{blocker}' is a file, expected a folder" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
+def test_read_only_folder_fails_before_sampling(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        assert main(fake_run(tmp_path, "--report", str(ro / "r.html"))) == 2
+        assert f"--report: cannot write in '{ro}'" in capsys.readouterr().err
+    finally:
+        ro.chmod(0o755)
+
+
+def test_bad_engine_spec_fails_before_any_engine_is_built(tmp_path, capsys, monkeypatch):
+    import speceq.pipeline.runner
+
+    built = []
+    monkeypatch.setattr(speceq.pipeline.runner, "resolve_engines", lambda config: built.append(config) or {})
+    bad = tmp_path / "my_engine.py"
+    bad.write_text("def sampel(prompt_ids, n, params, seed):\n    return []\n")
+    argv = fake_run(tmp_path)
+    argv[argv.index("--candidate") + 1] = f"{bad}:sample"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--candidate: engine" in err and "has no attribute 'sample'. Did you mean 'sampel'" in err
+    assert built == [] and not (tmp_path / "out").exists()
+
+
+def test_a_failing_report_write_still_prints_the_verdict(tmp_path, capsys, monkeypatch):
+    def refuse(result, path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(cli, "_write_report", refuse)
+    report = tmp_path / "r.html"
+    assert main(one_case_run(tmp_path, 300, "--report", str(report))) == 2
+    captured = capsys.readouterr()
+    assert "run verdict INCONCLUSIVE" in captured.out
+    # the last stderr line is the one-line error (the run's "chunks: ..." line comes before it)
+    assert captured.err.splitlines()[-1] == (f"speceq: error: --report: Permission denied: '{report}' "
+                                             f"(the result is in {tmp_path / 'out'})")
+    assert captured.err.endswith("\n") and "Traceback" not in captured.err
+
+
+def test_os_errors_are_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
+    def handler(args):
+        raise IsADirectoryError(21, "Is a directory", str(tmp_path))
+
+    monkeypatch.setattr(cli, "handle_engines", handler)
+    monkeypatch.setitem(cli.COMMANDS, "engines", (cli.COMMANDS["engines"][0], cli.add_engines_arguments, handler))
+    assert main(["engines"]) == 2
+    assert capsys.readouterr().err == f"speceq: error: Is a directory: '{tmp_path}'\n"
+
+
+def test_documented_run_commands_parse():
+    """Every `speceq run` command in docs/how-to/ci-summaries.md uses options the parser knows (the recipe cannot rot)."""
+    import re
+    import shlex
+
+    text = (REPO / "docs" / "how-to" / "ci-summaries.md").read_text(encoding="utf-8")
+    commands = [" ".join(part.strip().rstrip("\\") for part in m.split("\n"))
+                for m in re.findall(r"^[ \t]*(speceq run(?:[^\n]*\\\n)*[^\n]*)", text, re.M)]
+    assert len(commands) >= 3
+    parser = cli.build_parser()
+    for command in commands:
+        args = parser.parse_args(shlex.split(command)[1:])
+        assert args.command == "run", command
+    assert any("--summary-md" in c and "$GITHUB_STEP_SUMMARY" in c for c in commands)
+
+
+def test_documented_plain_function_runs(tmp_path, capsys):
+    """The plain-function example of docs/how-to/ci-summaries.md works as an engine (here against itself)."""
+    import re
+
+    text = (REPO / "docs" / "how-to" / "ci-summaries.md").read_text(encoding="utf-8")
+    source = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "def sample(prompt_ids" in b)
+    (tmp_path / "my_engine.py").write_text(source)
+    spec = f"{tmp_path / 'my_engine.py'}:sample"
+    cases = tmp_path / "one.json"
+    cases.write_text(json.dumps({"cases": [{"id": "one", "prompt_ids": [256, 100], "max_new_tokens": 3}]}))
+    assert main(["run", "--baseline", spec, "--candidate", spec, "--cases", str(cases), "--samples", "30",
+                 "--no-oracle", "--out", str(tmp_path / "out"), "--no-progress"]) in (0, 3)
+    assert f"speceq: {spec} vs {spec}" in capsys.readouterr().out

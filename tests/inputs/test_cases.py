@@ -1,0 +1,324 @@
+"""Cases files: the format, every kind of error (naming file, case and field), fuzzing, defaults."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from speceq.errors import ConfigError
+from speceq.inputs.cases import CASE_FIELDS, Case, default_cases, load_cases, parse_cases, parse_cases_text
+from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.models.tokenizer import VOCAB_SIZE, ByteTokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+TOK = ByteTokenizer()
+
+
+def write(tmp_path: Path, doc, name: str = "cases.json") -> Path:
+    p = tmp_path / name
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
+    return p
+
+
+def test_json_cases_with_defaults_text_ids_and_companions(tmp_path):
+    p = write(tmp_path, {
+        "defaults": {"temperature": 0.7, "max_new_tokens": 6, "companions": ["ab"]},
+        "cases": [
+            {"id": "text", "prompt": "def f(x):"},
+            {"id": "ids", "prompt_ids": [256, 100, 101], "temperature": 1, "top_k": 5, "top_p": 0.9,
+             "ignore_eos": True, "batch_size": 4, "companions": ["abc", [256, 1, 2, 3, 4]]},
+        ],
+    })
+    a, b = load_cases(p)
+    assert a == Case(case_id="text", prompt_ids=tuple(TOK.encode("def f(x):")), text="def f(x):",
+                     params=a.params, companions=(tuple(TOK.encode("ab")),))
+    assert (a.params.temperature, a.params.max_new_tokens, a.params.top_k, a.batch_size) == (0.7, 6, 0, 1)
+    assert b.prompt_ids == (256, 100, 101) and b.text is None
+    assert (b.params.temperature, b.params.top_k, b.params.top_p, b.params.ignore_eos) == (1.0, 5, 0.9, True)
+    assert b.batch_size == 4 and b.companions == (tuple(TOK.encode("abc")), (256, 1, 2, 3, 4))
+
+
+def test_toml_is_the_same_as_json(tmp_path):
+    toml = write(tmp_path, """
+        [defaults]
+        temperature = 0.7
+        max_new_tokens = 6
+
+        [[cases]]
+        id = "text"
+        prompt = "def f(x):"
+
+        [[cases]]
+        id = "ids"
+        prompt_ids = [256, 100, 101]
+        top_k = 5
+        companions = ["abc", [1, 2]]
+        batch_size = 2
+    """, "cases.toml")
+    js = write(tmp_path, {"defaults": {"temperature": 0.7, "max_new_tokens": 6}, "cases": [
+        {"id": "text", "prompt": "def f(x):"},
+        {"id": "ids", "prompt_ids": [256, 100, 101], "top_k": 5, "companions": ["abc", [1, 2]], "batch_size": 2}]})
+    assert load_cases(toml) == load_cases(js)
+
+
+def test_a_bare_list_of_cases_is_accepted():
+    assert [c.case_id for c in parse_cases([{"id": "x", "prompt": "a"}, {"id": "y", "prompt_ids": [1]}])] == ["x", "y"]
+
+
+def test_format_is_sniffed_for_other_suffixes(tmp_path):
+    assert load_cases(write(tmp_path, '[{"id": "x", "prompt": "a"}]', "cases.txt"))[0].case_id == "x"
+    assert load_cases(write(tmp_path, '[[cases]]\nid = "y"\nprompt = "b"\n', "cases.cfg"))[0].case_id == "y"
+
+
+def test_the_example_file_loads():
+    cases = load_cases(REPO / "examples" / "cases.json")
+    assert len(cases) >= 3 and len({c.case_id for c in cases}) == len(cases)
+    for c in cases:
+        c.check_vocab(VOCAB_SIZE)
+
+
+def test_named_tokenizer_file_relative_to_the_cases_file(tmp_path):
+    from speceq.models.tokenizer import write_hf_tokenizer
+
+    write_hf_tokenizer(tmp_path / "tok")
+    cases = load_cases(write(tmp_path, {"defaults": {"tokenizer": "tok"}, "cases": [
+        {"id": "x", "prompt": "héllo", "companions": ["ab"]}, {"id": "y", "prompt": "z", "tokenizer": "bytes"}]}))
+    assert cases[0].prompt_ids == tuple(TOK.encode("héllo")) and cases[0].companions == (tuple(TOK.encode("ab")),)
+    assert cases[1].prompt_ids == tuple(TOK.encode("z"))
+
+
+# ----- errors: each names the file, the case (index and id) and the field -----
+
+CASE_ERRORS = [
+    ({"id": "c", "prompt": "a", "temprature": 1.0}, "temprature", r"unknown field 'temprature' \(did you mean 'temperature'\?\)"),
+    ({"id": "c", "prompt": "a", "colour": 1}, "colour", r"unknown field 'colour'; expected one of id, prompt"),
+    ({"id": "c", "prompt": ""}, "prompt", r"empty prompt"),
+    ({"id": "c", "prompt_ids": []}, "prompt_ids", r"empty prompt"),
+    ({"id": "c", "prompt": 5}, "prompt", r"expected a string, got int"),
+    ({"id": "c", "prompt_ids": "abc"}, "prompt_ids", r"expected a list of token ids, got a string"),
+    ({"id": "c", "prompt_ids": [1, "a"]}, "prompt_ids[1]", r"expected an integer >= 0, got a string 'a'"),
+    ({"id": "c", "prompt_ids": [1, -2]}, "prompt_ids[1]", r"expected an integer in \[0, 2\*\*31\), got -2"),
+    ({"id": "c", "prompt_ids": [2**40]}, "prompt_ids[0]", r"got 1099511627776"),
+    ({"id": "c", "prompt": "a", "prompt_ids": [1]}, "prompt", r"exactly one of 'prompt' \(text\) and 'prompt_ids'"),
+    ({"id": "c"}, "prompt", r"exactly one of 'prompt'"),
+    ({"id": "c", "prompt": "a", "temperature": "hot"}, "temperature", r"expected a number, got a string 'hot'"),
+    ({"id": "c", "prompt": "a", "temperature": -1}, "temperature", r"expected a finite number >= 0"),
+    ({"id": "c", "prompt": "a", "temperature": True}, "temperature", r"expected a number, got a boolean"),
+    ({"id": "c", "prompt": "a", "temperature": 10**400}, "temperature", r"number too large"),
+    ({"id": "c", "prompt": "a", "temperature": math.nan}, "temperature", r"expected a finite number, got nan"),
+    ({"id": "c", "prompt": "a", "top_k": 1.5}, "top_k", r"expected an integer >= 0, got float 1.5"),
+    ({"id": "c", "prompt": "a", "top_p": 0}, "top_p", r"expected a number in \(0, 1\]"),
+    ({"id": "c", "prompt": "a", "top_p": 1.5}, "top_p", r"expected a number in \(0, 1\]"),
+    ({"id": "c", "prompt": "a", "max_new_tokens": 0}, "max_new_tokens", r"expected an integer in \[1, 2\*\*31\)"),
+    ({"id": "c", "prompt": "a", "ignore_eos": "yes"}, "ignore_eos", r"expected true or false, got a string 'yes'"),
+    ({"id": "c", "prompt": "a", "batch_size": 0}, "batch_size", r"expected an integer in \[1, 2\*\*31\), got 0"),
+    ({"id": "c", "prompt": "a", "companions": "abc"}, "companions", r"expected a list of texts or token-id lists"),
+    ({"id": "c", "prompt": "a", "companions": [3]}, "companions[0]", r"expected a text or a list of token ids, got int"),
+    ({"id": "c", "prompt": "a", "companions": ["x", ""]}, "companions[1]", r"empty prompt"),
+    ({"id": "c", "prompt": "a", "companions": [[1, True]]}, "companions[0][1]", r"expected an integer >= 0, got a boolean"),
+    ({"id": "c", "prompt": "a", "tokenizer": "nope/missing"}, "tokenizer", r"neither 'bytes' nor an existing tokenizer.json"),
+]
+
+
+@pytest.mark.parametrize("bad,field,message", CASE_ERRORS, ids=[f"{i}-{e[1]}" for i, e in enumerate(CASE_ERRORS)])
+def test_case_errors_name_file_case_and_field(tmp_path, bad, field, message):
+    p = write(tmp_path, {"cases": [{"id": "ok", "prompt": "fine"}, bad]})
+    with pytest.raises(ConfigError) as e:
+        load_cases(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: case 1 (id 'c'), field '{field}': "), msg
+    assert e.value.where and str(p) in e.value.where
+    import re
+
+    assert re.search(message, msg), msg
+
+
+@pytest.mark.parametrize("doc,where,message", [
+    ('{"cases": [{"id": "x", "prompt": "a"},]}', "", r"malformed JSON at line 1, column 39: Expecting value"),
+    ('{\n  "cases": [\n    {"id": "x" "prompt": "a"}\n  ]\n}', "", r"malformed JSON at line 3, column 16"),
+    ('{"cases": [{"id": "x", "prompt": "a", "prompt": "b"}]}', "", r"duplicate key 'prompt'"),
+    ('[' * 100000, "", r"nested too deeply|malformed JSON"),
+    ('7', "", r"expected an object with a 'cases' list, got int"),
+    ('{"cases": []}', ": field 'cases'", r"expected a non-empty list of cases, got an empty list"),
+    ('{"case": []}', ": field 'case'", r"unknown field 'case' \(did you mean 'cases'\?\)"),
+    ('{"defaults": {}}', ": field 'cases'", r"got nothing"),
+    ('{"defaults": [], "cases": [{"id": "x", "prompt": "a"}]}', ": defaults", r"expected an object, got a list"),
+    ('{"defaults": {"prompt": "a"}, "cases": [{"id": "x", "prompt": "a"}]}', ": defaults, field 'prompt'", r"unknown field 'prompt'"),
+    ('{"cases": [3]}', ": case 0", r"expected an object with at least 'id' and 'prompt', got int"),
+    ('{"cases": [{"prompt": "a"}]}', ": case 0, field 'id'", r"expected a non-empty printable string .* got None"),
+    ('{"cases": [{"id": 5, "prompt": "a"}]}', ": case 0, field 'id'", r"got 5"),
+    ('{"cases": [{"id": "a\\nb", "prompt": "a"}]}', ": case 0, field 'id'", r"printable"),
+    ('{"cases": [{"id": "x", "prompt": "a"}, {"id": "x", "prompt": "b"}]}', ": case 1 (id 'x'), field 'id'",
+     r"duplicate id: case 0 has the same id"),
+], ids=lambda v: v[:24] if isinstance(v, str) else None)
+def test_file_level_errors(tmp_path, doc, where, message):
+    p = write(tmp_path, doc)
+    with pytest.raises(ConfigError, match=message) as e:
+        load_cases(p)
+    assert str(e.value).startswith(f"{p}{where}"), str(e.value)
+
+
+def test_toml_errors_name_file_line_and_field(tmp_path):
+    p = write(tmp_path, '[[cases]]\nid = "x"\nprompt = "a"\ntop_k = \n', "bad.toml")
+    with pytest.raises(ConfigError, match=r"bad.toml: malformed TOML: .*line 4"):
+        load_cases(p)
+    p = write(tmp_path, '[[cases]]\nid = "x"\nprompt = "a"\nignore_eos = 1979-05-27\n', "date.toml")
+    with pytest.raises(ConfigError, match=r"date.toml: case 0 \(id 'x'\), field 'ignore_eos': expected true or false, got date"):
+        load_cases(p)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(ConfigError, match=r"missing.json: cannot read the cases file: No such file"):
+        load_cases(tmp_path / "missing.json")
+    p = tmp_path / "latin1.json"
+    p.write_bytes(b'{"cases": [{"id": "x", "prompt": "caf\xe9"}]}')
+    with pytest.raises(ConfigError, match=r"latin1.json: not UTF-8 text \(byte 37\)"):
+        load_cases(p)
+    with pytest.raises(ConfigError, match="unknown cases format 'yaml'"):
+        parse_cases_text("{}", fmt="yaml")
+
+
+# ----- fuzzing: anything but a valid file is a ConfigError, never another exception -----
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=6),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from([*CASE_FIELDS, "cases", "defaults", "x"]) | st.text(max_size=4), children, max_size=5),
+    max_leaves=20,
+)
+plausible = {
+    "prompt": st.text(min_size=1, max_size=8) | st.just(""),
+    "prompt_ids": st.lists(st.integers(-3, 300), max_size=4),
+    "temperature": st.floats(-1, 3) | st.integers(-1, 3),
+    "top_k": st.integers(-2, 50),
+    "top_p": st.floats(-0.5, 1.5),
+    "max_new_tokens": st.integers(-1, 20),
+    "ignore_eos": st.booleans(),
+    "batch_size": st.integers(-1, 8),
+    "companions": st.lists(st.text(max_size=4) | st.lists(st.integers(-1, 300), max_size=3), max_size=3),
+    "tokenizer": st.just("bytes") | st.text(max_size=5),
+    "samples": st.integers(-1, 5000) | st.none(),
+}
+ids = st.sampled_from(["a", "b", "c"]) | st.text(max_size=5) | st.integers()
+others = {k: plausible[k] | json_values for k in CASE_FIELDS if k not in ("id", "prompt", "prompt_ids")}
+case_like = (
+    st.fixed_dictionaries({"id": st.sampled_from(["a", "b"]), "prompt": plausible["prompt"]}, optional=others)
+    | st.fixed_dictionaries({"id": st.sampled_from(["a", "b"]), "prompt_ids": plausible["prompt_ids"]}, optional=others)
+    | st.fixed_dictionaries({"id": ids}, optional={k: plausible[k] | json_values for k in CASE_FIELDS if k != "id"})
+)
+documents = st.fixed_dictionaries(
+    {"cases": st.lists(case_like, min_size=1, max_size=3) | json_values},
+    optional={"defaults": st.dictionaries(st.sampled_from(CASE_FIELDS[3:]), st.one_of(*plausible.values()) | json_values)},
+)
+
+
+def _parse_or_config_error(call) -> None:
+    try:
+        result = call()
+    except ConfigError:
+        return
+    assert isinstance(result, list) and result and all(isinstance(c, Case) for c in result)
+
+
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ
+@given(documents)
+def test_fuzz_structured_documents(doc):
+    _parse_or_config_error(lambda: parse_cases(doc, source="fuzz.json"))
+
+
+@FUZZ
+@given(json_values)
+def test_fuzz_any_json_value(value):
+    _parse_or_config_error(lambda: parse_cases(value))
+
+
+@FUZZ
+@given(st.text(max_size=80), st.sampled_from(["json", "toml"]))
+def test_fuzz_raw_text(text, fmt):
+    _parse_or_config_error(lambda: parse_cases_text(text, fmt=fmt))
+
+
+@FUZZ
+@given(documents)
+def test_fuzz_serialised_documents(doc):
+    text = json.dumps(doc)
+    _parse_or_config_error(lambda: parse_cases_text(text, fmt="json"))
+    _parse_or_config_error(lambda: parse_cases_text(text[: len(text) // 2], fmt="json"))
+
+
+# ----- the default cases -----
+
+def test_default_cases_cover_the_required_settings():
+    cases = default_cases()
+    assert len({c.prompt_ids for c in cases} | {p for c in cases for p in c.companions}) >= 6
+    assert {c.text for c in cases} <= set(DEFAULT_PROMPTS)
+    assert {c.params.temperature for c in cases} == {1.0, 0.7}
+    assert sum(c.params.top_k > 0 for c in cases) >= 1 and sum(c.params.top_p < 1 for c in cases) >= 1
+    assert {1, 4} <= {c.batch_size for c in cases}
+    ragged = [c for c in cases if c.companions]
+    assert len(ragged) >= 2 and any(c.batch_size == 4 for c in ragged)
+    for c in cases:
+        c.check_vocab(VOCAB_SIZE)
+    for c in ragged:
+        lengths = [len(p) for p in c.prompts]
+        assert len(set(lengths)) == len(lengths) >= 2
+        # the case's own prompt is shorter than some companion, so it is left-padded in its batches
+        assert len(c.prompt_ids) < max(lengths)
+    assert len({c.case_id for c in cases}) == len(cases)
+
+
+def test_the_examples_in_docs_cases_md_parse():
+    import re
+
+    text = (REPO / "docs" / "reference" / "cases.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```(json|toml)\n(.*?)```", text, re.S)
+    assert [fmt for fmt, _ in blocks] == ["json", "toml"]
+    parsed = [parse_cases_text(body, fmt=fmt) for fmt, body in blocks]
+    assert [c.case_id for c in parsed[1]] == [c.case_id for c in parsed[0]][:2]
+
+
+@pytest.mark.parametrize("defaults,field,message", [
+    ({"temperature": "hot"}, "temperature", "expected a number"),
+    ({"companions": ["ok", ""]}, "companions[1]", "empty prompt"),
+    ({"batch_size": 0}, "batch_size", r"expected an integer in \[1, 2\*\*31\)"),
+])
+def test_a_bad_default_is_reported_in_the_defaults_section(tmp_path, defaults, field, message):
+    p = write(tmp_path, {"defaults": defaults, "cases": [{"id": "x", "prompt": "a"}]})
+    with pytest.raises(ConfigError, match=message) as e:
+        load_cases(p)
+    assert str(e.value).startswith(f"{p}: defaults, field '{field}': ")
+
+
+def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
+    """A case's own `samples` wins over the run's for that case only (and is validated)."""
+    import json
+
+    from fake_engines import FakeEngine
+
+    from speceq.errors import ConfigError
+    from speceq.inputs.cases import load_cases
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.plan import plan_chunks
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"cases": [{"id": "few", "prompt": "a", "samples": 30}, {"id": "run", "prompt": "b"}]}))
+    few, default = load_cases(f)
+    assert few.samples == 30 and default.samples is None
+    config = RunConfig(samples=50, chunk_size=20, out_dir=tmp_path / "out")
+    engines = {"baseline": FakeEngine(), "candidate": FakeEngine()}
+    planned = {}
+    for chunk in plan_chunks(config, [few, default], engines):
+        planned[(chunk.role, chunk.case.case_id)] = planned.get((chunk.role, chunk.case.case_id), 0) + chunk.n
+    assert planned == {("baseline", "few"): 30, ("candidate", "few"): 30, ("baseline", "run"): 50, ("candidate", "run"): 50}
+    f.write_text(json.dumps({"cases": [{"id": "bad", "prompt": "a", "samples": 0}]}))
+    with pytest.raises(ConfigError, match="samples"):
+        load_cases(f)
