@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
 from speceq.engines.hf import HFAssistedEngine, HFPromptLookupEngine, HFSampleEngine
@@ -36,8 +37,7 @@ from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.models.fast_forward import fast_forward_enabled, fast_model
 from speceq.models.hf_utils import load_causal_lm
 from speceq.models.torch_utils import cache_kwarg, configure_threads
-from speceq.oracle import TargetOracle
-from speceq.params import SamplingParams
+from speceq.oracles.hf import TargetOracle
 
 PROMPT = "List the days of the week, then list them again in reverse order."
 

@@ -45,9 +45,9 @@ def stage(name: str, target: str, data: Path, rows: int, new_tokens: int) -> dic
     import numpy as np
     import torch
 
+    from speceq.core.params import SamplingParams
     from speceq.engines.base import SampleBatch, SampleRequest
     from speceq.models.hf_utils import load_causal_lm
-    from speceq.params import SamplingParams
 
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -67,7 +67,7 @@ def stage(name: str, target: str, data: Path, rows: int, new_tokens: int) -> dic
     elif name == "model":
         load_causal_lm(target, role="target")
     else:
-        from speceq.oracle import TargetOracle
+        from speceq.oracles.hf import TargetOracle
 
         saved = np.load(data)
         prompts = [tuple(p) for p in json.loads(str(saved["prompts"]))]
