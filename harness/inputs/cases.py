@@ -28,7 +28,11 @@ from speceq.errors import ConfigError
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos")
 #: Fields a case or the ``defaults`` section may set.
 SHARED_FIELDS: tuple[str, ...] = (*PARAM_FIELDS, "batch_size", "companions", "tokenizer", "samples")
-CASE_FIELDS: tuple[str, ...] = ("id", "prompt", "prompt_ids", *SHARED_FIELDS)
+CASE_FIELDS: tuple[str, ...] = ("id", "prompt", "prompt_ids", "messages", *SHARED_FIELDS)
+#: The prompt fields of a case: exactly one is given.
+PROMPT_FIELDS: tuple[str, ...] = ("prompt", "prompt_ids", "messages")
+#: Keys of one chat message of a ``messages`` list.
+MESSAGE_FIELDS: tuple[str, ...] = ("role", "content")
 TOP_FIELDS: tuple[str, ...] = ("defaults", "cases")
 #: Tokenizer name of the bundled byte tokenizer (the default).
 BYTES_TOKENIZER = "bytes"
@@ -37,6 +41,9 @@ INT_LIMIT = 2**31
 MAX_ID_LENGTH = 200
 
 Encoder = Callable[[str], list[int]]
+#: Renders a chat (role/content dicts) with a tokenizer's chat template and generation prompt:
+#: (token ids, rendered text).
+ChatRenderer = Callable[[list[dict[str, str]]], tuple[list[int], str]]
 #: Location of a field in a file, for ConfigError.where: field name -> "file: case 1 (id 'x'), field 'name'".
 At = Callable[[str], str]
 
@@ -176,6 +183,7 @@ class _Tokenizers:
     def __init__(self, base_dir: Path | None) -> None:
         self.base_dir = base_dir
         self._cache: dict[str, Encoder] = {}
+        self._chats: dict[str, ChatRenderer] = {}
 
     def get(self, name: Any, where: str) -> Encoder:
         if not isinstance(name, str) or not name:
@@ -184,14 +192,31 @@ class _Tokenizers:
             self._cache[name] = self._load(name, where)
         return self._cache[name]
 
-    def _load(self, name: str, where: str) -> Encoder:
-        if name == BYTES_TOKENIZER:
-            from speceq.models.tokenizer import ByteTokenizer
+    def chat(self, name: Any, where: str, messages_where: str) -> ChatRenderer:
+        """The chat renderer of tokenizer ``name`` (its folder's chat template)."""
+        self.get(name, where)  # the same checks and errors as for text prompts
+        if name not in self._chats:
+            if name == BYTES_TOKENIZER:
+                raise ConfigError(
+                    f"the {BYTES_TOKENIZER!r} tokenizer has no chat template: set 'tokenizer' to a Hugging Face "
+                    "tokenizer folder whose tokenizer_config.json or chat_template.jinja holds one", where=messages_where)
+            self._chats[name] = _chat_renderer(self._file(name, where).parent, messages_where)
+        return self._chats[name]
 
-            return ByteTokenizer().encode
+    def _file(self, name: str, where: str) -> Path:
         path = Path(name)
         if not path.is_absolute() and self.base_dir is not None:
             path = self.base_dir / path
+        from speceq.models.gguf import gguf_file_of
+
+        try:
+            is_gguf = gguf_file_of(path) is not None
+        except ConfigError as e:
+            raise ConfigError(str(e), where=where) from None
+        if is_gguf:  # a GGUF model file: the tokenizer of its converted folder
+            from speceq.models.gguf import resolve_model_folder
+
+            path = resolve_model_folder(path)[0]
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.is_file():
@@ -199,6 +224,14 @@ class _Tokenizers:
                 f"tokenizer {name!r} is neither {BYTES_TOKENIZER!r} nor an existing tokenizer.json (looked at {path})",
                 where=where,
             )
+        return path
+
+    def _load(self, name: str, where: str) -> Encoder:
+        if name == BYTES_TOKENIZER:
+            from speceq.models.tokenizer import ByteTokenizer
+
+            return ByteTokenizer().encode
+        path = self._file(name, where)
         from tokenizers import Tokenizer
 
         try:
@@ -206,6 +239,58 @@ class _Tokenizers:
         except Exception as e:  # the tokenizers package raises a bare Exception on bad files
             raise ConfigError(f"cannot load tokenizer {path}: {e}", where=where) from None
         return lambda text: list(tok.encode(text).ids)
+
+
+def _chat_renderer(folder: Path, where: str) -> ChatRenderer:
+    """Render messages as the model's own ``apply_chat_template(messages, add_generation_prompt=True)``."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot load the tokenizer of {folder} to render messages: {e}", where=where) from None
+    if not getattr(tok, "chat_template", None):
+        raise ConfigError(f"the tokenizer in {folder} has no chat template (no chat_template in tokenizer_config.json, "
+                          "no chat_template.jinja): give 'prompt' or 'prompt_ids' instead", where=where)
+
+    def render(messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        from jinja2 import TemplateError
+
+        try:
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        except TemplateError as e:  # e.g. the template's raise_exception("roles must alternate")
+            raise ConfigError(f"the chat template of {folder} refuses these messages: {e}", where=where) from None
+        return [int(i) for i in ids], str(text)
+
+    return render
+
+
+def _messages(v: Any, at: At, name: str, render: Callable[[], ChatRenderer]) -> tuple[tuple[int, ...], str]:
+    """(token ids, rendered text) of a ``messages`` list; errors name the message and key."""
+    where = at(name)
+    if not isinstance(v, list):
+        raise ConfigError(f"expected a list of {{'role': ..., 'content': ...}} objects, got {_type_name(v)}",
+                          where=where)
+    if not v:
+        raise ConfigError("empty chat: give at least one message", where=where)
+    messages = []
+    for i, m in enumerate(v):
+        item = at(f"{name}[{i}]")
+        if not isinstance(m, dict):
+            raise ConfigError(f"expected an object with 'role' and 'content', got {_type_name(m)}", where=item)
+        _check_keys(m, MESSAGE_FIELDS, lambda k, i=i: at(f"{name}[{i}].{k}"))
+        for key in MESSAGE_FIELDS:
+            if key not in m:
+                raise ConfigError(f"missing {key!r}", where=item)
+            if not isinstance(m[key], str) or (key == "role" and not m[key]):
+                raise ConfigError(f"expected a {'non-empty ' if key == 'role' else ''}string, got "
+                                  f"{_type_name(m[key])} {m[key]!r}", where=at(f"{name}[{i}].{key}"))
+        messages.append({"role": m["role"], "content": m["content"]})
+    ids, text = render()(messages)
+    if not ids:
+        raise ConfigError("the chat renders to no tokens", where=where)
+    return tuple(ids), text
 
 
 def _parse_text(text: str, source: str, fmt: str) -> Any:
@@ -251,26 +336,39 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
         return defaults_at(name) if name.split("[")[0] not in raw and name.split("[")[0] in defaults else case_at(name)
 
     merged = {**defaults, **raw}
-    encode = toks.get(merged.get("tokenizer", BYTES_TOKENIZER), at("tokenizer"))
-    if ("prompt" in raw) == ("prompt_ids" in raw):
-        raise ConfigError("give exactly one of 'prompt' (text) and 'prompt_ids' (token ids)", where=at("prompt"))
+    tokenizer = merged.get("tokenizer", BYTES_TOKENIZER)
+    encode = toks.get(tokenizer, at("tokenizer"))
+    given = [f for f in PROMPT_FIELDS if f in raw]
+    if len(given) != 1:
+        raise ConfigError("give exactly one of 'prompt' (text), 'prompt_ids' (token ids) and 'messages' (a chat)",
+                          where=at(given[0] if given else "prompt"))
+
+    def chat(name: str) -> Callable[[], ChatRenderer]:
+        return lambda: toks.chat(tokenizer, at("tokenizer"), at(name))
+
     if "prompt" in raw:
         prompt_ids, text = _text(raw["prompt"], at, "prompt", encode), raw["prompt"]
+    elif "messages" in raw:
+        prompt_ids, text = _messages(raw["messages"], at, "messages", chat("messages"))
     else:
         prompt_ids, text = _token_ids(raw["prompt_ids"], at, "prompt_ids"), None
 
     companions: list[tuple[int, ...]] = []
     comp = merged.get("companions", [])
     if not isinstance(comp, list):
-        raise ConfigError(f"expected a list of texts or token-id lists, got {_type_name(comp)}", where=at("companions"))
+        raise ConfigError(f"expected a list of texts, token-id lists or chats, got {_type_name(comp)}",
+                          where=at("companions"))
     for j, c in enumerate(comp):
         name = f"companions[{j}]"
         if isinstance(c, str):
             companions.append(_text(c, at, name, encode))
+        elif isinstance(c, list) and c and all(isinstance(m, dict) for m in c):
+            companions.append(_messages(c, at, name, chat(name))[0])
         elif isinstance(c, list):
             companions.append(_token_ids(c, at, name))
         else:
-            raise ConfigError(f"expected a text or a list of token ids, got {_type_name(c)}", where=at(name))
+            raise ConfigError(f"expected a text, a list of token ids or a chat (list of messages), got {_type_name(c)}",
+                              where=at(name))
 
     params: dict[str, Any] = {}
     for name in PARAM_FIELDS:
