@@ -36,6 +36,7 @@ PLUGIN_COMMANDS: dict[str, str] = {
 # ----- speceq run ------------------------------------------------------------------------
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from speceq.core.defaults import (
+        CERTIFICATES,
         DEFAULT_ALPHA,
         DEFAULT_CHUNK_SIZE,
         DEFAULT_SAMPLES,
@@ -103,6 +104,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sequential", action="store_true",
                    help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
                         "each case once decided (docs/how-to/sequential.md)")
+    g.add_argument("--certificate", choices=CERTIFICATES, default="tv",
+                   help="what 'equivalent' certifies: tv, the per-position TV bound; pit-law, the coarser bound on "
+                        "the law of the oracle PIT per position, which a large vocabulary affords at a few hundred "
+                        "samples (needs the oracle, not with --sequential; docs/how-to/real-model.md). "
+                        "Default: %(default)s")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="speceq-out", metavar="DIR", help="samples, result.json, provenance.json. Default: %(default)s")
     mode = g.add_mutually_exclusive_group()
@@ -133,7 +139,7 @@ def handle_run(args: argparse.Namespace) -> int:
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
-        workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
+        certificate=args.certificate, workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     if args.cases:
         cases = load_cases(args.cases)

@@ -106,6 +106,7 @@ class OracleFindings:
     gof: stats.GoodnessOfFitResult | None
     demoted: str | None
     z_paths: tuple[Any, ...] = ()
+    pit_law: stats.PITLawBound | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,7 +310,12 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
                         f"under the processed target after {prefix[-40:]!r}")
     if sup.failed and sup.statistic > 5:
         failures.append(f"... {sup.statistic} such tokens in all")
-    pit = stats.pit_uniformity(stats.randomized_pit(scores, rng))
+    u = stats.randomized_pit(scores, rng)
+    pit = stats.pit_uniformity(u)
+    own = np.asarray(cand.prompt_index)[scores.row] == 0  # the case's prompt, as the TV bound
+    rows = int((np.asarray(cand.prompt_index) == 0).sum())
+    pit_law = None if rows == 0 else stats.pit_law_bound(
+        u[own], scores.position[own], rows=rows, positions=params.max_new_tokens, alpha=alpha)
     tests = [
         _outcome("PIT Anderson-Darling", "oracle", primary, pit.anderson_darling),
         _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks),
@@ -330,7 +336,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         tests.append(_outcome("chi2 GOF first token", "oracle", primary, gof))
     tests.append(_outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit))
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), histogram=tuple(int(h) for h in pit.histogram),
-                          gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)))
+                          gof=gof, demoted=demoted, z_paths=tuple(martingale_paths(scores)), pit_law=pit_law)
 
 
 def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: _Tok, *, alpha: float,
@@ -402,6 +408,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     demoted = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"
+    pit_law = None
     if oracle is not None:
         if oracle.knows_full_law(case.params):
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
@@ -417,6 +424,9 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths)
         if demoted is None:
             failures = found.support_failures
+            pit_law = found.pit_law
+            if pit_law is not None:
+                notes.append(pit_law.summary())
             if bounds and found.gof is not None:
                 gof = found.gof
                 bounds[0] = (gof.tv, stats.tv_upper_bound_oracle(gof.tv, gof.n, alpha / max(1, len(bounds))))
@@ -439,7 +449,9 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                        tv_reference=tv_reference)
     ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
                       effective_support=k_eff, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures,
-                      oracle_demoted=demoted, bound_alpha=alpha / max(1, len(bounds)))
+                      oracle_demoted=demoted, bound_alpha=alpha / max(1, len(bounds)),
+                      pit_law_upper_bound=None if pit_law is None else pit_law.bound,
+                      pit_law_positions=0 if pit_law is None else len(pit_law.positions))
     return ev, details
 
 
@@ -478,6 +490,8 @@ def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Case
             args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
         if settings.get("oracle_dtype", "float32") != "float32":
             args += ["--oracle-dtype", str(settings["oracle_dtype"])]
+        if settings.get("certificate", "tv") != "tv":
+            args += ["--certificate", str(settings["certificate"])]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
@@ -502,6 +516,7 @@ def analyse_run(
     provenance: Mapping[str, Any],
     progress: bool = False,
     near_tie_nats: float = NEAR_TIE_NATS,
+    certificate: str = "tv",
 ) -> RunResult:
     """Analyse a run and decide every case.
 
@@ -509,7 +524,8 @@ def analyse_run(
     in slice order; ``prompt_index`` says which prompt of ``case.prompts`` a row continues).
     ``oracle``: any :class:`speceq.oracles.protocol.Oracle`, or None for black-box mode.
     ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
-    greedy near-tie threshold (top-2 margin, nats). Monte Carlo p-values are sized to
+    greedy near-tie threshold (top-2 margin, nats). ``certificate``: what an ``equivalent`` verdict
+    rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). Monte Carlo p-values are sized to
     alpha / (planned number of primary tests of the run), the first step of Holm.
     """
     tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
@@ -527,7 +543,7 @@ def analyse_run(
                               seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats)
         evidence.append(ev)
         details.append(d)
-    decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance)
+    decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance, certificate=certificate)
     settings = dict(provenance.get("settings") or {})
     results = tuple(_case_result(c, ev, dec, d, tolerance, settings)
                     for c, ev, dec, d in zip(cases, evidence, decisions, details))
