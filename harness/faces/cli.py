@@ -47,9 +47,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/reference/cases.md). Default: the built-in cases")
-    g.add_argument("--models", default="byte", choices=("byte", "bpe"),
+    g.add_argument("--models", default="byte", choices=("byte", "bpe", "smollm2"),
                    help="bundled model world: its target/draft fill the built-in engines' model options and its "
-                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/explanation/bpe-world.md). Default: %(default)s")
+                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/explanation/bpe-world.md; "
+                        "smollm2: SmolLM2-135M-Instruct, 49 152, after python -m speceq.models.smollm2 prepare, see "
+                        "docs/how-to/real-model.md). Default: %(default)s")
     g.add_argument("--baseline", default="baseline", metavar="SPEC", help="baseline engine (name or module:attr). Default: %(default)s")
     g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
     g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
@@ -124,7 +126,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def handle_run(args: argparse.Namespace) -> int:
     from speceq.engines.registry import parse_engine_options
-    from speceq.inputs.cases import bpe_cases, default_cases, load_cases
+    from speceq.inputs.cases import bpe_cases, default_cases, load_cases, smollm2_cases
     from speceq.models.worlds import world_engine_options
     from speceq.pipeline.config import RunConfig
     from speceq.pipeline.runner import run
@@ -144,7 +146,7 @@ def handle_run(args: argparse.Namespace) -> int:
     if args.cases:
         cases = load_cases(args.cases)
     else:
-        cases = bpe_cases() if args.models == "bpe" else default_cases()
+        cases = {"bpe": bpe_cases, "smollm2": smollm2_cases}.get(args.models, default_cases)()
     check_run_outputs(config.out_dir, report=args.report, summary_md=args.summary_md)
     check_engine_specs(config)
     try:

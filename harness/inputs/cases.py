@@ -533,3 +533,37 @@ def bpe_cases() -> list[Case]:
         case("bpe-eos-b32", E[0], temperature=1.0, batch_size=32, companions=(P[5], E[2])),
         case("bpe-ignore-eos-t07-b4", E[1], temperature=0.7, batch_size=4, companions=(P[0],), ignore_eos=True),
     ]
+
+
+def smollm2_cases() -> list[Case]:
+    """The cases of ``speceq run --models smollm2``: 4 chat cases on SmolLM2-135M-Instruct.
+
+    Chats (``speceq.models.smollm2.CHATS``: one worked example turn, then the question) rendered
+    with the model's chat template, so most answers are a word or two and end at ``<|im_end|>``:
+    T = 1.0 at batch 64 with a longer companion chat (left padding, ragged acceptance); T = 0.7
+    with top-p 0.9 at batch 64; greedy at batch 8 with the companion (64 rows, which the
+    row-mismatch bound certifies at alpha 1e-3); and T = 1.0 unbatched, 2 tokens, the case the
+    one-row-at-a-time engines (``hf-assisted``, ``hf-prompt-lookup``) can afford. Needs
+    ``python -m speceq.models.smollm2 prepare`` (ConfigError saying so otherwise).
+    """
+    from speceq.models.smollm2 import CHATS, prepared
+
+    folder = prepared().target
+    render = _chat_renderer(folder, "smollm2 cases")
+
+    def chat(name: str) -> tuple[int, ...]:
+        return tuple(render([dict(m) for m in CHATS[name]])[0])
+
+    def case(cid: str, name: str, *, batch_size: int = 1, companions: tuple[str, ...] = (), tokens: int = 6,
+             samples: int | None = None, **params: Any) -> Case:
+        return Case(case_id=cid, prompt_ids=chat(name), params=SamplingParams(max_new_tokens=tokens, **params),
+                    batch_size=batch_size, companions=tuple(chat(c) for c in companions),
+                    text=render([dict(m) for m in CHATS[name]])[1], samples=samples)
+
+    return [
+        case("smol-capital-t1-b64-ragged", "capital", temperature=1.0, batch_size=64, companions=("repeat",)),
+        case("smol-animal-t07-topp09-b64", "animal", temperature=0.7, top_p=0.9, batch_size=64),
+        case("smol-capital-greedy-b8-ragged", "capital", temperature=0.0, batch_size=8, companions=("repeat",),
+             samples=64),
+        case("smol-repeat-t1-b1", "repeat", temperature=1.0, tokens=2),
+    ]

@@ -49,6 +49,21 @@ GGUF_SIZE = 98_362_432
 DRAFT_LAYERS: tuple[int, ...] = tuple(i for i in range(30) if i not in (3, 14, 16, 17))
 
 
+#: Chats of the SmolLM2 cases (``speceq.inputs.cases.smollm2_cases``). SmolLM2-135M rambles at T = 1
+#: on open questions (measured: 17 of 32 answers to "What is the capital of France? Answer with one
+#: word." still run after 10 tokens); one worked example turn makes most answers short and end
+#: at ``<|im_end|>`` (capital: 23 of 48 "Paris<|im_end|>" at T = 1, 37 of 48 at T = 0.7).
+ONE_WORD = {"role": "system", "content": "Answer with one word."}
+CHATS: dict[str, tuple[dict[str, str], ...]] = {
+    "capital": (ONE_WORD, {"role": "user", "content": "Capital of Italy?"}, {"role": "assistant", "content": "Rome"},
+                {"role": "user", "content": "Capital of France?"}),
+    "animal": (ONE_WORD, {"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "Apple"},
+               {"role": "user", "content": "Name an animal."}),
+    "repeat": ({"role": "user", "content": "Repeat: one two three"}, {"role": "assistant", "content": "one two three"},
+               {"role": "user", "content": "Repeat: red green blue"}),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """Where the prepared world lives."""
