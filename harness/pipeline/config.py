@@ -32,7 +32,7 @@ class RunConfig:
     baseline / candidate: engine specs (registry names or ``module:attr``); *_options:
     keyword options for each. oracle: score the candidate's tokens with the target
     (``oracle_model``: a model folder; None = the baseline engine's loaded target model when
-    it exposes one as ``.model``, else the bundled target). oracle_draft: the draft the
+    it exposes one as ``.model`` or ``.target``, else the bundled target). oracle_draft: the draft the
     oracle scores for the draft-drift test: ``"auto"`` (the candidate engine's loaded
     ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). oracle_share_prefix:
     the oracle runs each prompt once and scores only the generated tokens against its cache
