@@ -559,8 +559,9 @@ def smollm2_cases(cache: str | Path | None = None) -> list[Case]:
     with the model's chat template, so most answers are a word or two and end at ``<|im_end|>``:
     T = 1.0 at batch 64 with a longer companion chat (left padding, ragged acceptance); T = 0.7
     with top-p 0.9 at batch 64; greedy at batch 8 with the companion (64 rows, which the
-    row-mismatch bound certifies at alpha 1e-3); and T = 1.0 unbatched, 2 tokens, the case the
-    one-row-at-a-time engines (``hf-assisted``, ``hf-prompt-lookup``) can afford. Needs
+    row-mismatch bound certifies at alpha 1e-3); and T = 1.0 unbatched, 2 tokens, 600 samples (the
+    PIT-law bound over 2 positions needs ~540), the case the one-row-at-a-time engines
+    (``hf-assisted``, ``hf-prompt-lookup``) can afford. Needs
     ``python -m speceq.models.smollm2 prepare`` (ConfigError saying so otherwise); ``cache``: its
     cache root (default ``$SPECEQ_CACHE`` or ``~/.cache/speceq``).
     """
@@ -583,5 +584,5 @@ def smollm2_cases(cache: str | Path | None = None) -> list[Case]:
         case("smol-animal-t07-topp09-b64", "animal", temperature=0.7, top_p=0.9, batch_size=64),
         case("smol-capital-greedy-b8-ragged", "capital", temperature=0.0, batch_size=8, companions=("repeat",),
              samples=64),
-        case("smol-repeat-t1-b1", "repeat", temperature=1.0, tokens=2),
+        case("smol-repeat-t1-b1", "repeat", temperature=1.0, tokens=2, samples=600),
     ]

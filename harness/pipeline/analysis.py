@@ -553,10 +553,30 @@ def analyse_run(
     )
 
 
+def sampling_time_estimate(case: Case, required_n: int, n_now: int, x: CaseDetails) -> str | None:
+    """How long drawing ``required_n`` samples per engine would take at this run's measured sampling
+    speed (both engines; the oracle's scoring not included), or None when the speeds are unknown."""
+    if required_n <= n_now or n_now <= 0 or not x.baseline_tokens_per_s or not x.candidate_tokens_per_s:
+        return None
+    rows_now = n_now * len(case.prompts)
+    tokens_per_row = x.candidate_tokens / rows_now
+    extra_rows = (required_n - n_now) * len(case.prompts)
+    seconds = extra_rows * tokens_per_row * (1.0 / x.baseline_tokens_per_s + 1.0 / x.candidate_tokens_per_s)
+    shown = f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
+        else f"{seconds:.0f} s"
+    return (f"at this run's sampling speed ({x.baseline_tokens_per_s:.0f} and {x.candidate_tokens_per_s:.0f} "
+            f"tokens/s), {required_n} samples per engine need about {shown} more sampling (the oracle's "
+            f"scoring not included)")
+
+
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
                  settings: Mapping[str, Any]) -> CaseResult:
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
     rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
+    if d.required_n is not None:
+        estimate = sampling_time_estimate(case, d.required_n, ev.n_candidate, x)
+        if estimate is not None:
+            x = _replace(x, notes=(*x.notes, estimate))
     return CaseResult(
         case_id=case.case_id, case=case.to_dict(), verdict=d.verdict, reason=d.reason, tolerance=tolerance,
         n_baseline=ev.n_baseline, n_candidate=ev.n_candidate, tests=d.tests, tv_estimate=d.tv_estimate,

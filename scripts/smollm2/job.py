@@ -10,7 +10,7 @@ runs, each with the oracle on and the cases of ``speceq.inputs.cases.smollm2_cas
 - the A/A check, ``baseline`` vs ``baseline`` (independent seeds), on the T = 0.7 case;
 - ``hf-assisted`` vs ``hf-sample`` and ``hf-prompt-lookup`` vs ``hf-sample`` on the unbatched case;
 - the strongest mutants of the gallery (``greedy-acceptance``, ``resample-from-target``,
-  ``target-without-temperature``) vs ``baseline``, with ``--mutant-samples`` samples.
+  ``target-no-temperature``) vs ``baseline``, with ``--mutant-samples`` samples.
 
 Sampling cases are certified with ``--certificate pit-law`` (what that certifies:
 ``docs/how-to/real-model.md``); greedy cases by their equal rows. Samples of an engine role that
@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from speceq.engines.registry import check_engine_spec
 from speceq.errors import SpeceqError
 from speceq.inputs.cases import smollm2_cases
 from speceq.models.smollm2 import prepare
@@ -63,22 +64,24 @@ JOBS = (
     Job("hf-prompt-lookup", "hf-sample", "hf-prompt-lookup", (B1,), "equivalent", baseline_from="hf-assisted"),
     Job("greedy-acceptance", "baseline", "mutant:greedy-acceptance", (C1,), "shifted", True, "reference"),
     Job("resample-from-target", "baseline", "mutant:resample-from-target", (C1,), "shifted", True, "reference"),
-    Job("target-without-temperature", "baseline", "mutant:target-without-temperature", (C2,), "shifted", True,
-        "reference"),
+    Job("target-no-temperature", "baseline", "mutant:target-no-temperature", (C2,), "shifted", True, "reference"),
 )
 
 
 #: Draft tokens per step of the speculative engines. Most answers are 1-3 tokens and end at EOS, and
-#: on a CPU a verification of k + 1 tokens costs about k + 1 single-token steps: k = 2 keeps several
-#: drafts per step (ragged acceptance) at ~2.6x the baseline's cost per token, k = 4 measured ~6x.
+#: on a CPU a batched verification of k + 1 tokens costs about k + 1 single-token steps: k = 2 keeps
+#: several drafts per step (ragged acceptance) at 4.6x the baseline's CPU time per token (k = 4: ~6x,
+#: k = 1: 3.6x, measured on the two batch-64 cases). hf-assisted runs one row at a time (memory-bound:
+#: the verification costs about one step), where each extra draft costs almost a whole step: k = 1.
 DRAFT_TOKENS = 2
+HF_ASSISTANT_TOKENS = 1
 
 
 def engine_options(spec: str, target: str, draft: str) -> dict[str, object]:
     if spec in ("baseline", "hf-sample", "hf-prompt-lookup"):
         return {"target": target}
     if spec == "hf-assisted":
-        return {"target": target, "draft": draft, "num_assistant_tokens": DRAFT_TOKENS}
+        return {"target": target, "draft": draft, "num_assistant_tokens": HF_ASSISTANT_TOKENS}
     return {"target": target, "draft": draft, "k": DRAFT_TOKENS}
 
 
@@ -104,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"prepared in {time.perf_counter() - start:.0f} s", flush=True)
+    try:  # every engine spec resolves before anything runs
+        for job in JOBS:
+            check_engine_spec(job.baseline)
+            check_engine_spec(job.candidate)
+    except SpeceqError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows: list[dict] = []
     failed = 0
     for job in JOBS:
