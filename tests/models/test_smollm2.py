@@ -113,3 +113,22 @@ def test_cases_command_renders_the_chats_with_the_prepared_chat_template(
     assert case.case_id == "smol-repeat-t1-b1" and case.params.max_new_tokens == 2
     assert case.prompt_ids[0] == 257  # <|im_start|> of the stand-in's ChatML template
     assert smollm2.main(["cases", "--cache", str(world["cache"]), "--only", "nope"]) == 2
+
+
+def test_models_smollm2_fills_the_prepared_folders(world: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from speceq.models.worlds import world_engine_options
+
+    out = smollm2.prepare(world["cache"], log=lambda _: None)
+    monkeypatch.setenv(model_cache.CACHE_ENV, str(world["cache"]))
+    assert world_engine_options("smollm2", "reference", {"k": 2}) == {
+        "k": 2, "target": str(out.target), "draft": str(out.draft)}
+    assert world_engine_options("smollm2", "hf-sample", {"target": "mine"}) == {"target": "mine"}  # the user's wins
+    assert world_engine_options("smollm2", "openai", {})["tokenizer"] == str(out.target)
+
+
+def test_models_smollm2_before_prepare_says_how(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from speceq.models.worlds import world_engine_options
+
+    monkeypatch.setenv(model_cache.CACHE_ENV, str(tmp_path))
+    with pytest.raises(ConfigError, match="python -m speceq.models.smollm2 prepare"):
+        world_engine_options("smollm2", "baseline", {})
