@@ -1,4 +1,4 @@
-"""The real-model job: every check of speceq on SmolLM2-135M-Instruct, in one command, ~20 minutes.
+"""The real-model job: every check of speceq on SmolLM2-135M-Instruct, in one command (~30 CPU minutes).
 
     python scripts/smollm2/job.py [--out speceq-out/smollm2-job] [--samples 800] [--workers auto]
 
