@@ -42,3 +42,14 @@ class DistributionMismatch(SpeceqError, AssertionError):
     def __init__(self, message: str, verdict: object | None = None) -> None:
         self.verdict = verdict
         super().__init__(message)
+
+
+class MissingExtra(SpeceqError, ImportError):
+    """An optional feature needs packages of one of speceq's extras that are not installed."""
+
+    def __init__(self, extra: str, missing: list[str], *, purpose: str) -> None:
+        self.extra = extra
+        self.missing = list(missing)
+        super().__init__(
+            f"{purpose} needs the package(s) {', '.join(missing)}: install them with pip install 'speceq[{extra}]'"
+        )

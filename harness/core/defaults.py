@@ -8,6 +8,9 @@ DEFAULT_TOLERANCE: TV distance between the baseline's and the candidate's per-po
     0.06-0.13 (the plug-in TV's upward bias is most of it), so 0.15 is what the default budget
     can certify; ~15 000 samples per engine certify 0.05.
 ORACLE_DTYPES: precisions the transformers oracle may run in (``--oracle-dtype``; float32 default).
+CERTIFICATES: what an ``equivalent`` verdict may certify (``--certificate``): ``tv``, the
+    per-position TV bound (default), or ``pit-law``, the coarser bound on the oracle PIT's law per
+    position (:mod:`speceq.stats.pit_law`), which a 49k-token vocabulary affords at ~650 samples.
 DEFAULT_ALPHA: family-wise false-alarm level of a run (Holm over its primary tests); 1e-3
     keeps a CI job that runs many checks quiet.
 NEAR_TIE_NATS: greedy cases' near-tie threshold, nats (target's top-1 minus top-2 log-probability),
@@ -21,4 +24,5 @@ DEFAULT_CHUNK_SIZE = 500
 DEFAULT_TOLERANCE = 0.15
 DEFAULT_ALPHA = 1e-3
 ORACLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
+CERTIFICATES = ("tv", "pit-law")
 NEAR_TIE_NATS = 1e-3

@@ -28,6 +28,7 @@ import torch
 from speceq.core.params import SamplingParams
 from speceq.core.processing import process_logits
 from speceq.engines._kv import SlotCache
+from speceq.engines._options import unknown_options_message
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.rejection import gather_token_probs
 from speceq.errors import ConfigError, EngineNotFound
@@ -368,7 +369,7 @@ def make_mutant(name: str, **options: Any) -> ReferenceSpeculativeEngine:
     allowed = _option_names(spec.cls)
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ConfigError(f"unknown option(s) {unknown}; expected some of {sorted(allowed)}", where=f"mutant:{name}")
+        raise ConfigError(unknown_options_message(unknown, sorted(allowed)), where=f"mutant:{name}")
     return spec.cls(**options)
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from speceq.engines._options import unknown_options_message
 from speceq.engines.base import Engine
 from speceq.engines.function import FunctionEngine
 from speceq.errors import ConfigError, EngineNotFound
@@ -240,6 +241,9 @@ def _instantiate(obj: Any, options: dict[str, Any], label: str) -> Engine:
     try:
         inspect.signature(obj).bind(**options)
     except TypeError as exc:
+        unknown, allowed = _unknown_keywords(obj, options)
+        if unknown:
+            raise ConfigError(unknown_options_message(unknown, allowed), where=f"engine {label!r}") from None
         if not inspect.isclass(obj) and _positional_required(obj):
             raise ConfigError(
                 f"{label}{inspect.signature(obj)} is not a sampling function: expected the signature "
@@ -255,6 +259,18 @@ def _instantiate(obj: Any, options: dict[str, Any], label: str) -> Engine:
     except ValueError:  # no signature (builtins): let the call decide
         pass
     return _check_engine(obj(**options), label)
+
+
+def _unknown_keywords(obj: Any, options: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(given options ``obj`` has no parameter for, its keyword parameters); ([], ...) when it takes ``**kwargs``."""
+    try:
+        params = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):
+        return [], []
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return [], []
+    allowed = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return sorted(set(options) - set(allowed)), allowed
 
 
 def _check_engine(engine: Any, label: str) -> Engine:

@@ -31,12 +31,14 @@ Handler = Callable[[argparse.Namespace], int]
 PLUGIN_COMMANDS: dict[str, str] = {
     "power": "speceq.faces.cli_power",
     "kernel": "speceq.faces.cli_kernel",
+    "smollm2": "speceq.faces.cli_smollm2",
 }
 
 
 # ----- speceq run ------------------------------------------------------------------------
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from speceq.core.defaults import (
+        CERTIFICATES,
         DEFAULT_ALPHA,
         DEFAULT_CHUNK_SIZE,
         DEFAULT_SAMPLES,
@@ -47,9 +49,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/reference/cases.md). Default: the built-in cases")
-    g.add_argument("--models", default="byte", choices=("byte", "bpe"),
+    g.add_argument("--models", default="byte", choices=("byte", "bpe", "smollm2"),
                    help="bundled model world: its target/draft fill the built-in engines' model options and its "
-                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/explanation/bpe-world.md). Default: %(default)s")
+                        "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/explanation/bpe-world.md; "
+                        "smollm2: SmolLM2-135M-Instruct, 49 152, after speceq smollm2 prepare, see "
+                        "docs/how-to/real-model.md). Default: %(default)s")
     g.add_argument("--baseline", default="baseline", metavar="SPEC", help="baseline engine (name or module:attr). Default: %(default)s")
     g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
     g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
@@ -104,6 +108,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sequential", action="store_true",
                    help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
                         "each case once decided (docs/how-to/sequential.md)")
+    g.add_argument("--certificate", choices=CERTIFICATES, default="tv",
+                   help="what 'equivalent' certifies: tv, the per-position TV bound; pit-law, the coarser bound on "
+                        "the law of the oracle PIT per position, which a large vocabulary affords at a few hundred "
+                        "samples (needs the oracle, not with --sequential; docs/how-to/real-model.md). "
+                        "Default: %(default)s")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="speceq-out", metavar="DIR", help="samples, result.json, provenance.json. Default: %(default)s")
     mode = g.add_mutually_exclusive_group()
@@ -119,7 +128,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def handle_run(args: argparse.Namespace) -> int:
     from speceq.engines.registry import parse_engine_options
-    from speceq.inputs.cases import bpe_cases, default_cases, load_cases
+    from speceq.inputs.cases import bpe_cases, default_cases, load_cases, smollm2_cases
     from speceq.models.worlds import world_engine_options
     from speceq.pipeline.config import RunConfig
     from speceq.pipeline.runner import run
@@ -134,12 +143,12 @@ def handle_run(args: argparse.Namespace) -> int:
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
-        workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
+        certificate=args.certificate, workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     if args.cases:
         cases = load_cases(args.cases)
     else:
-        cases = bpe_cases() if args.models == "bpe" else default_cases()
+        cases = {"bpe": bpe_cases, "smollm2": smollm2_cases}.get(args.models, default_cases)()
     check_run_outputs(config.out_dir, report=args.report, summary_md=args.summary_md)
     check_engine_specs(config)
     try:

@@ -28,7 +28,11 @@ from speceq.errors import ConfigError
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos")
 #: Fields a case or the ``defaults`` section may set.
 SHARED_FIELDS: tuple[str, ...] = (*PARAM_FIELDS, "batch_size", "companions", "tokenizer", "samples")
-CASE_FIELDS: tuple[str, ...] = ("id", "prompt", "prompt_ids", *SHARED_FIELDS)
+CASE_FIELDS: tuple[str, ...] = ("id", "prompt", "prompt_ids", "messages", *SHARED_FIELDS)
+#: The prompt fields of a case: exactly one is given.
+PROMPT_FIELDS: tuple[str, ...] = ("prompt", "prompt_ids", "messages")
+#: Keys of one chat message of a ``messages`` list.
+MESSAGE_FIELDS: tuple[str, ...] = ("role", "content")
 TOP_FIELDS: tuple[str, ...] = ("defaults", "cases")
 #: Tokenizer name of the bundled byte tokenizer (the default).
 BYTES_TOKENIZER = "bytes"
@@ -37,6 +41,9 @@ INT_LIMIT = 2**31
 MAX_ID_LENGTH = 200
 
 Encoder = Callable[[str], list[int]]
+#: Renders a chat (role/content dicts) with a tokenizer's chat template and generation prompt:
+#: (token ids, rendered text).
+ChatRenderer = Callable[[list[dict[str, str]]], tuple[list[int], str]]
 #: Location of a field in a file, for ConfigError.where: field name -> "file: case 1 (id 'x'), field 'name'".
 At = Callable[[str], str]
 
@@ -176,6 +183,7 @@ class _Tokenizers:
     def __init__(self, base_dir: Path | None) -> None:
         self.base_dir = base_dir
         self._cache: dict[str, Encoder] = {}
+        self._chats: dict[str, ChatRenderer] = {}
 
     def get(self, name: Any, where: str) -> Encoder:
         if not isinstance(name, str) or not name:
@@ -184,14 +192,31 @@ class _Tokenizers:
             self._cache[name] = self._load(name, where)
         return self._cache[name]
 
-    def _load(self, name: str, where: str) -> Encoder:
-        if name == BYTES_TOKENIZER:
-            from speceq.models.tokenizer import ByteTokenizer
+    def chat(self, name: Any, where: str, messages_where: str) -> ChatRenderer:
+        """The chat renderer of tokenizer ``name`` (its folder's chat template)."""
+        self.get(name, where)  # the same checks and errors as for text prompts
+        if name not in self._chats:
+            if name == BYTES_TOKENIZER:
+                raise ConfigError(
+                    f"the {BYTES_TOKENIZER!r} tokenizer has no chat template: set 'tokenizer' to a Hugging Face "
+                    "tokenizer folder whose tokenizer_config.json or chat_template.jinja holds one", where=messages_where)
+            self._chats[name] = _chat_renderer(self._file(name, where).parent, messages_where)
+        return self._chats[name]
 
-            return ByteTokenizer().encode
+    def _file(self, name: str, where: str) -> Path:
         path = Path(name)
         if not path.is_absolute() and self.base_dir is not None:
             path = self.base_dir / path
+        from speceq.models.gguf import gguf_file_of
+
+        try:
+            is_gguf = gguf_file_of(path) is not None
+        except ConfigError as e:
+            raise ConfigError(str(e), where=where) from None
+        if is_gguf:  # a GGUF model file: the tokenizer of its converted folder
+            from speceq.models.gguf import resolve_model_folder
+
+            path = resolve_model_folder(path)[0]
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.is_file():
@@ -199,6 +224,14 @@ class _Tokenizers:
                 f"tokenizer {name!r} is neither {BYTES_TOKENIZER!r} nor an existing tokenizer.json (looked at {path})",
                 where=where,
             )
+        return path
+
+    def _load(self, name: str, where: str) -> Encoder:
+        if name == BYTES_TOKENIZER:
+            from speceq.models.tokenizer import ByteTokenizer
+
+            return ByteTokenizer().encode
+        path = self._file(name, where)
         from tokenizers import Tokenizer
 
         try:
@@ -206,6 +239,58 @@ class _Tokenizers:
         except Exception as e:  # the tokenizers package raises a bare Exception on bad files
             raise ConfigError(f"cannot load tokenizer {path}: {e}", where=where) from None
         return lambda text: list(tok.encode(text).ids)
+
+
+def _chat_renderer(folder: Path, where: str) -> ChatRenderer:
+    """Render messages as the model's own ``apply_chat_template(messages, add_generation_prompt=True)``."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot load the tokenizer of {folder} to render messages: {e}", where=where) from None
+    if not getattr(tok, "chat_template", None):
+        raise ConfigError(f"the tokenizer in {folder} has no chat template (no chat_template in tokenizer_config.json, "
+                          "no chat_template.jinja): give 'prompt' or 'prompt_ids' instead", where=where)
+
+    def render(messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        from jinja2 import TemplateError
+
+        try:
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        except TemplateError as e:  # e.g. the template's raise_exception("roles must alternate")
+            raise ConfigError(f"the chat template of {folder} refuses these messages: {e}", where=where) from None
+        return [int(i) for i in ids], str(text)
+
+    return render
+
+
+def _messages(v: Any, at: At, name: str, render: Callable[[], ChatRenderer]) -> tuple[tuple[int, ...], str]:
+    """(token ids, rendered text) of a ``messages`` list; errors name the message and key."""
+    where = at(name)
+    if not isinstance(v, list):
+        raise ConfigError(f"expected a list of {{'role': ..., 'content': ...}} objects, got {_type_name(v)}",
+                          where=where)
+    if not v:
+        raise ConfigError("empty chat: give at least one message", where=where)
+    messages = []
+    for i, m in enumerate(v):
+        item = at(f"{name}[{i}]")
+        if not isinstance(m, dict):
+            raise ConfigError(f"expected an object with 'role' and 'content', got {_type_name(m)}", where=item)
+        _check_keys(m, MESSAGE_FIELDS, lambda k, i=i: at(f"{name}[{i}].{k}"))
+        for key in MESSAGE_FIELDS:
+            if key not in m:
+                raise ConfigError(f"missing {key!r}", where=item)
+            if not isinstance(m[key], str) or (key == "role" and not m[key]):
+                raise ConfigError(f"expected a {'non-empty ' if key == 'role' else ''}string, got "
+                                  f"{_type_name(m[key])} {m[key]!r}", where=at(f"{name}[{i}].{key}"))
+        messages.append({"role": m["role"], "content": m["content"]})
+    ids, text = render()(messages)
+    if not ids:
+        raise ConfigError("the chat renders to no tokens", where=where)
+    return tuple(ids), text
 
 
 def _parse_text(text: str, source: str, fmt: str) -> Any:
@@ -251,26 +336,39 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
         return defaults_at(name) if name.split("[")[0] not in raw and name.split("[")[0] in defaults else case_at(name)
 
     merged = {**defaults, **raw}
-    encode = toks.get(merged.get("tokenizer", BYTES_TOKENIZER), at("tokenizer"))
-    if ("prompt" in raw) == ("prompt_ids" in raw):
-        raise ConfigError("give exactly one of 'prompt' (text) and 'prompt_ids' (token ids)", where=at("prompt"))
+    tokenizer = merged.get("tokenizer", BYTES_TOKENIZER)
+    encode = toks.get(tokenizer, at("tokenizer"))
+    given = [f for f in PROMPT_FIELDS if f in raw]
+    if len(given) != 1:
+        raise ConfigError("give exactly one of 'prompt' (text), 'prompt_ids' (token ids) and 'messages' (a chat)",
+                          where=at(given[0] if given else "prompt"))
+
+    def chat(name: str) -> Callable[[], ChatRenderer]:
+        return lambda: toks.chat(tokenizer, at("tokenizer"), at(name))
+
     if "prompt" in raw:
         prompt_ids, text = _text(raw["prompt"], at, "prompt", encode), raw["prompt"]
+    elif "messages" in raw:
+        prompt_ids, text = _messages(raw["messages"], at, "messages", chat("messages"))
     else:
         prompt_ids, text = _token_ids(raw["prompt_ids"], at, "prompt_ids"), None
 
     companions: list[tuple[int, ...]] = []
     comp = merged.get("companions", [])
     if not isinstance(comp, list):
-        raise ConfigError(f"expected a list of texts or token-id lists, got {_type_name(comp)}", where=at("companions"))
+        raise ConfigError(f"expected a list of texts, token-id lists or chats, got {_type_name(comp)}",
+                          where=at("companions"))
     for j, c in enumerate(comp):
         name = f"companions[{j}]"
         if isinstance(c, str):
             companions.append(_text(c, at, name, encode))
+        elif isinstance(c, list) and c and all(isinstance(m, dict) for m in c):
+            companions.append(_messages(c, at, name, chat(name))[0])
         elif isinstance(c, list):
             companions.append(_token_ids(c, at, name))
         else:
-            raise ConfigError(f"expected a text or a list of token ids, got {_type_name(c)}", where=at(name))
+            raise ConfigError(f"expected a text, a list of token ids or a chat (list of messages), got {_type_name(c)}",
+                              where=at(name))
 
     params: dict[str, Any] = {}
     for name in PARAM_FIELDS:
@@ -358,6 +456,23 @@ def load_cases(path: str | Path) -> list[Case]:
     return parse_cases_text(text, fmt=fmt, source=source, base_dir=path.parent)
 
 
+def cases_document(cases: list[Case]) -> dict[str, Any]:
+    """A cases-file document (``{"cases": [...]}``) for ``cases``, with token-id prompts: what
+    :func:`parse_cases` reads back as the same cases (``text`` aside). For built-in cases whose
+    prompts need a model's tokenizer (``smollm2_cases``) in tools that take a cases file."""
+    out = []
+    for c in cases:
+        entry: dict[str, Any] = {"id": c.case_id, "prompt_ids": list(c.prompt_ids)}
+        entry.update({k: v for k, v in c.params.to_dict().items() if k in PARAM_FIELDS})
+        entry["batch_size"] = c.batch_size
+        if c.companions:
+            entry["companions"] = [list(x) for x in c.companions]
+        if c.samples is not None:
+            entry["samples"] = c.samples
+        out.append(entry)
+    return {"cases": out}
+
+
 def default_cases() -> list[Case]:
     """The cases of a bare ``speceq run``: 6 cases over the bundled byte models.
 
@@ -434,4 +549,40 @@ def bpe_cases() -> list[Case]:
         case("bpe-class-topp-b32", P[4], temperature=1.0, top_p=0.9, batch_size=32),
         case("bpe-eos-b32", E[0], temperature=1.0, batch_size=32, companions=(P[5], E[2])),
         case("bpe-ignore-eos-t07-b4", E[1], temperature=0.7, batch_size=4, companions=(P[0],), ignore_eos=True),
+    ]
+
+
+def smollm2_cases(cache: str | Path | None = None) -> list[Case]:
+    """The cases of ``speceq run --models smollm2``: 4 chat cases on SmolLM2-135M-Instruct.
+
+    Chats (``speceq.models.smollm2.CHATS``: one worked example turn, then the question) rendered
+    with the model's chat template, so most answers are a word or two and end at ``<|im_end|>``:
+    T = 1.0 at batch 64 with a longer companion chat (left padding, ragged acceptance); T = 0.7
+    with top-p 0.9 at batch 64; greedy at batch 8 with the companion (64 rows, which the
+    row-mismatch bound certifies at alpha 1e-3); and T = 1.0 unbatched, 2 tokens, 600 samples (the
+    PIT-law bound over 2 positions needs ~540), the case the one-row-at-a-time engines
+    (``hf-assisted``, ``hf-prompt-lookup``) can afford. Needs
+    ``speceq smollm2 prepare`` (ConfigError saying so otherwise); ``cache``: its
+    cache root (default ``$SPECEQ_CACHE`` or ``~/.cache/speceq``).
+    """
+    from speceq.models.smollm2 import CHATS, prepared
+
+    folder = prepared(cache).target
+    render = _chat_renderer(folder, "smollm2 cases")
+
+    def chat(name: str) -> tuple[int, ...]:
+        return tuple(render([dict(m) for m in CHATS[name]])[0])
+
+    def case(cid: str, name: str, *, batch_size: int = 1, companions: tuple[str, ...] = (), tokens: int = 6,
+             samples: int | None = None, **params: Any) -> Case:
+        return Case(case_id=cid, prompt_ids=chat(name), params=SamplingParams(max_new_tokens=tokens, **params),
+                    batch_size=batch_size, companions=tuple(chat(c) for c in companions),
+                    text=render([dict(m) for m in CHATS[name]])[1], samples=samples)
+
+    return [
+        case("smol-capital-t1-b64-ragged", "capital", temperature=1.0, batch_size=64, companions=("repeat",)),
+        case("smol-animal-t07-topp09-b64", "animal", temperature=0.7, top_p=0.9, batch_size=64),
+        case("smol-capital-greedy-b8-ragged", "capital", temperature=0.0, batch_size=8, companions=("repeat",),
+             samples=64),
+        case("smol-repeat-t1-b1", "repeat", temperature=1.0, tokens=2, samples=600),
     ]

@@ -1,8 +1,9 @@
 """Loading and describing Hugging Face causal LMs: used by the project's own engines, the oracle,
 the calibration, benchmarks and tests.
 
-A model is given as ``None`` (the bundled target or draft), a folder path, or an already
-loaded ``PreTrainedModel``. Loading is offline (local folders only).
+A model is given as ``None`` (the bundled target or draft), a folder path, a GGUF file (or a
+folder holding one, converted once into a cached folder: :mod:`speceq.models.gguf`), or an
+already loaded ``PreTrainedModel``. Loading is offline (local files only).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def load_causal_lm(
 ) -> Any:
     """Return an eval-mode causal LM on ``device`` in ``dtype``.
 
-    ``None`` loads the bundled model of ``role``; a string or Path loads that local folder;
+    ``None`` loads the bundled model of ``role``; a string or Path loads that local folder, or
+    the cached converted folder of a ``.gguf`` file (or of a folder holding one; the model then
+    carries ``speceq_source`` = where it came from, which :func:`describe_model` reports);
     a loaded model is moved to ``device``/``dtype`` and put in eval mode (not copied).
     """
     torch_dtype = resolve_dtype(dtype)
@@ -37,8 +40,13 @@ def load_causal_lm(
         return loader(dtype=torch_dtype, device=device)
     if isinstance(model, (str, Path)):
         from speceq.models import load_model
+        from speceq.models.gguf import resolve_model_folder
 
-        return load_model(model, dtype=torch_dtype, device=device)
+        folder, source = resolve_model_folder(model)
+        loaded = load_model(folder, dtype=torch_dtype, device=device)
+        if source:
+            loaded.speceq_source = source
+        return loaded
     if not (isinstance(model, torch.nn.Module) and hasattr(model, "config")):
         raise ConfigError(
             f"expected None, a model folder or a transformers PreTrainedModel, got {type(model).__name__}", where=role
@@ -110,9 +118,10 @@ def model_pad_id(model: Any) -> int:
 
 
 def describe_model(model: Any) -> dict[str, Any]:
-    """JSON-able provenance of a model: path, class, parameter count, dtype, device."""
+    """JSON-able provenance of a model: path, class, parameter count, dtype, device (and ``source``
+    when it was converted from a GGUF file)."""
     param = next(model.parameters())
-    return {
+    out = {
         "path": str(getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")) or None,
         "class": type(model).__name__,
         "parameters": int(sum(p.numel() for p in model.parameters())),
@@ -120,6 +129,10 @@ def describe_model(model: Any) -> dict[str, Any]:
         "device": str(param.device),
         "vocab_size": model_vocab_size(model),
     }
+    source = getattr(model, "speceq_source", None)
+    if isinstance(source, dict) and source:
+        out["source"] = dict(source)
+    return out
 
 
 def tiny_random_llama(
@@ -132,11 +145,15 @@ def tiny_random_llama(
     vocab_size: int = 259,
     eos_token_id: int = 257,
     pad_token_id: int = 258,
+    kv_heads: int | None = None,
+    tie_word_embeddings: bool = False,
 ) -> Any:
     """A tiny random-init ``LlamaForCausalLM`` (eval mode, float32) for tests and demos.
 
     The bundled byte vocabulary by default (259 ids, EOS 257, PAD 258). ``init_std`` scales
     the initial weights: larger values give peakier (lower-entropy) next-token laws.
+    ``kv_heads`` (default ``heads // 2``) sets grouped-query attention; ``tie_word_embeddings``
+    shares the embedding matrix with the head (as SmolLM2 does).
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -146,13 +163,13 @@ def tiny_random_llama(
         intermediate_size=2 * hidden_size,
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2),
+        num_key_value_heads=kv_heads if kv_heads is not None else max(1, heads // 2),
         max_position_embeddings=512,
         initializer_range=init_std,
         bos_token_id=256,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

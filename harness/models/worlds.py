@@ -1,7 +1,9 @@
 """The bundled model worlds of ``speceq run --models``: which models and cases a world uses.
 
 - ``byte``: the 259-token byte models (``target/``, ``draft/``) and ``speceq.inputs.cases.default_cases()``;
-- ``bpe``: the 32 000-token BPE models (``bpe-target/``, ``bpe-draft/``) and ``speceq.inputs.cases.bpe_cases()``.
+- ``bpe``: the 32 000-token BPE models (``bpe-target/``, ``bpe-draft/``) and ``speceq.inputs.cases.bpe_cases()``;
+- ``smollm2``: SmolLM2-135M-Instruct and its layer-skipping draft, prepared into the model cache
+  by ``speceq smollm2 prepare``, and ``speceq.inputs.cases.smollm2_cases()``.
 
 :func:`world_engine_options` fills the model-folder options (``target``, ``draft``, or the
 ``openai`` engine's ``tokenizer``) of the built-in engines for a world, leaving every option
@@ -16,7 +18,7 @@ from typing import Any
 
 from speceq.errors import ConfigError
 
-WORLDS: tuple[str, ...] = ("byte", "bpe")
+WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2")
 
 _TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "mutant:draft-is-target"}
 _TARGET_AND_DRAFT = {"reference", "hf-assisted"}
@@ -35,14 +37,21 @@ def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> d
     out = dict(options)
     if world == "byte":
         return out
-    from speceq.models.bpe import BPE_DRAFT_DIR, BPE_TARGET_DIR
+    if world == "bpe":
+        from speceq.models.bpe import BPE_DRAFT_DIR, BPE_TARGET_DIR
 
+        target_dir, draft_dir = str(BPE_TARGET_DIR), str(BPE_DRAFT_DIR)
+    else:
+        from speceq.models.smollm2 import prepared
+
+        folders = prepared()
+        target_dir, draft_dir = str(folders.target), str(folders.draft)
     if spec in _TARGET_ONLY:
-        out.setdefault("target", str(BPE_TARGET_DIR))
+        out.setdefault("target", target_dir)
     elif spec in _TARGET_AND_DRAFT or spec.startswith("mutant:"):
-        out.setdefault("target", str(BPE_TARGET_DIR))
-        out.setdefault("draft", str(BPE_DRAFT_DIR))
+        out.setdefault("target", target_dir)
+        out.setdefault("draft", draft_dir)
     elif spec == "openai":
         if "vocab_size" not in out and "eos_token_id" not in out:
-            out.setdefault("tokenizer", str(BPE_TARGET_DIR))
+            out.setdefault("tokenizer", target_dir)
     return out

@@ -52,12 +52,23 @@ def loaded_model(engine: Engine, attribute: str) -> Any | None:
     return model if model is not None and hasattr(model, "config") and hasattr(model, "forward") else None
 
 
+#: Attributes under which engines keep their loaded target model: ``model`` (speceq's baseline and
+#: reference engines), ``target`` (the ``hf-*`` engines).
+TARGET_ATTRIBUTES = ("model", "target")
+
+
+def target_attribute(engine: Engine) -> str | None:
+    """The attribute of ``engine`` that holds its loaded target model (see :data:`TARGET_ATTRIBUTES`), or None."""
+    return next((a for a in TARGET_ATTRIBUTES if loaded_model(engine, a) is not None), None)
+
+
 def oracle_sources(spec: OracleSpec, engines: Mapping[str, Engine]) -> tuple[ModelSource, ModelSource | None]:
     """Where :func:`make_oracle`'s target and draft come from, for worker processes to build the same oracle."""
+    attribute = target_attribute(engines["baseline"])
     if spec.model is not None:
         target = ModelSource(path=spec.model)
-    elif loaded_model(engines["baseline"], "model") is not None:
-        target = ModelSource(engine_role="baseline", engine_attribute="model")
+    elif attribute is not None:
+        target = ModelSource(engine_role="baseline", engine_attribute=attribute)
     else:
         target = ModelSource()
     if spec.draft == "auto":
@@ -83,7 +94,8 @@ def make_oracle(spec: OracleSpec, engines: Mapping[str, Engine]) -> Oracle:
     from speceq.models.hf_utils import model_in_dtype
     from speceq.oracles.hf import TargetOracle
 
-    target = spec.model if spec.model is not None else loaded_model(base, "model")
+    attribute = target_attribute(base)
+    target = spec.model if spec.model is not None else None if attribute is None else loaded_model(base, attribute)
     target = model_in_dtype(target, spec.dtype)
     if spec.draft == "auto":
         draft = model_in_dtype(loaded_model(engines["candidate"], "draft"), spec.dtype)
@@ -109,4 +121,5 @@ def check_oracle_matches(oracle: Oracle, engines: Mapping[str, Engine]) -> None:
         )
 
 
-__all__ = ["ModelSource", "OracleSpec", "check_oracle_matches", "loaded_model", "make_oracle", "oracle_sources"]
+__all__ = ["TARGET_ATTRIBUTES", "ModelSource", "OracleSpec", "check_oracle_matches", "loaded_model", "make_oracle",
+           "oracle_sources", "target_attribute"]

@@ -114,6 +114,7 @@ class OracleFindings:
     notes: tuple[str, ...] = ()
     z_paths: tuple[Any, ...] = ()
     test_bins: tuple[Any, ...] = ()
+    pit_law: stats.PITLawBound | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,7 +334,8 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
                 f"gives probability 0, the baseline's {sup.baseline_rows} rows none (exact p = {sup.pvalue:.2g})")
         failures = [f"{lead}; {d}" for d in _impossible_tokens(case, cand, scores, tok)[:1]]
         failures += _impossible_tokens(case, cand, scores, tok)[1:]
-    pit = stats.pit_uniformity(stats.randomized_pit(scores, rng))
+    pit_u = stats.randomized_pit(scores, rng)
+    pit = stats.pit_uniformity(pit_u)
     base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
     tests += [
         _outcome("PIT Anderson-Darling", "oracle", False, pit.anderson_darling),
@@ -373,9 +375,14 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
                          baseline_counts=(sup.baseline_flagged, sup.baseline_rows - sup.baseline_flagged),
                          candidate_counts=(sup.candidate_flagged, sup.candidate_rows - sup.candidate_flagged),
                          n_baseline=sup.baseline_rows, n_candidate=sup.candidate_rows),)
+    # the coarser certificate a large vocabulary affords: the candidate's PIT law against the oracle's, case prompt
+    own = np.asarray(cand.prompt_index)[scores.row] == 0  # the case's prompt, as the TV bound
+    rows = int((np.asarray(cand.prompt_index) == 0).sum())
+    pit_law = None if rows == 0 else stats.pit_law_bound(
+        pit_u[own], scores.position[own], rows=rows, positions=params.max_new_tokens, alpha=alpha)
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), notes=tuple(notes),
                           histogram=tuple(int(h) for h in pit.histogram), z_paths=tuple(martingale_paths(scores)),
-                          test_bins=bins)
+                          test_bins=bins, pit_law=pit_law)
 
 
 def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -500,6 +507,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     first_probs = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"
+    pit_law = None
     if oracle is not None:
         if oracle.knows_full_law(case.params):
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
@@ -513,6 +521,9 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         tests += found.tests
         failures = found.support_failures
         notes += found.notes
+        pit_law = found.pit_law
+        if pit_law is not None:
+            notes.append(pit_law.summary())
         details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths,
                            test_bins=details.test_bins + found.test_bins)
     if bounds:
@@ -528,7 +539,9 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                        tv_reference=tv_reference)
     ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
                       effective_support=k_eff, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures,
-                      bound_alpha=alpha / max(1, len(bounds)))
+                      bound_alpha=alpha / max(1, len(bounds)),
+                      pit_law_upper_bound=None if pit_law is None else pit_law.bound,
+                      pit_law_positions=0 if pit_law is None else len(pit_law.positions))
     return ev, details
 
 
@@ -567,6 +580,8 @@ def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Case
             args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
         if settings.get("oracle_dtype", "float32") != "float32":
             args += ["--oracle-dtype", str(settings["oracle_dtype"])]
+        if settings.get("certificate", "tv") != "tv":
+            args += ["--certificate", str(settings["certificate"])]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
@@ -591,6 +606,7 @@ def analyse_run(
     provenance: Mapping[str, Any],
     progress: bool = False,
     near_tie_nats: float = NEAR_TIE_NATS,
+    certificate: str = "tv",
 ) -> RunResult:
     """Analyse a run and decide every case.
 
@@ -598,7 +614,8 @@ def analyse_run(
     in slice order; ``prompt_index`` says which prompt of ``case.prompts`` a row continues).
     ``oracle``: any :class:`speceq.oracles.protocol.Oracle`, or None for black-box mode.
     ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
-    greedy near-tie threshold (top-2 margin, nats). Monte Carlo p-values are sized to
+    greedy near-tie threshold (top-2 margin, nats). ``certificate``: what an ``equivalent`` verdict
+    rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). Monte Carlo p-values are sized to
     alpha / (planned number of primary tests of the run), the first step of Holm.
     """
     tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
@@ -616,7 +633,7 @@ def analyse_run(
                               seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats)
         evidence.append(ev)
         details.append(d)
-    decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance)
+    decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance, certificate=certificate)
     settings = dict(provenance.get("settings") or {})
     results = tuple(_case_result(c, ev, dec, d, tolerance, settings)
                     for c, ev, dec, d in zip(cases, evidence, decisions, details))
@@ -626,10 +643,30 @@ def analyse_run(
     )
 
 
+def sampling_time_estimate(case: Case, required_n: int, n_now: int, x: CaseDetails) -> str | None:
+    """How long drawing ``required_n`` samples per engine would take at this run's measured sampling
+    speed (both engines; the oracle's scoring not included), or None when the speeds are unknown."""
+    if required_n <= n_now or n_now <= 0 or not x.baseline_tokens_per_s or not x.candidate_tokens_per_s:
+        return None
+    rows_now = n_now * len(case.prompts)
+    tokens_per_row = x.candidate_tokens / rows_now
+    extra_rows = (required_n - n_now) * len(case.prompts)
+    seconds = extra_rows * tokens_per_row * (1.0 / x.baseline_tokens_per_s + 1.0 / x.candidate_tokens_per_s)
+    shown = f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
+        else f"{seconds:.0f} s"
+    return (f"at this run's sampling speed ({x.baseline_tokens_per_s:.0f} and {x.candidate_tokens_per_s:.0f} "
+            f"tokens/s), {required_n} samples per engine need about {shown} more sampling (the oracle's "
+            f"scoring not included)")
+
+
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
                  settings: Mapping[str, Any]) -> CaseResult:
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
     rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
+    if d.required_n is not None:
+        estimate = sampling_time_estimate(case, d.required_n, ev.n_candidate, x)
+        if estimate is not None:
+            x = _replace(x, notes=(*x.notes, estimate))
     return CaseResult(
         case_id=case.case_id, case=case.to_dict(), verdict=d.verdict, reason=d.reason, tolerance=tolerance,
         n_baseline=ev.n_baseline, n_candidate=ev.n_candidate, tests=d.tests, tv_estimate=d.tv_estimate,

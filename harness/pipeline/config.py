@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from speceq.core.defaults import (
+    CERTIFICATES,
     DEFAULT_ALPHA,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_SAMPLES,
@@ -31,7 +32,7 @@ class RunConfig:
     baseline / candidate: engine specs (registry names or ``module:attr``); *_options:
     keyword options for each. oracle: score the candidate's tokens with the target
     (``oracle_model``: a model folder; None = the baseline engine's loaded target model when
-    it exposes one as ``.model``, else the bundled target). oracle_draft: the draft the
+    it exposes one as ``.model`` or ``.target``, else the bundled target). oracle_draft: the draft the
     oracle scores for the draft ratio comparison: ``"auto"`` (the candidate engine's loaded
     ``.draft``, if any), ``"bundled"``, a model folder, or None (no draft). oracle_share_prefix:
     the oracle runs each prompt once and scores only the generated tokens against its cache
@@ -56,6 +57,10 @@ class RunConfig:
     log-probabilities it asks per position (None: the whole vocabulary). sequential: grow every
     case look by look and stop it once its anytime-valid evidence decides
     (:mod:`speceq.pipeline.sequential`); False: a fixed-size run of ``samples`` per engine.
+    certificate: what an ``equivalent`` verdict certifies: ``"tv"`` (the per-position TV bound,
+    the default) or ``"pit-law"`` (the coarser bound on the law of the oracle PIT per position,
+    :mod:`speceq.stats.pit_law`, which a large vocabulary affords at a few hundred samples;
+    needs the oracle and a fixed-size run).
     """
 
     baseline: str = "baseline"
@@ -83,6 +88,7 @@ class RunConfig:
     oracle_server: str | None = None
     oracle_top_logprobs: int | None = None
     sequential: bool = False
+    certificate: str = "tv"
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -138,6 +144,12 @@ class RunConfig:
                 raise bad("oracle_top_logprobs", "an integer >= 2, or None (the whole vocabulary)")
             if self.oracle_server is None:
                 raise bad("oracle_top_logprobs", "no value without oracle_server")
+        if self.certificate not in CERTIFICATES:
+            raise bad("certificate", f"one of {', '.join(CERTIFICATES)}")
+        if self.certificate == "pit-law" and not self.oracle:
+            raise bad("certificate", "'tv' without the oracle (the PIT-law bound is computed from its scores)")
+        if self.certificate == "pit-law" and self.sequential:
+            raise bad("certificate", "'tv' in a sequential run (the PIT-law bound holds for a fixed sample size)")
         object.__setattr__(self, "out_dir", Path(self.out_dir))
 
     def settings(self) -> dict[str, Any]:
@@ -153,7 +165,7 @@ class RunConfig:
             "executor": self.executor, "workers": self.workers, "ray_address": self.ray_address,
             "near_tie_nats": self.near_tie_nats, "oracle_dtype": self.oracle_dtype,
             "oracle_server": self.oracle_server, "oracle_top_logprobs": self.oracle_top_logprobs,
-            "sequential": self.sequential,
+            "sequential": self.sequential, "certificate": self.certificate,
         }
 
     def oracle_spec(self) -> OracleSpec | None:

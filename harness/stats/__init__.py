@@ -10,7 +10,8 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
   :func:`pit_uniformity`, the martingale z-tests, :func:`support_violations`, :func:`chisquare_gof`
 - oracle, candidate vs baseline (valid under any shared oracle error): :func:`paired_comparison`,
   :func:`support_comparison`, :func:`compare_oracle_scores`
-- effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds
+- effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds; the coarser
+  certificate a large vocabulary affords, :func:`pit_law_bound` (and :func:`required_n_pit_law`)
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
 - Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
@@ -51,6 +52,7 @@ from speceq.stats.pit import (
     pit_uniformity,
     randomized_pit,
 )
+from speceq.stats.pit_law import PITLawBound, PITLawPosition, pit_law_bound, required_n_pit_law
 from speceq.stats.results import (
     ComparisonResult,
     ConfidenceInterval,
@@ -92,6 +94,7 @@ __all__ = [
     "mc_draws_for_level", "sequential_mc_pvalue",
     "benjamini_hochberg", "holm",
     "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",
+    "PITLawBound", "PITLawPosition", "pit_law_bound", "required_n_pit_law",
     "effective_support_upper", "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
     "required_n_oracle", "required_n_two_sample",
     "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "SupportComparisonResult", "SupportResult",

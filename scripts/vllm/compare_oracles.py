@@ -1,11 +1,13 @@
 """Compare two speceq results of the same samples: transformers oracle vs server oracle.
 
-Usage: python scripts/vllm/compare_oracles.py TRANSFORMERS_RESULT.json SERVER_RESULT.json [--not-shifted]
+Usage: python scripts/vllm/compare_oracles.py TRANSFORMERS_RESULT.json SERVER_RESULT.json [--server-subset] [--not-shifted]
 
 Prints one line per case: both verdicts and the oracle tests' p-values side by side (the
 baseline A/A PIT of each oracle too). Exit 1 when a case is shifted under one oracle and not
 under the other, or (``--not-shifted``, the A/A run) when a case is shifted under the server
-oracle; 0 otherwise. Standard library only (runs with any python).
+oracle; 0 otherwise. ``--server-subset``: the server run scored only some of the cases (a top-K
+server oracle scores plain temperature-1 cases only); the others are listed, not compared.
+Standard library only (runs with any python).
 """
 
 from __future__ import annotations
@@ -28,16 +30,21 @@ def _p(case: dict, name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] != "--not-shifted"):
+    flags = argv[2:]
+    if len(argv) < 2 or any(f not in ("--not-shifted", "--server-subset") for f in flags) or len(set(flags)) < len(flags):
         print(__doc__, file=sys.stderr)
         return 2
     ref, srv = _cases(Path(argv[0])), _cases(Path(argv[1]))
-    not_shifted = len(argv) == 3
+    not_shifted = "--not-shifted" in flags
+    subset = "--server-subset" in flags
     status = 0
     print(f"   {'case':24} {'transformers oracle':20} {'server oracle':20} oracle-test p-values (transformers / server)")
     for cid, a in ref.items():
         b = srv.get(cid)
         if b is None:
+            if subset:
+                print(f"   {cid:24} {a['verdict']:20} {'(not scored)':20}")
+                continue
             print(f"!! case {cid} missing from {argv[1]}", file=sys.stderr)
             status = 1
             continue

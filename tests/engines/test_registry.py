@@ -152,8 +152,10 @@ def test_import_failures_name_what_failed(tmp_path: Path, plugin_module: str) ->
 
 
 def test_options_that_do_not_fit_are_config_errors(plugin_module: str) -> None:
-    with pytest.raises(ConfigError, match="options .* do not fit"):
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) 'colour'\. Options it takes: token, name"):
         resolve_engine(f"{plugin_module}:ToyEngine", options={"colour": "red"})
+    with pytest.raises(ConfigError, match="options .* do not fit"):  # a required parameter left out
+        resolve_engine(lambda *, size: None, options={})
     with pytest.raises(ConfigError, match="engine instance already"):
         resolve_engine(f"{plugin_module}:ENGINE", options={"token": 1})
     with pytest.raises(ConfigError, match="unknown option"):
@@ -288,3 +290,23 @@ def test_check_engine_spec_fails_fast_without_building(tmp_path: Path, plugin_mo
         registry.check_engine_spec("baselin")
     with pytest.raises(EngineNotFound, match="does not exist"):
         registry.check_engine_spec(f"{tmp_path / 'nope.py'}:fn")
+
+
+@pytest.mark.parametrize("spec", ["baseline", "reference", "hf-sample", "mutant:greedy-acceptance"])
+def test_model_option_names_target_and_every_option(spec: str) -> None:
+    """`--baseline-option model=DIR` used to fail with a bare signature dump: the error names
+    the option that exists (target) and lists the engine's options. No model is loaded."""
+    with pytest.raises(ConfigError) as info:
+        resolve_engine(spec, options={"model": "some/folder"})
+    message = str(info.value)
+    assert "unknown option(s) 'model'" in message
+    assert "given as target=..." in message
+    assert "Options it takes:" in message and "target" in message.split("Options it takes:")[1]
+    assert "device" in message.split("Options it takes:")[1]
+
+
+def test_unknown_option_suggests_close_names() -> None:
+    with pytest.raises(ConfigError, match=r"'dtyp': did you mean 'dtype'\?"):
+        resolve_engine("baseline", options={"dtyp": "bfloat16"})
+    with pytest.raises(ConfigError, match=r"the draft model is given as draft=\.\.\. \(not assistant_model"):
+        resolve_engine("hf-assisted", options={"assistant_model": "x"})

@@ -11,7 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from speceq.errors import ConfigError
-from speceq.inputs.cases import CASE_FIELDS, Case, default_cases, load_cases, parse_cases, parse_cases_text
+from speceq.inputs.cases import (
+    CASE_FIELDS,
+    SHARED_FIELDS,
+    Case,
+    default_cases,
+    load_cases,
+    parse_cases,
+    parse_cases_text,
+)
 from speceq.models.prompts import DEFAULT_PROMPTS
 from speceq.models.tokenizer import VOCAB_SIZE, ByteTokenizer
 
@@ -104,7 +112,7 @@ CASE_ERRORS = [
     ({"id": "c", "prompt_ids": [1, "a"]}, "prompt_ids[1]", r"expected an integer >= 0, got a string 'a'"),
     ({"id": "c", "prompt_ids": [1, -2]}, "prompt_ids[1]", r"expected an integer in \[0, 2\*\*31\), got -2"),
     ({"id": "c", "prompt_ids": [2**40]}, "prompt_ids[0]", r"got 1099511627776"),
-    ({"id": "c", "prompt": "a", "prompt_ids": [1]}, "prompt", r"exactly one of 'prompt' \(text\) and 'prompt_ids'"),
+    ({"id": "c", "prompt": "a", "prompt_ids": [1]}, "prompt", r"exactly one of 'prompt' \(text\), 'prompt_ids' \(token ids\) and 'messages'"),
     ({"id": "c"}, "prompt", r"exactly one of 'prompt'"),
     ({"id": "c", "prompt": "a", "temperature": "hot"}, "temperature", r"expected a number, got a string 'hot'"),
     ({"id": "c", "prompt": "a", "temperature": -1}, "temperature", r"expected a finite number >= 0"),
@@ -117,8 +125,8 @@ CASE_ERRORS = [
     ({"id": "c", "prompt": "a", "max_new_tokens": 0}, "max_new_tokens", r"expected an integer in \[1, 2\*\*31\)"),
     ({"id": "c", "prompt": "a", "ignore_eos": "yes"}, "ignore_eos", r"expected true or false, got a string 'yes'"),
     ({"id": "c", "prompt": "a", "batch_size": 0}, "batch_size", r"expected an integer in \[1, 2\*\*31\), got 0"),
-    ({"id": "c", "prompt": "a", "companions": "abc"}, "companions", r"expected a list of texts or token-id lists"),
-    ({"id": "c", "prompt": "a", "companions": [3]}, "companions[0]", r"expected a text or a list of token ids, got int"),
+    ({"id": "c", "prompt": "a", "companions": "abc"}, "companions", r"expected a list of texts, token-id lists or chats"),
+    ({"id": "c", "prompt": "a", "companions": [3]}, "companions[0]", r"expected a text, a list of token ids or a chat \(list of messages\), got int"),
     ({"id": "c", "prompt": "a", "companions": ["x", ""]}, "companions[1]", r"empty prompt"),
     ({"id": "c", "prompt": "a", "companions": [[1, True]]}, "companions[0][1]", r"expected an integer >= 0, got a boolean"),
     ({"id": "c", "prompt": "a", "tokenizer": "nope/missing"}, "tokenizer", r"neither 'bytes' nor an existing tokenizer.json"),
@@ -195,6 +203,8 @@ json_values = st.recursive(
 plausible = {
     "prompt": st.text(min_size=1, max_size=8) | st.just(""),
     "prompt_ids": st.lists(st.integers(-3, 300), max_size=4),
+    "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", ""]), "content": st.text(max_size=4)},
+                                               optional={"rol": st.text(max_size=2)}), max_size=2),
     "temperature": st.floats(-1, 3) | st.integers(-1, 3),
     "top_k": st.integers(-2, 50),
     "top_p": st.floats(-0.5, 1.5),
@@ -214,7 +224,7 @@ case_like = (
 )
 documents = st.fixed_dictionaries(
     {"cases": st.lists(case_like, min_size=1, max_size=3) | json_values},
-    optional={"defaults": st.dictionaries(st.sampled_from(CASE_FIELDS[3:]), st.one_of(*plausible.values()) | json_values)},
+    optional={"defaults": st.dictionaries(st.sampled_from(SHARED_FIELDS), st.one_of(*plausible.values()) | json_values)},
 )
 
 
@@ -281,8 +291,8 @@ def test_the_examples_in_docs_cases_md_parse():
 
     text = (REPO / "docs" / "reference" / "cases.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```(json|toml)\n(.*?)```", text, re.S)
-    assert [fmt for fmt, _ in blocks] == ["json", "toml"]
-    parsed = [parse_cases_text(body, fmt=fmt) for fmt, body in blocks]
+    assert [fmt for fmt, _ in blocks] == ["json", "toml", "json"]  # the third, a chat: tests/inputs/test_chat_cases.py
+    parsed = [parse_cases_text(body, fmt=fmt) for fmt, body in blocks[:2]]
     assert [c.case_id for c in parsed[1]] == [c.case_id for c in parsed[0]][:2]
 
 
@@ -322,3 +332,13 @@ def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
     f.write_text(json.dumps({"cases": [{"id": "bad", "prompt": "a", "samples": 0}]}))
     with pytest.raises(ConfigError, match="samples"):
         load_cases(f)
+
+
+def test_cases_document_reads_back_as_the_same_cases():
+    """Built-in cases as a cases file (token ids), e.g. SmolLM2's for a tool that takes --cases."""
+    import dataclasses
+
+    from speceq.inputs.cases import bpe_cases, cases_document
+
+    for cases in (default_cases(), bpe_cases()):
+        assert parse_cases(cases_document(cases)) == [dataclasses.replace(c, text=None) for c in cases]

@@ -13,8 +13,10 @@ from speceq.models.hf_utils import tiny_random_llama
 
 
 def _models(target, draft) -> dict[str, torch.nn.Module]:
-    # the bundled target and draft, and a grouped-query (4 heads, 2 KV heads) random Llama
-    return {"target": target, "draft": draft, "gqa": tiny_random_llama(0, init_std=0.5)}
+    # the bundled target and draft, a grouped-query (4 heads, 2 KV heads) random Llama, and one shaped
+    # like SmolLM2-135M (3 query heads per KV head, head dim 64, embeddings tied to the head)
+    smollm_like = tiny_random_llama(0, hidden_size=192, heads=3, kv_heads=1, init_std=0.5, tie_word_embeddings=True)
+    return {"target": target, "draft": draft, "gqa": tiny_random_llama(0, init_std=0.5), "smollm-like": smollm_like}
 
 
 def _assert_same(fast_logits: torch.Tensor, hf_logits: torch.Tensor) -> None:
@@ -24,7 +26,7 @@ def _assert_same(fast_logits: torch.Tensor, hf_logits: torch.Tensor) -> None:
     assert float(gap) <= 1e-5
 
 
-@pytest.mark.parametrize("name", ["target", "draft", "gqa"])
+@pytest.mark.parametrize("name", ["target", "draft", "gqa", "smollm-like"])
 def test_uncached_forward_is_bit_identical(target, draft, name: str) -> None:
     model = _models(target, draft)[name]
     fast = fast_model(model)
@@ -41,7 +43,7 @@ def test_uncached_forward_is_bit_identical(target, draft, name: str) -> None:
             _assert_same(fast(ids, mask), model(input_ids=ids, attention_mask=mask).logits)
 
 
-@pytest.mark.parametrize("name", ["target", "draft", "gqa"])
+@pytest.mark.parametrize("name", ["target", "draft", "gqa", "smollm-like"])
 def test_cached_ragged_steps_are_bit_identical(target, draft, name: str) -> None:
     """Left padding, dummy slots, explicit positions, multi-token steps, crop and row selection."""
     model = _models(target, draft)[name]

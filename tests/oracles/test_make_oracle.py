@@ -76,3 +76,21 @@ def test_run_with_the_server_oracle(engine, tmp_path) -> None:
     assert {t.name for t in top.cases[0].tests if t.family == "oracle comparison"} == compared - {"log-likelihood comparison"}
     assert any("'z temperature drift'" in n and "not run" in n for n in top.cases[0].notes)
     assert full.cases[0].verdict != "shifted" and top.cases[0].verdict != "shifted"
+
+
+def test_an_hf_baseline_gives_the_oracle_its_target_model() -> None:
+    """hf-* engines keep their model as ``.target`` (speceq's own as ``.model``): the oracle's default
+    target is that model, not the bundled one (a run with an hf-sample baseline on another vocabulary
+    used to fail on the draft's vocabulary, 49 152 vs the bundled 259)."""
+    from speceq.engines.hf import HFAssistedEngine, HFSampleEngine
+    from speceq.models.hf_utils import tiny_random_llama
+    from speceq.oracles.build import oracle_sources
+
+    torch.set_num_threads(1)
+    model = tiny_random_llama(0, vocab_size=300, eos_token_id=299, pad_token_id=298)
+    draft = tiny_random_llama(1, layers=1, vocab_size=300, eos_token_id=299, pad_token_id=298)
+    engines = {"baseline": HFSampleEngine(model), "candidate": HFAssistedEngine(model, draft)}
+    oracle = make_oracle(RunConfig().oracle_spec(), engines)
+    assert oracle.model is model and oracle.draft is draft and oracle.vocab_size == 300
+    target, _ = oracle_sources(RunConfig().oracle_spec(), engines)
+    assert (target.engine_role, target.engine_attribute) == ("baseline", "target")

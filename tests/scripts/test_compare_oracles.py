@@ -41,3 +41,13 @@ def test_a_shifted_aa_run_fails_even_when_both_agree(tmp_path) -> None:
 
 def test_a_missing_case_fails(tmp_path) -> None:
     assert compare(tmp_path, {"x": "equivalent", "y": "equivalent"}, {"x": "equivalent"}).returncode == 1
+
+
+def test_server_subset_compares_only_the_cases_the_server_scored(tmp_path) -> None:
+    """A top-K server oracle scores only plain temperature-1 cases (the SmolLM2 part of the job)."""
+    ref = {"t1": "shifted", "t07": "shifted"}
+    out = compare(tmp_path, ref, {"t1": "shifted"}, "--server-subset")
+    assert out.returncode == 0 and "(not scored)" in out.stdout
+    assert compare(tmp_path, ref, {"t1": "inconclusive"}, "--server-subset").returncode == 1
+    assert compare(tmp_path, ref, {"t1": "shifted"}, "--server-subset", "--not-shifted").returncode == 1
+    assert compare(tmp_path, ref, {"t1": "shifted"}, "--bogus").returncode == 2

@@ -222,3 +222,37 @@ def test_invalid_evidence_names_the_case_and_field(cases: list, kwargs: dict, me
         decide_run(cases, **settings)
     with pytest.raises(TypeError, match="`evidence`"):
         decide_run("abc", alpha=0.01, tolerance=0.05)
+
+
+# ----- the PIT-law certificate (opt-in) -----
+
+def _pit_case(case_id: str, pit: float | None, *, upper: float = 0.4, p: float = 0.5, n: int = 700) -> CaseEvidence:
+    return CaseEvidence(case_id=case_id, tests=(_test(f"{case_id} t0", p),), tv_estimate=0.2, tv_upper_bound=upper,
+                        effective_support=400.0, n_baseline=n, n_candidate=n, pit_law_upper_bound=pit,
+                        pit_law_positions=8)
+
+
+def test_pit_law_certificate_decides_what_the_tv_bound_cannot() -> None:
+    from speceq.stats import required_n_pit_law
+
+    cases = [_pit_case("low", 0.12), _pit_case("high", 0.2, n=300), _pit_case("none", None)]
+    tv = decide_run(cases, alpha=1e-3, tolerance=0.15)
+    assert [d.verdict for d in tv] == ["inconclusive"] * 3  # the TV bound 0.4 certifies nothing
+    n_pit = required_n_pit_law(0.15, 8, 1e-3, 0.9)
+    assert f"the coarser PIT-law bound is 0.1200 (--certificate pit-law certifies it below 0.15 at about {n_pit}" \
+        in tv[0].reason
+    assert "PIT-law" not in tv[2].reason
+    pit = decide_run(cases, alpha=1e-3, tolerance=0.15, certificate="pit-law")
+    assert [d.verdict for d in pit] == ["equivalent", "inconclusive", "inconclusive"]
+    assert "PIT-law upper bound 0.1200 < tolerance 0.15" in pit[0].reason
+    assert "does not bound the TV between the token laws" in pit[0].reason
+    assert "its per-position TV upper bound is 0.4000" in pit[0].reason
+    assert pit[1].required_n == n_pit and f"about {n_pit} samples per engine would certify it" in pit[1].reason
+    assert "needs the oracle's scores of the candidate" in pit[2].reason
+
+
+def test_pit_law_certificate_never_overrides_a_rejection() -> None:
+    shifted = decide_run([_pit_case("a", 0.01, p=1e-9)], alpha=1e-3, tolerance=0.15, certificate="pit-law")
+    assert shifted[0].verdict == "shifted"
+    with pytest.raises(ValueError, match="certificate"):
+        decide_run([_pit_case("a", 0.01)], alpha=1e-3, tolerance=0.15, certificate="kl")

@@ -1,0 +1,164 @@
+"""The real-model job: every check of speceq on SmolLM2-135M-Instruct, in one command (~30 CPU minutes).
+
+    python scripts/smollm2/job.py [--out speceq-out/smollm2-job] [--samples 800] [--workers auto]
+
+Prepares the model and its draft (``speceq smollm2 prepare``, idempotent), then
+runs, each with the oracle on and the cases of ``speceq.inputs.cases.smollm2_cases()``:
+
+- ``reference`` vs ``baseline`` on the T = 1.0 batch-64 case with a ragged companion, the T = 0.7
+  top-p 0.9 case and the greedy case;
+- the A/A check, ``baseline`` vs ``baseline`` (independent seeds), on the T = 0.7 case;
+- ``hf-assisted`` vs ``hf-sample`` and ``hf-prompt-lookup`` vs ``hf-sample`` on the unbatched case;
+- the strongest mutants of the gallery (``greedy-acceptance``, ``resample-from-target``,
+  ``target-no-temperature``) vs ``baseline``, with ``--mutant-samples`` samples.
+
+Sampling cases are certified with ``--certificate pit-law`` (what that certifies:
+``docs/how-to/real-model.md``); greedy cases by their equal rows. Samples of an engine role that
+several runs share (the baseline of the reference run, the hf-sample baseline) are drawn once:
+their chunks are copied into the later runs' stores (same seeds, same samples). Prints a verdict
+table and writes ``summary.json`` in ``--out``; exit 0 when every verdict is the expected one
+(equivalent for the lossless pairs, shifted for the mutants), 1 otherwise, 2 on a usage or
+configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from speceq.engines.registry import check_engine_spec
+from speceq.errors import SpeceqError
+from speceq.inputs.cases import smollm2_cases
+from speceq.models.smollm2 import prepare
+from speceq.pipeline.config import RunConfig
+from speceq.pipeline.runner import run
+
+C1, C2, GREEDY, B1 = ("smol-capital-t1-b64-ragged", "smol-animal-t07-topp09-b64", "smol-capital-greedy-b8-ragged",
+                      "smol-repeat-t1-b1")
+#: Samples per stored chunk: small, so that a mutant run's first slices are the reference run's.
+CHUNK = 100
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ``speceq run`` of the job: engines, cases, expected verdict, and whose baseline chunks it reuses."""
+
+    name: str
+    baseline: str
+    candidate: str
+    cases: tuple[str, ...]
+    expect: str  # "equivalent" or "shifted"
+    mutant: bool = False
+    baseline_from: str | None = None
+
+
+JOBS = (
+    Job("reference", "baseline", "reference", (C1, C2, GREEDY), "equivalent"),
+    Job("aa", "baseline", "baseline", (C2,), "equivalent", baseline_from="reference"),
+    Job("hf-assisted", "hf-sample", "hf-assisted", (B1,), "equivalent"),
+    Job("hf-prompt-lookup", "hf-sample", "hf-prompt-lookup", (B1,), "equivalent", baseline_from="hf-assisted"),
+    Job("greedy-acceptance", "baseline", "mutant:greedy-acceptance", (C1,), "shifted", True, "reference"),
+    Job("resample-from-target", "baseline", "mutant:resample-from-target", (C1,), "shifted", True, "reference"),
+    Job("target-no-temperature", "baseline", "mutant:target-no-temperature", (C2,), "shifted", True, "reference"),
+)
+
+
+#: Draft tokens per step of the speculative engines. Most answers are 1-3 tokens and end at EOS, and
+#: on a CPU a batched verification of k + 1 tokens costs about k + 1 single-token steps: k = 2 keeps
+#: several drafts per step (ragged acceptance) at 4.6x the baseline's CPU time per token (k = 4: ~6x,
+#: k = 1: 3.6x, measured on the two batch-64 cases). hf-assisted runs one row at a time (memory-bound:
+#: the verification costs about one step), where each extra draft costs almost a whole step: k = 1.
+DRAFT_TOKENS = 2
+HF_ASSISTANT_TOKENS = 1
+
+
+def engine_options(spec: str, target: str, draft: str) -> dict[str, object]:
+    if spec in ("baseline", "hf-sample", "hf-prompt-lookup"):
+        return {"target": target}
+    if spec == "hf-assisted":
+        return {"target": target, "draft": draft, "num_assistant_tokens": HF_ASSISTANT_TOKENS}
+    return {"target": target, "draft": draft, "k": DRAFT_TOKENS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="speceq-out/smollm2-job", help="output folder. Default: %(default)s")
+    ap.add_argument("--samples", type=int, default=800, help="samples per engine of the lossless runs. Default: %(default)s")
+    ap.add_argument("--mutant-samples", type=int, default=200, help="samples per engine of the mutant runs. "
+                    "Default: %(default)s")
+    ap.add_argument("--workers", default="auto", help="worker processes per run (auto, or a number). Default: %(default)s")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these jobs (names as printed)")
+    ap.add_argument("--fresh", action="store_true", help="discard stored samples first")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    if args.fresh and out.exists():
+        shutil.rmtree(out)
+    workers = None if args.workers == "auto" else int(args.workers)
+    start = time.perf_counter()
+    try:
+        world = prepare(log=lambda msg: print(f"prepare: {msg}", flush=True))
+        cases = {c.case_id: c for c in smollm2_cases()}
+    except SpeceqError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"prepared in {time.perf_counter() - start:.0f} s", flush=True)
+    try:  # every engine spec resolves before anything runs
+        for job in JOBS:
+            check_engine_spec(job.baseline)
+            check_engine_spec(job.candidate)
+    except SpeceqError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows: list[dict] = []
+    failed = 0
+    for job in JOBS:
+        if args.only is not None and job.name not in args.only:
+            continue
+        folder = out / job.name
+        if job.baseline_from is not None:  # the same seeds give the same samples: copy, do not redraw
+            src = out / job.baseline_from / "chunks" / "baseline"
+            dst = folder / "chunks" / "baseline"
+            if src.is_dir() and not dst.exists():
+                shutil.copytree(src, dst)
+        config = RunConfig(
+            baseline=job.baseline, candidate=job.candidate,
+            baseline_options=engine_options(job.baseline, str(world.target), str(world.draft)),
+            candidate_options=engine_options(job.candidate, str(world.target), str(world.draft)),
+            samples=args.mutant_samples if job.mutant else args.samples, chunk_size=CHUNK,
+            certificate="tv" if job.mutant else "pit-law", out_dir=folder, progress=False, workers=workers,
+            oracle_model=str(world.target),
+        )
+        t0 = time.perf_counter()
+        try:
+            result = run(config, [cases[c] for c in job.cases])
+        except SpeceqError as exc:
+            print(f"error in {job.name}: {exc}", file=sys.stderr)
+            return 2
+        seconds = time.perf_counter() - t0
+        for c in result.cases:
+            ok = c.verdict == job.expect
+            failed += not ok
+            rows.append({"job": job.name, "baseline": job.baseline, "candidate": job.candidate, "case": c.case_id,
+                         "verdict": c.verdict, "expected": job.expect, "ok": ok, "n": c.n_candidate,
+                         "acceptance": c.acceptance_rate, "tv_upper_bound": c.tv_upper_bound,
+                         "pit_law": next((n for n in c.notes if n.startswith("PIT-law bound")), None),
+                         "reason": c.reason, "run_seconds": seconds})
+            accept = "" if c.acceptance_rate is None else f" acceptance {c.acceptance_rate:.2f}"
+            print(f"{'ok  ' if ok else 'FAIL'} {job.name:<27} {c.case_id:<30} {c.verdict:<12} (expected {job.expect})"
+                  f"{accept}  [{seconds:.0f} s]", flush=True)
+            if not ok:
+                print(f"     {c.reason}", flush=True)
+    total = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows}, indent=2) + "\n")
+    print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s (summary: {out / 'summary.json'})")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
