@@ -85,7 +85,7 @@ class CaseEvidence:
     ``tv_upper_bound`` was computed when it is not ``alpha`` (e.g. alpha / L for a bound that
     holds over L positions at once); the certification size uses it. pit_law_upper_bound: the
     simultaneous (1 - alpha) bound of :func:`speceq.stats.pit_law_bound` over the case prompt's
-    ``pit_law_positions`` positions (None without a trusted oracle); an ``equivalent`` verdict
+    ``pit_law_positions`` positions (None without a full-law oracle); an ``equivalent`` verdict
     rests on it only when the run's certificate is ``pit-law``.
     """
 
