@@ -15,17 +15,15 @@ by :class:`~speceq.engines.function.FunctionEngine` with ``options``).
 from __future__ import annotations
 
 import difflib
-import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import inspect
 import json
-import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
+from speceq.core.user_code import load_attribute
 from speceq.engines._options import unknown_options_message
 from speceq.engines.base import Engine
 from speceq.engines.function import FunctionEngine
@@ -110,49 +108,7 @@ def _unknown(name: str, known: list[str]) -> EngineNotFound:
 
 def _load_target(target: str, label: str) -> Any:
     """Import ``module:attr`` or ``file.py:attr`` and return the attribute."""
-    where, sep, attr = target.rpartition(":")
-    if not sep or not where or not attr:
-        raise EngineNotFound(f"engine {label!r}: expected 'module:attr' or 'path/to/file.py:attr'")
-    if where.endswith(".py") or "/" in where or "\\" in where:
-        module = _import_file(Path(where), label)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as exc:  # ImportError, or any error raised while the module runs
-            raise EngineNotFound(
-                f"engine {label!r}: cannot import module {where!r}: {type(exc).__name__}: {exc}"
-            ) from exc
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            public = sorted(n for n in dir(module) if not n.startswith("_"))
-            close = difflib.get_close_matches(part, public, n=3)
-            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            raise EngineNotFound(f"engine {label!r}: {where!r} has no attribute {attr!r}.{hint}") from None
-    return obj
-
-
-def _import_file(path: Path, label: str) -> Any:
-    path = path.expanduser().resolve()
-    if not path.is_file():
-        raise EngineNotFound(f"engine {label!r}: file {str(path)!r} does not exist")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    name = f"speceq_user_engine_{path.stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise EngineNotFound(f"engine {label!r}: cannot import {str(path)!r} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # any error raised while the user's file runs
-        del sys.modules[name]
-        raise EngineNotFound(f"engine {label!r}: importing {str(path)!r} failed: {type(exc).__name__}: {exc}") from exc
-    return module
+    return load_attribute(target, kind="engine", label=label)
 
 
 def _is_engine(obj: Any) -> bool:

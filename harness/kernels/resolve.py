@@ -16,60 +16,18 @@ A spec given with the name (layout, method, ...) overrides the kernel's own.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from typing import Any
 
+from speceq.core.user_code import load_attribute
 from speceq.errors import ConfigError, EngineNotFound
 from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
 
 BUILTINS = ("reference", "mutant:<name>", "transformers")
 
 
-def _import_file(path: Path, name: str) -> Any:
-    path = path.expanduser().resolve()
-    if not path.is_file():
-        raise EngineNotFound(f"kernel {name!r}: file {str(path)!r} does not exist")
-    module_name = f"speceq_user_kernel_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise EngineNotFound(f"kernel {name!r}: cannot import {str(path)!r} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # any error raised while the user's file runs
-        del sys.modules[module_name]
-        raise EngineNotFound(f"kernel {name!r}: importing {str(path)!r} failed: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
 def _attribute(target: str) -> Any:
-    where, _, attr = target.rpartition(":")
-    if where.endswith(".py") or "/" in where or "\\" in where:
-        module = _import_file(Path(where), target)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as exc:  # ImportError, or any error raised while the module runs
-            raise EngineNotFound(f"kernel {target!r}: cannot import module {where!r}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            public = sorted(n for n in dir(module) if not n.startswith("_"))
-            close = difflib.get_close_matches(part, public, n=3)
-            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            raise EngineNotFound(f"kernel {target!r}: {where!r} has no attribute {attr!r}.{hint}") from None
-    return obj
+    return load_attribute(target, kind="kernel", label=target)
 
 
 def _builtin(name: str) -> Kernel | None:

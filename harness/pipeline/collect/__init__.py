@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from speceq.core.user_code import is_file_target
 from speceq.engines.base import Engine
 from speceq.pipeline.collect.executors import Executor, ProcessExecutor, SerialExecutor
 from speceq.pipeline.collect.sampling import THREADS_ENV, EngineRecipe, recipe_from_object, recipe_from_spec
@@ -132,7 +133,7 @@ def worker_threads(threads: int | None) -> int:
 def _absolute_spec(spec: str) -> str:
     """``rel/path.py:attr`` -> ``/abs/rel/path.py:attr`` (workers may run elsewhere); others unchanged."""
     where, sep, attr = spec.rpartition(":")
-    if sep and (where.endswith(".py") or "/" in where or "\\" in where):
+    if sep and is_file_target(where):
         return f"{Path(where).expanduser().resolve()}:{attr}"
     return spec
 
