@@ -7,6 +7,11 @@ seed. Each call holds every template of the scenario (shuffled), as many copies 
 :data:`~speceq.kernels.scenarios.MAX_CELLS_PER_CALL` logits cells; calls repeat until every
 template has its replicates. The time spent inside the kernel and around it is recorded
 separately (the speed benchmark compares them).
+
+The large per-call inputs (target logits or probabilities, draft probabilities) are gathered
+into buffers that are reused from call to call of a scenario (a fresh allocation of the same
+size costs ~5x the copy, in page faults): a request's tensors are valid during its call only;
+a kernel may modify them in place, and must not keep them for later calls.
 """
 
 from __future__ import annotations
@@ -68,6 +73,31 @@ class _Tables:
             c = np.cumsum(t.draft, axis=1)
             self.cdf.append(c / np.where(c[:, -1:] > 0, c[:, -1:], 1.0))
         self.n = np.array([t.n_draft for t in tpls], dtype=np.int64)
+        self.buffers = RowBuffers()
+
+
+class RowBuffers:
+    """Reused gather targets: ``gather(name, table, rows)`` = ``table[rows]``, in memory kept between calls.
+
+    The buffer of each name grows to the largest call's size and later calls use a prefix of
+    it, so a scenario allocates its inputs once (bounded by the largest call) instead of once
+    per call.
+    """
+
+    def __init__(self) -> None:
+        self._store: dict[str, torch.Tensor] = {}
+
+    def gather(self, name: str, table: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(table.device)
+        count = int(index.numel())
+        buf = self._store.get(name)
+        if (buf is None or buf.shape[0] < count or buf.shape[1:] != table.shape[1:] or buf.dtype != table.dtype
+                or buf.device != table.device):
+            buf = torch.empty((count, *table.shape[1:]), dtype=table.dtype, device=table.device)
+            self._store[name] = buf
+        out = buf[:count]
+        torch.index_select(table, 0, index, out=out)
+        return out
 
 
 def _draw_drafts(tables: _Tables, slots: np.ndarray, k_max: int, rng: np.random.Generator) -> np.ndarray:
@@ -124,8 +154,8 @@ def build_ragged(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
         num_draft_tokens=tuple(int(x) for x in n),
         cu_num_draft_tokens=torch.from_numpy(cu.astype(np.int32)).to(dev),
         draft_token_ids=torch.from_numpy(flat_drafts).to(dev),
-        draft_probs=tables.draft32[torch.from_numpy(draft_rows).to(dev)] if spec_takes_q else None,
-        target_logits=tables.logits[torch.from_numpy(row_index).to(dev)],
+        draft_probs=tables.buffers.gather("draft", tables.draft32, draft_rows) if spec_takes_q else None,
+        target_logits=tables.buffers.gather("target", tables.logits, row_index),
         target_logits_indices=torch.from_numpy(flat_rows[~is_bonus]).to(dev),
         bonus_logits_indices=torch.from_numpy(flat_rows[is_bonus]).to(dev),
         temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev),
@@ -146,12 +176,12 @@ def build_padded(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
     j = np.arange(k + 1)[None, :]
     target_rows = tables.row_base[slots][:, None] + np.minimum(j, n[:, None])  # rows after the bonus repeat it
     dev = device
-    target = tables.probs[torch.from_numpy(target_rows.ravel()).to(dev)].view(b, k + 1, -1)
+    target = tables.buffers.gather("target", tables.probs, target_rows.ravel()).view(b, k + 1, -1)
     draft = None
     if spec_takes_q:
         jd = np.arange(k)[None, :]
         qrows = np.where(jd < n[:, None], tables.draft_base[slots][:, None] + jd, tables.zero_row)
-        draft = tables.draft32[torch.from_numpy(qrows.ravel()).to(dev)].view(b, k, -1)
+        draft = tables.buffers.gather("draft", tables.draft32, qrows.ravel()).view(b, k, -1)
     return PaddedRequest(
         vocab_size=scenario.vocab_size,
         num_draft_tokens=tuple(int(x) for x in n),

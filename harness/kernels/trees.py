@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from speceq.errors import EngineError
+from speceq.kernels.collect import RowBuffers
 from speceq.kernels.contract import Kernel, KernelSpec, Outcome, TreeRequest
 from speceq.kernels.evidence import MIN_PLANNED, KernelTest
 from speceq.kernels.families import as_float32_law, draft_law, target_logits
@@ -299,33 +300,62 @@ class _TreeRecord:
     tokens: list[np.ndarray] = field(default_factory=list)  # [n, N] emitted tokens
 
 
-def _tree_request(scn: TreeScenario, slots: np.ndarray, method: str, takes_q: bool, rng: np.random.Generator,
-                  device: torch.device) -> tuple[TreeRequest, np.ndarray]:
+class _TreeTables:
+    """A scenario's templates as padded arrays (N = most nodes), for building and reading whole calls.
+
+    Per template: first-child / next-sibling / parent arrays and the target-only tokens (padded
+    nodes: -1 / -1 / -2 / 0), the node count, the boundary; the float32 target and draft laws as
+    device tables ``[T * N, V]`` (zero rows at padded nodes) gathered into reused buffers; the
+    float64 laws ``[T, N, V]`` for the zero-probability invariant.
+    """
+
+    def __init__(self, scn: TreeScenario, device: torch.device) -> None:
+        tpls = scn.templates
+        n = max(t.num_nodes for t in tpls)
+        v = scn.vocab_size
+        self.nodes = n
+        self.m = np.array([t.num_nodes for t in tpls], np.int64)
+        self.first = np.full((len(tpls), n), -1, np.int64)
+        self.nxt = np.full((len(tpls), n), -1, np.int64)
+        self.parents = np.full((len(tpls), n), -2, np.int64)
+        self.fixed = np.zeros((len(tpls), n), np.int64)
+        self.law = np.zeros((len(tpls), n, v))
+        law32 = np.zeros((len(tpls) * n, v), np.float32)
+        q32 = np.zeros((len(tpls) * n, v), np.float32)
+        for i, t in enumerate(tpls):
+            f, s, _ = tree_arrays(t.parents)
+            m = t.num_nodes
+            self.first[i, :m], self.nxt[i, :m], self.parents[i, :m] = f, s, t.parents
+            self.fixed[i, :m] = np.maximum(t.fixed_tokens, 0)
+            self.law[i, :m] = t.law
+            law32[i * n:i * n + m] = t.law.astype(np.float32)
+            q32[i * n:i * n + m] = t.draft32
+        self.law32 = torch.from_numpy(law32).to(device)
+        self.q32 = torch.from_numpy(q32).to(device)
+        self.boundary = [t.boundary for t in tpls]
+        self.buffers = RowBuffers()
+
+
+def _tree_request(scn: TreeScenario, tables: _TreeTables, slots: np.ndarray, method: str, takes_q: bool,
+                  rng: np.random.Generator, device: torch.device) -> tuple[TreeRequest, np.ndarray]:
     tpls = scn.templates
     b = slots.size
-    n = max(t.num_nodes for t in tpls)
+    n = tables.nodes
     v = scn.vocab_size
-    tokens = np.zeros((b, n), np.int64)
-    first = np.full((b, n), -1, np.int64)
-    nxt = np.full((b, n), -1, np.int64)
-    law = np.zeros((b, n, v), np.float32)
-    q = np.zeros((b, n, v), np.float32)
+    rows_all = (slots[:, None] * n + np.arange(n)[None, :]).ravel()
+    first = tables.first[slots]
+    nxt = tables.nxt[slots]
+    law = tables.buffers.gather("target", tables.law32, rows_all).view(b, n, v)
+    q = tables.buffers.gather("draft", tables.q32, rows_all).view(b, n, v) if takes_q else None
     u = rng.random((b, n))
     su = rng.random(b)
-    for t_index in np.unique(slots):
+    tokens = tables.fixed[slots] if method == "target-only" else np.zeros((b, n), np.int64)
+    for t_index in np.unique(slots):  # per template in index order: the random stream of the per-request build
         t = tpls[t_index]
         rows = np.flatnonzero(slots == t_index)
-        f, s, _ = tree_arrays(t.parents)
-        m = t.num_nodes
-        first[rows, :m] = f
-        nxt[rows, :m] = s
-        law[rows, :m] = t.law.astype(np.float32)
-        q[rows, :m] = t.draft32
-        if method == "target-only":
-            tokens[rows, :m] = np.maximum(t.fixed_tokens, 0)
-        else:
+        if method != "target-only":
             cdf = np.cumsum(t.draft, axis=1)
-            for c in range(1, m):
+            for c in range(1, t.num_nodes):
                 par = t.parents[c]
                 tokens[rows, c] = np.minimum(np.searchsorted(cdf[par] / cdf[par, -1], rng.random(rows.size),
                                                              side="right"), v - 1)
@@ -336,69 +366,80 @@ def _tree_request(scn: TreeScenario, slots: np.ndarray, method: str, takes_q: bo
     gen.manual_seed(int(rng.integers(0, 2**62)))
     req = TreeRequest(vocab_size=v, tokens=torch.from_numpy(tokens).to(device),
                       first_child=torch.from_numpy(first).to(device), next_sibling=torch.from_numpy(nxt).to(device),
-                      target_probs=torch.from_numpy(law).to(device),
-                      draft_probs=torch.from_numpy(q).to(device) if takes_q else None,
+                      target_probs=law, draft_probs=q,
                       uniforms=torch.from_numpy(u).to(device), sample_uniforms=torch.from_numpy(su).to(device),
                       seeds=torch.from_numpy(rng.integers(0, 2**62, size=b)).to(device), generator=gen)
     return req, tokens
 
 
-def _parse_tree(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: TreeScenario,
+def _parse_tree(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: TreeScenario, tables: _TreeTables,
                 found: dict[tuple[str, str], list]) -> tuple[np.ndarray, np.ndarray]:
-    """Per request: accepted path [B, N] and emitted tokens [B, N] (rows with a violation set to -2)."""
+    """Per request: accepted path [B, N] and emitted tokens [B, N] (rows with a violation set to -2).
+
+    A row's first broken invariant, in this order, is flagged: tree-path (the accepted nodes
+    are not a -1-terminated root path of its tree), padding, id-range, draft-mismatch,
+    zero-probability. Vectorised over the call's requests.
+    """
     b, n = tokens_in.shape
     tok = np.asarray(out.tokens.detach().cpu() if hasattr(out.tokens, "detach") else out.tokens).astype(np.int64)
     path = np.asarray(out.accepted_nodes.detach().cpu() if hasattr(out.accepted_nodes, "detach")
                       else out.accepted_nodes).astype(np.int64)
     v = scn.vocab_size
-    if tok.shape[0] != b or path.shape[0] != b or tok.shape[1] < 1:
+    if tok.ndim != 2 or path.ndim != 2 or tok.shape[0] != b or path.shape[0] != b or tok.shape[1] < 1:
         raise EngineError(f"tree kernel returned tokens {tok.shape} and accepted_nodes {path.shape} for {b} requests")
     width = max(n, tok.shape[1], path.shape[1] + 1)
     tok = np.pad(tok, ((0, 0), (0, width - tok.shape[1])), constant_values=-1)
     path = np.pad(path, ((0, 0), (0, width - path.shape[1])), constant_values=-1)
+    ar = np.arange(b)
+    cols = np.arange(width)[None, :]
+    nonneg = path >= 0
+    depth = nonneg.sum(axis=1)
+    in_path = cols < depth[:, None]
+    # a root path: nonnegative nodes, then -1 only; each node of its tree and a child of the one before
+    structured = ~(in_path & ~nonneg).any(axis=1) & ~(~in_path & (path != -1)).any(axis=1)
+    prev = np.concatenate([np.zeros((b, 1), np.int64), path[:, :-1]], axis=1)
+    node = np.clip(path, 0, n - 1)
+    walk_bad = in_path & ((path >= tables.m[slots][:, None]) | (tables.parents[slots[:, None], node] != prev))
+    bad_path = ~structured | walk_bad.any(axis=1)
+    ok = ~bad_path
+    last = np.where(depth > 0, path[ar, np.maximum(depth - 1, 0)], 0)
+    last = np.where(ok, last, 0)
+    at = np.minimum(depth, width - 1)
+    final = tok[ar, at]
+    padding = ok & (((cols > depth[:, None]) & (tok != -1)).any(axis=1) | (final < 0))
+    rest = ok & ~padding
+    id_bad = rest & ((final >= v) | (in_path & ((tok < 0) | (tok >= v))).any(axis=1))
+    rest &= ~id_bad
+    in_n = in_path[:, :n]
+    node_n = np.where(rest[:, None], node[:, :n], 0)
+    drafted = np.take_along_axis(tokens_in, node_n, axis=1)
+    mismatch = rest & (in_n & (tok[:, :n] != drafted)).any(axis=1)
+    rest &= ~mismatch
+    slot_col = slots[:, None]
+    par = np.where(in_n & rest[:, None], tables.parents[slot_col, node_n], 0)
+    final_ok = np.where(rest, final, 0)
+    zero = rest & ((tables.law[slots, last, final_ok] == 0)
+                   | (in_n & (tables.law[slot_col, par, drafted] == 0)).any(axis=1))
 
-    def flag(kind: str, r: int, text: str) -> None:
-        key = (kind, f"{scn.name}/{scn.templates[slots[r]].name}")
-        if key in found:
-            found[key][0] += 1
-        else:
-            found[key] = [1, text]
-
-    for r in range(b):
-        t = scn.templates[slots[r]]
-        f, s, _ = tree_arrays(t.parents)
+    def text(r: int) -> str:
         nodes = path[r][path[r] >= 0]
-        depth = nodes.size
-        text = f"request {r}: accepted nodes {nodes.tolist()}, tokens {tok[r, : depth + 2].tolist()}"
-        ok = True
-        prev = 0
-        for c in nodes:
-            if c >= t.num_nodes or c not in children(f, s, prev):
-                flag("tree-path", r, text)
-                ok = False
-                break
-            prev = int(c)
-        if ok and ((path[r, depth:] != -1).any()):
-            flag("tree-path", r, text)
-            ok = False
-        emitted = tok[r]
-        if ok:
-            if (emitted[depth + 1:] != -1).any() or emitted[depth] < 0:
-                flag("padding", r, text)
-                ok = False
-            elif not (0 <= emitted[depth] < v) or ((emitted[:depth] < 0) | (emitted[:depth] >= v)).any():
-                flag("id-range", r, text)
-                ok = False
-            elif (emitted[:depth] != tokens_in[r, nodes]).any():
-                flag("draft-mismatch", r, text)
-                ok = False
-            elif t.law[prev, emitted[depth]] == 0 or any(
-                    t.law[t.parents[c], tokens_in[r, c]] == 0 for c in nodes):
-                flag("zero-probability", r, text)
-                ok = False
-        if not ok:
-            path[r] = -2
-            tok[r] = -2
+        return f"request {r}: accepted nodes {nodes.tolist()}, tokens {tok[r, : nodes.size + 2].tolist()}"
+
+    for kind, mask in (("tree-path", bad_path), ("padding", padding), ("id-range", id_bad),
+                       ("draft-mismatch", mismatch), ("zero-probability", zero)):
+        rows = np.flatnonzero(mask)
+        if rows.size == 0:
+            continue
+        kinds, first_at, counts = np.unique(slots[rows], return_index=True, return_counts=True)
+        for t_index, i, count in zip(kinds, first_at, counts):
+            key = (kind, f"{scn.name}/{scn.templates[t_index].name}")
+            if key in found:
+                found[key][0] += int(count)
+            else:
+                found[key] = [int(count), text(int(rows[i]))]
+    failed = bad_path | padding | id_bad | mismatch | zero
+    path[failed] = -2
+    tok[failed] = -2
     return path[:, :n], tok[:, :n]
 
 
@@ -424,13 +465,14 @@ def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str |
     for scn in chosen:
         want = np.array([scn.copies(t) for t in scn.templates])
         have = np.zeros_like(want)
+        tables = _TreeTables(scn, dev)
         per_call = max(1, min(4096, (1 << 24) // (scn.vocab_size * 8)) // len(scn.templates))
         ks = hs = 0.0
         calls = reqs = 0
         while (have < want).any():
             t0 = time.perf_counter()
             slots = rng.permutation(np.repeat(np.arange(len(scn.templates)), np.minimum(want - have, per_call)))
-            req, toks = _tree_request(scn, slots, spec.method, spec.takes_draft_probs, rng, dev)
+            req, toks = _tree_request(scn, tables, slots, spec.method, spec.takes_draft_probs, rng, dev)
             t1 = time.perf_counter()
             try:
                 with torch.inference_mode():
@@ -439,7 +481,7 @@ def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str |
                 raise EngineError(f"the kernel raised {type(exc).__name__}: {exc}", engine=kern.name,
                                   case_id=scn.name) from exc
             t2 = time.perf_counter()
-            path, tok = _parse_tree(out, toks, slots, scn, found)
+            path, tok = _parse_tree(out, toks, slots, scn, tables, found)
             for t_index in np.unique(slots):
                 rec = records.setdefault((scn.name, scn.templates[t_index].name), _TreeRecord(scn.templates[t_index]))
                 rows = slots == t_index
