@@ -18,6 +18,10 @@ of a correct kernel's output is known exactly. Four layouts:
   next-sibling arrays, a target law at every node, optional draft laws (the law a node's
   children were drawn from), explicit uniforms.
 
+A request's tensors are valid during its call only: the check reuses the memory of the large
+inputs (logits, probabilities) for the next call, so a kernel may modify them in place but
+must not keep them.
+
 Every chain layout returns ``tokens`` ``[batch, >= max drafts + 1]``: the accepted drafts, then
 one recovered or bonus token, then -1. A tree kernel returns the accepted path and its tokens.
 """

@@ -300,7 +300,7 @@ class _TreeRecord:
     tokens: list[np.ndarray] = field(default_factory=list)  # [n, N] emitted tokens
 
 
-class _TreeTables:
+class TreeTables:
     """A scenario's templates as padded arrays (N = most nodes), for building and reading whole calls.
 
     Per template: first-child / next-sibling / parent arrays and the target-only tokens (padded
@@ -336,7 +336,7 @@ class _TreeTables:
         self.buffers = RowBuffers()
 
 
-def _tree_request(scn: TreeScenario, tables: _TreeTables, slots: np.ndarray, method: str, takes_q: bool,
+def build_tree_request(scn: TreeScenario, tables: TreeTables, slots: np.ndarray, method: str, takes_q: bool,
                   rng: np.random.Generator, device: torch.device) -> tuple[TreeRequest, np.ndarray]:
     tpls = scn.templates
     b = slots.size
@@ -372,7 +372,7 @@ def _tree_request(scn: TreeScenario, tables: _TreeTables, slots: np.ndarray, met
     return req, tokens
 
 
-def _parse_tree(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: TreeScenario, tables: _TreeTables,
+def parse_tree_outcome(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: TreeScenario, tables: TreeTables,
                 found: dict[tuple[str, str], list]) -> tuple[np.ndarray, np.ndarray]:
     """Per request: accepted path [B, N] and emitted tokens [B, N] (rows with a violation set to -2).
 
@@ -465,14 +465,14 @@ def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str |
     for scn in chosen:
         want = np.array([scn.copies(t) for t in scn.templates])
         have = np.zeros_like(want)
-        tables = _TreeTables(scn, dev)
+        tables = TreeTables(scn, dev)
         per_call = max(1, min(4096, (1 << 24) // (scn.vocab_size * 8)) // len(scn.templates))
         ks = hs = 0.0
         calls = reqs = 0
         while (have < want).any():
             t0 = time.perf_counter()
             slots = rng.permutation(np.repeat(np.arange(len(scn.templates)), np.minimum(want - have, per_call)))
-            req, toks = _tree_request(scn, tables, slots, spec.method, spec.takes_draft_probs, rng, dev)
+            req, toks = build_tree_request(scn, tables, slots, spec.method, spec.takes_draft_probs, rng, dev)
             t1 = time.perf_counter()
             try:
                 with torch.inference_mode():
@@ -481,7 +481,7 @@ def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str |
                 raise EngineError(f"the kernel raised {type(exc).__name__}: {exc}", engine=kern.name,
                                   case_id=scn.name) from exc
             t2 = time.perf_counter()
-            path, tok = _parse_tree(out, toks, slots, scn, tables, found)
+            path, tok = parse_tree_outcome(out, toks, slots, scn, tables, found)
             for t_index in np.unique(slots):
                 rec = records.setdefault((scn.name, scn.templates[t_index].name), _TreeRecord(scn.templates[t_index]))
                 rows = slots == t_index
