@@ -17,6 +17,14 @@ speceq replicates a few templates (law families x parameters) and tests, per tem
 - invariants (hard failures): every returned row is a probability vector (finite, >= 0, sums to
   1 within 1e-3), every token id is in [0, V) and has positive returned probability.
 
+The templates: law families at the kernel check's magnitudes (zipf, peaked, flat, sparse) with
+temperature, top-k and top-p, and two at a real draft model's magnitudes (top logits ~36, where
+bfloat16's spacing is 0.25 nats): ``bf16-tie``, two top tokens 0.006 nats apart on both sides
+of a bfloat16 rounding midpoint (bfloat16 moves them 0.25 nats apart), and ``bf16-merge``, two
+top tokens 0.115 nats apart that bfloat16 rounds to the same value; both over a zipf tail 3 nats
+lower. A drafter that samples from rounded logits (DeepSpec#31) moves those laws by a TV of
+0.06-0.09, against ~4e-3 at the other templates' magnitudes.
+
 Holm over all conformance tests. The TV between the returned q and speceq's processed law of
 the parameters is reported per template (a drafter may legitimately propose from another law;
 only the mismatch between what it samples and what it returns breaks verification).
@@ -83,8 +91,30 @@ class DraftCheckResult:
 DRAFT_TEMPLATES: tuple[tuple[str, RequestParams], ...] = (
     ("zipf", RequestParams()), ("zipf", RequestParams(0.7)), ("peaked", RequestParams(1.3)),
     ("flat", RequestParams(0.5)), ("zipf", RequestParams(1.0, top_k=8)), ("zipf", RequestParams(0.8, top_p=0.9)),
-    ("sparse", RequestParams(0.6)),
+    ("sparse", RequestParams(0.6)), ("bf16-tie", RequestParams(0.7)), ("bf16-merge", RequestParams(0.5)),
 )
+#: A bfloat16 rounding midpoint at a real draft model's logit magnitude: 36.0 and 36.25 are
+#: neighbours in bfloat16 (8 significant bits: spacing 0.25 in [32, 64)).
+BF16_MIDPOINT = 36.125
+#: Families of draft logits rows beyond the kernel check's (:mod:`speceq.kernels.families`).
+DRAFT_FAMILIES = ("bf16-tie", "bf16-merge")
+
+
+def draft_logits(family: str, vocab: int, rng: np.random.Generator) -> np.ndarray:
+    """One float32 logits row of ``family``: a kernel-check family, or one of :data:`DRAFT_FAMILIES`.
+
+    ``bf16-tie``: tokens at BF16_MIDPOINT -/+ 0.003 (bfloat16: 36.0 and 36.25); ``bf16-merge``:
+    tokens at 36.005 and 36.12 (bfloat16: both 36.0); the rest a zipf row (p ~ 1 / rank) + 33.
+    """
+    if family not in DRAFT_FAMILIES:
+        return target_logits(family, vocab, rng)
+    x = target_logits("zipf", vocab, rng).astype(np.float64) + 33.0
+    a, b = rng.permutation(vocab)[:2]
+    if family == "bf16-tie":
+        x[a], x[b] = BF16_MIDPOINT - 0.003, BF16_MIDPOINT + 0.003
+    else:
+        x[a], x[b] = 36.005, 36.12
+    return x.astype(np.float32)
 
 
 def _rows(vocab: int, rng: np.random.Generator) -> list[tuple[str, np.ndarray, RequestParams]]:
@@ -93,7 +123,7 @@ def _rows(vocab: int, rng: np.random.Generator) -> list[tuple[str, np.ndarray, R
     out = []
     for family, prm in DRAFT_TEMPLATES:
         for _ in range(50):
-            row = target_logits(family, vocab, rng)
+            row = draft_logits(family, vocab, rng)
             params = prm
             if prm.top_p < 1.0:
                 params = RequestParams(prm.temperature, prm.top_k, nucleus_midpoint(row, prm, prm.top_p))
