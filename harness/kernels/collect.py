@@ -73,6 +73,9 @@ class _Tables:
             c = np.cumsum(t.draft, axis=1)
             self.cdf.append(c / np.where(c[:, -1:] > 0, c[:, -1:], 1.0))
         self.n = np.array([t.n_draft for t in tpls], dtype=np.int64)
+        self.temperature = np.array([t.params.temperature for t in tpls], dtype=np.float32)
+        self.top_k = np.array([t.params.top_k for t in tpls], dtype=np.int64)
+        self.top_p = np.array([t.params.top_p for t in tpls], dtype=np.float32)
         self.buffers = RowBuffers()
 
 
@@ -146,21 +149,20 @@ def build_ragged(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
     flat_drafts = drafts[np.repeat(np.arange(b), n), tok_within] if num_tokens else np.zeros(0, np.int64)
     draft_rows = np.repeat(tables.draft_base[slots], n) + tok_within
     dev = device
-    params = [tpls[t].params for t in slots]
     u = _uniforms(tpls, np.repeat(slots, n), (num_tokens,), rng)
     su = _uniforms(tpls, slots, (b,), rng)
     return RaggedRequest(
         vocab_size=scenario.vocab_size,
-        num_draft_tokens=tuple(int(x) for x in n),
+        num_draft_tokens=tuple(n.tolist()),
         cu_num_draft_tokens=torch.from_numpy(cu.astype(np.int32)).to(dev),
         draft_token_ids=torch.from_numpy(flat_drafts).to(dev),
         draft_probs=tables.buffers.gather("draft", tables.draft32, draft_rows) if spec_takes_q else None,
         target_logits=tables.buffers.gather("target", tables.logits, row_index),
         target_logits_indices=torch.from_numpy(flat_rows[~is_bonus]).to(dev),
         bonus_logits_indices=torch.from_numpy(flat_rows[is_bonus]).to(dev),
-        temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev),
-        top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=dev),
-        top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev),
+        temperature=torch.from_numpy(tables.temperature[slots]).to(dev),
+        top_k=torch.from_numpy(tables.top_k[slots]).to(dev),
+        top_p=torch.from_numpy(tables.top_p[slots]).to(dev),
         uniforms=torch.from_numpy(u).to(dev),
         sample_uniforms=torch.from_numpy(su).to(dev),
         seeds=torch.from_numpy(rng.integers(0, 2**62, size=b)).to(dev),
@@ -184,7 +186,7 @@ def build_padded(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
         draft = tables.buffers.gather("draft", tables.draft32, qrows.ravel()).view(b, k, -1)
     return PaddedRequest(
         vocab_size=scenario.vocab_size,
-        num_draft_tokens=tuple(int(x) for x in n),
+        num_draft_tokens=tuple(n.tolist()),
         draft_token_ids=torch.from_numpy(drafts[:, :k].copy()).to(dev),
         draft_probs=draft,
         target_probs=target,

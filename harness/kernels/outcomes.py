@@ -73,7 +73,7 @@ def parse_call(tokens: np.ndarray, slots: np.ndarray, templates: tuple[Template,
     slots: template index per request; drafts: ``[B, k_max]`` the drafts handed in (-1 after a
     request's own); counters: the kernel's accepted-draft counts, if it returns them.
     """
-    n = np.array([templates[t].n_draft for t in slots], dtype=np.int64)
+    n = np.array([t.n_draft for t in templates], dtype=np.int64)[slots]
     k_max = drafts.shape[1]
     need = int(n.max()) + 1 if n.size else 1
     if need <= tokens.shape[1] < k_max + 1:  # a kernel may size its output to this call's longest request
