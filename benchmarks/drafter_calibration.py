@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -52,7 +53,8 @@ def main() -> int:
         smallest.append(min((t.holm for t in r.tests), default=1.0) if not r.failures else 0.0)
         failures += bool(r.failures)
         pvalues += [t.pvalue for t in r.tests]
-        rejected_at.update(t.template for t in r.tests if t.rejected)
+        # top-p templates are named by their cut (halfway between two masses of the drawn row): pool them
+        rejected_at.update(re.sub(r"top_p=[0-9.]+", "top_p~0.9", t.template) for t in r.tests if t.rejected)
     seconds = time.perf_counter() - start
     smallest_a = np.array(smallest)
     out = {"drafter": args.drafter, "conforming": conforming, "bug": why, "runs": args.runs, "seed": args.seed,
