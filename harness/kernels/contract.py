@@ -102,8 +102,9 @@ class KernelSpec:
 
     @property
     def takes_draft_probs(self) -> bool:
-        """Whether the kernel is handed the draft law (every method but the one-hot path)."""
-        return self.method != "one-hot"
+        """Whether the kernel is handed the draft law: every method but the one-hot path and target-only
+        trees (their children are fixed tokens, verified against the target law alone)."""
+        return self.method not in ("one-hot", "target-only")
 
     def with_name(self, name: str) -> KernelSpec:
         return replace(self, name=name)

@@ -56,3 +56,19 @@ def test_uniform_free_tree_kernels_get_no_boundary_rows() -> None:
     scs = default_tree_scenarios(KernelSpec(layout="tree", method="target-only"), scale=0.05)
     assert not any(t.boundary for s in scs for t in s.templates)
     assert any("boundary" in x for s in scs for x in s.skipped)
+
+
+@pytest.mark.parametrize(("method", "gets_q"), [("target-only", False), ("multi-draft", True)])
+def test_only_multi_draft_trees_are_handed_the_draft_law(method: str, gets_q: bool) -> None:
+    """The contract: target-only trees get ``draft_probs=None`` (their children are fixed tokens)."""
+    from speceq.kernels import KernelSpec
+
+    seen: list[bool] = []
+    impl = reference_tree_kernel(method)
+
+    def spy(req):  # noqa: ANN001, ANN202 - the kernel signature of the contract
+        seen.append(req.draft_probs is not None)
+        return impl(req)
+
+    check(spy, spec=KernelSpec(layout="tree", method=method, name="spy"), scale=0.05)
+    assert seen and set(seen) == {gets_q}
