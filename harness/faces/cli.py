@@ -45,6 +45,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         DEFAULT_TOLERANCE,
         NEAR_TIE_NATS,
         ORACLE_DTYPES,
+        SUPPORT_MARGIN_NATS_BY_WORLD,
     )
 
     g = p.add_argument_group("what to compare")
@@ -105,6 +106,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--near-tie-nats", type=float, default=NEAR_TIE_NATS, metavar="NATS",
                    help="greedy cases: target top-2 margin up to which a divergence is a numerical near-tie "
                         "(1e-3 measured on float32 CPU; use ~1e-2 for bf16 engines). Default: %(default)g")
+    g.add_argument("--support-margin-nats", type=float, default=None, metavar="NATS",
+                   help="numerics margin of the support hard failure: a candidate token fails the case only when "
+                        "every law whose logits are within NATS of the oracle's excludes it; 0: an exact oracle, "
+                        "any token of oracle probability 0 (docs/explanation/numerics.md). Default: by --models, "
+                        + ", ".join(f"{k} {v:g}" for k, v in SUPPORT_MARGIN_NATS_BY_WORLD.items())
+                        + " (about twice the measured bf16 logit spread)")
     g.add_argument("--sequential", action="store_true",
                    help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
                         "each case once decided (docs/how-to/sequential.md)")
@@ -127,6 +134,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def handle_run(args: argparse.Namespace) -> int:
+    from speceq.core.defaults import SUPPORT_MARGIN_NATS_BY_WORLD
     from speceq.engines.registry import parse_engine_options
     from speceq.inputs.cases import bpe_cases, default_cases, load_cases, smollm2_cases
     from speceq.models.worlds import world_engine_options
@@ -143,6 +151,8 @@ def handle_run(args: argparse.Namespace) -> int:
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
+        support_margin_nats=(SUPPORT_MARGIN_NATS_BY_WORLD[args.models] if args.support_margin_nats is None
+                             else args.support_margin_nats),
         certificate=args.certificate, workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     if args.cases:

@@ -28,6 +28,7 @@ from speceq.models.fast_forward import FastLlama, fast_model
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import configure_threads
 from speceq.stats.scores import DRAFT_RATIO_CAP, TokenScores
+from speceq.stats.support_margin import exclusion_margins
 
 #: Floor of the draft probability inside log q (TokenScores.draft_llr).
 DRAFT_PROB_FLOOR = 1e-30
@@ -40,7 +41,7 @@ FIELDS_BUDGET = 2**20
 #: Default of ``eos_token_id``: the target model's own EOS id.
 MODEL_EOS: Any = object()
 _FIELDS = ("prob", "cdf_before", "argmax_prob", "is_argmax", "logp", "logp_mean", "logp_var", "logp_m4",
-           "raw_top2_margin")
+           "raw_top2_margin", "exclusion_margin")
 _DRAFT_FIELDS = ("draft_llr", "draft_llr_mean", "draft_llr_var", "draft_tv", "draft_ratio", "draft_ratio_mean",
                  "draft_ratio_var", "draft_ratio_m4")
 
@@ -320,9 +321,25 @@ def _slice_fields(
     probs = process_logits(logits[0], params, eos_token_id=eos_token_id)  # [n, V] float32
     part = _token_fields(probs, tokens)
     part["raw_top2_margin"] = _top2_margin(logits[0]).numpy()
+    part["exclusion_margin"] = _exclusion_margin(logits[0], tokens, part["prob"], params, eos_token_id)
     if len(logits) > 1:
         part.update(_draft_fields(probs, process_logits(logits[1], params, eos_token_id=eos_token_id), tokens))
     return part
+
+
+def _exclusion_margin(logits: torch.Tensor, tokens: torch.Tensor, prob: np.ndarray, params: SamplingParams,
+                      eos_token_id: int | None) -> np.ndarray:
+    """Delta*(x) of the tokens of probability 0 (0 elsewhere and in greedy cases), raw-logit nats."""
+    out = np.zeros(len(prob), dtype=np.float64)
+    zero = np.flatnonzero(np.asarray(prob) <= 0)
+    if params.greedy or zero.size == 0:
+        return out
+    raw = logits[torch.as_tensor(zero)].double()
+    if params.ignore_eos and eos_token_id is not None:
+        raw[:, eos_token_id] = float("-inf")  # as process_logits: no finite error admits it
+    out[zero] = exclusion_margins(raw.numpy(), tokens[torch.as_tensor(zero)].numpy(), temperature=params.temperature,
+                                  top_k=params.top_k, top_p=params.top_p)
+    return out
 
 
 def _top2_margin(logits: torch.Tensor) -> torch.Tensor:  # logits [N, V] -> [N] float64 nats

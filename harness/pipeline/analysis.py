@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from speceq import stats
-from speceq.core.defaults import NEAR_TIE_NATS
+from speceq.core.defaults import NEAR_TIE_NATS, SUPPORT_MARGIN_NATS
 from speceq.engines.base import SampleBatch
 from speceq.inputs.cases import Case
 from speceq.models.tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
@@ -295,6 +295,67 @@ def _impossible_tokens(case: Case, batch: SampleBatch, scores: stats.TokenScores
     return out
 
 
+def _describe_outside(case: Case, batch: SampleBatch, scores: stats.TokenScores, mask: np.ndarray, tok: _Tok,
+                      limit: int) -> list[str]:
+    out = []
+    for idx in np.flatnonzero(mask)[:limit]:
+        r, t = int(scores.row[idx]), int(scores.position[idx])
+        pj = int(batch.prompt_index[r])
+        prefix = tok.text(list(case.prompts[pj]) + batch.row_tokens(r)[:t])
+        margin = float(np.asarray(scores.exclusion_margin)[idx])
+        far = "no finite logit error admits it" if math.isinf(margin) else f"its exclusion margin {margin:.3g} nats"
+        out.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} after "
+                   f"{prefix[-40:]!r} ({far})")
+    return out
+
+
+def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
+                            scores: stats.TokenScores, tok: _Tok, margin_nats: float) -> tuple[list[str], list[str]]:
+    """(hard failures, notes) of the one-sided support check with a numerics margin.
+
+    A candidate token is a hard failure when every law whose raw logits are within
+    ``margin_nats`` of the oracle's excludes it under the case's processing
+    (:func:`speceq.stats.outside_margin`; 0: any token of oracle probability 0). Valid whatever
+    the sample size as long as the engines' logits are within the margin: such a token then has
+    probability 0 for a correct engine. So it is not applied when the baseline has one too (its
+    numerics are further off, or it is broken), nor when the oracle cannot bound the support
+    (top-K log-probabilities): the support comparison alone decides then, and a note says so.
+    """
+    cand_out = stats.outside_margin(scores, margin_nats)
+    base_out = stats.outside_margin(base_scores, margin_nats)
+    rule = (f"every law whose logits are within {margin_nats:g} nats of the oracle's excludes it"
+            if margin_nats > 0 else "the oracle (taken as exact: --support-margin-nats 0) gives it probability 0")
+    if cand_out is None or base_out is None:
+        if np.any(np.asarray(scores.prob) <= 0):
+            return [], ["the oracle cannot bound the processed support of the laws near its own (only top-K "
+                        "log-probabilities): tokens outside its support are judged by the support comparison alone"]
+        return [], []
+    if base_out.any():
+        eg = _describe_outside(case, base, base_scores, base_out, tok, 1)[0]
+        return [], [f"the baseline emits {int(base_out.sum())} token(s) outside the processed support by more than the "
+                    f"numerics margin ({rule}), e.g. {eg}: the engines' logits are further from the oracle's than "
+                    f"--support-margin-nats {margin_nats:g} (or the baseline is not correct); no support hard "
+                    "failure, the support comparison decides"]
+    if not cand_out.any():
+        return [], []
+    rows = int(np.unique(np.asarray(scores.row)[cand_out]).size)
+    shown = _describe_outside(case, cand, scores, cand_out, tok, 5)
+    lead = (f"{rows} candidate row(s) hold a token outside the processed target's support beyond the numerics margin "
+            f"({rule}; the baseline's {base.rows} rows none)")
+    return [f"{lead}: {shown[0]}", *shown[1:]], []
+
+
+def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
+                          scores: stats.TokenScores, *, vocab_size: int, margin_nats: float) -> tuple[str, ...]:
+    """The support hard failures of :func:`robust_support_failures` on every row so far (sequential looks).
+
+    The check is the same at every look and needs no level: under the margin a correct engine
+    never emits such a token, so looking often cannot raise its false-alarm rate.
+    """
+    failures, _ = robust_support_failures(case, base, base_scores, cand, scores, _Tok(vocab_size), margin_nats)
+    return tuple(failures)
+
+
 def offset_reading(test: str, baseline: stats.ZTestResult, candidate: stats.ZTestResult,
                    comparison: TestOutcome | None, alpha: float) -> str | None:
     """One sentence reading a one-sample z diagnostic of both engines against their comparison (None: nothing to say).
@@ -317,7 +378,8 @@ def offset_reading(test: str, baseline: stats.ZTestResult, candidate: stats.ZTes
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
-                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float) -> OracleFindings:
+                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float,
+                  support_margin_nats: float) -> OracleFindings:
     """Both engines scored by the same oracle: the comparisons (primary), then the one-sample diagnostics."""
     params = case.params
     base_scores = oracle.score(case.prompts, base, params)
@@ -327,8 +389,8 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     tests = [_outcome(t.name, "oracle comparison", True, t) for t in found.tests]
     sup = found.support
     tests.append(_outcome("support comparison", "oracle comparison", True, sup))
-    failures: list[str] = []
-    if sup.baseline_clean and sup.candidate_flagged and sup.pvalue <= mc_level:
+    failures, notes = robust_support_failures(case, base, base_scores, cand, scores, tok, support_margin_nats)
+    if not failures and sup.baseline_clean and sup.candidate_flagged and sup.pvalue <= mc_level:
         # impossible tokens only in the candidate, significantly more than chance at the first Holm step
         lead = (f"{sup.candidate_flagged} of {sup.candidate_rows} candidate rows hold a token the processed target "
                 f"gives probability 0, the baseline's {sup.baseline_rows} rows none (exact p = {sup.pvalue:.2g})")
@@ -345,7 +407,6 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         _outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit),
     ]
     by_name = {t.name: t for t in tests}
-    notes = []
     for name, fn, comparison in _Z_DIAGNOSTICS:
         try:
             zc, zb = fn(scores), fn(base_scores)
@@ -483,7 +544,8 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tup
 
 
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
-                  seed: int, tok: _Tok, mc_level: float, near_tie_nats: float) -> tuple[CaseEvidence, CaseDetails]:
+                  seed: int, tok: _Tok, mc_level: float, near_tie_nats: float,
+                  support_margin_nats: float) -> tuple[CaseEvidence, CaseDetails]:
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
     n_cand = int((np.asarray(cand.prompt_index) == 0).sum())
     base_speed, cand_speed = _tokens_per_s(base), _tokens_per_s(cand)
@@ -517,7 +579,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                          "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
                          "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
         found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
-                              alpha=alpha, mc_level=mc_level)
+                              alpha=alpha, mc_level=mc_level, support_margin_nats=support_margin_nats)
         tests += found.tests
         failures = found.support_failures
         notes += found.notes
@@ -607,6 +669,7 @@ def analyse_run(
     progress: bool = False,
     near_tie_nats: float = NEAR_TIE_NATS,
     certificate: str = "tv",
+    support_margin_nats: float = SUPPORT_MARGIN_NATS,
 ) -> RunResult:
     """Analyse a run and decide every case.
 
@@ -614,7 +677,8 @@ def analyse_run(
     in slice order; ``prompt_index`` says which prompt of ``case.prompts`` a row continues).
     ``oracle``: any :class:`speceq.oracles.protocol.Oracle`, or None for black-box mode.
     ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
-    greedy near-tie threshold (top-2 margin, nats). ``certificate``: what an ``equivalent`` verdict
+    greedy near-tie threshold (top-2 margin, nats). ``support_margin_nats``: the numerics margin
+    of the support hard failure (:func:`robust_support_failures`; 0: exact oracle). ``certificate``: what an ``equivalent`` verdict
     rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). Monte Carlo p-values are sized to
     alpha / (planned number of primary tests of the run), the first step of Holm.
     """
@@ -630,7 +694,8 @@ def analyse_run(
         iterator = track(cases, description="analysing", transient=True)
     for case in iterator:
         ev, d = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
-                              seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats)
+                              seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats,
+                              support_margin_nats=support_margin_nats)
         evidence.append(ev)
         details.append(d)
     decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance, certificate=certificate)

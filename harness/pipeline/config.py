@@ -15,6 +15,7 @@ from speceq.core.defaults import (
     DEFAULT_TOLERANCE,
     NEAR_TIE_NATS,
     ORACLE_DTYPES,
+    SUPPORT_MARGIN_NATS,
 )
 from speceq.errors import ConfigError
 from speceq.oracles.build import OracleSpec
@@ -50,6 +51,10 @@ class RunConfig:
     near_tie_nats: greedy cases' near-tie threshold, the target's top-2 margin (nats) up to
     which a divergence is numerical, not a bug
     (default 1e-3, measured on float32 CPU; bf16 engines need ~1e-2).
+    support_margin_nats: the numerics margin of the support hard failure, nats of raw-logit
+    error (:data:`speceq.core.defaults.SUPPORT_MARGIN_NATS`): a candidate token is a hard failure
+    only when every law whose logits are within it of the oracle's excludes the token; 0: an
+    exact oracle (any token of oracle probability 0).
     oracle_dtype: precision of the transformers oracle (default float32); a loaded engine model
     of another dtype is copied, never cast in place. oracle_server: score with an
     OpenAI-compatible server's prompt log-probabilities instead of transformers
@@ -84,6 +89,7 @@ class RunConfig:
     workers: int | None = 1
     ray_address: str | None = None
     near_tie_nats: float = NEAR_TIE_NATS
+    support_margin_nats: float = SUPPORT_MARGIN_NATS
     oracle_dtype: str = "float32"
     oracle_server: str | None = None
     oracle_top_logprobs: int | None = None
@@ -115,6 +121,9 @@ class RunConfig:
         if isinstance(self.near_tie_nats, bool) or not isinstance(self.near_tie_nats, (int, float)) \
                 or not 0 <= self.near_tie_nats < float("inf"):
             raise bad("near_tie_nats", "a finite number of nats >= 0")
+        if isinstance(self.support_margin_nats, bool) or not isinstance(self.support_margin_nats, (int, float)) \
+                or not 0 <= self.support_margin_nats < float("inf"):
+            raise bad("support_margin_nats", "a finite number of nats >= 0")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise bad("threads", "an integer >= 1 or None")
         if self.executor not in EXECUTORS:
@@ -163,7 +172,8 @@ class RunConfig:
             "chunk_size": self.chunk_size, "seed": self.seed, "alpha": self.alpha, "tolerance": self.tolerance,
             "out_dir": str(self.out_dir), "resume": self.resume, "threads": self.threads,
             "executor": self.executor, "workers": self.workers, "ray_address": self.ray_address,
-            "near_tie_nats": self.near_tie_nats, "oracle_dtype": self.oracle_dtype,
+            "near_tie_nats": self.near_tie_nats, "support_margin_nats": self.support_margin_nats,
+            "oracle_dtype": self.oracle_dtype,
             "oracle_server": self.oracle_server, "oracle_top_logprobs": self.oracle_top_logprobs,
             "sequential": self.sequential, "certificate": self.certificate,
         }

@@ -75,6 +75,7 @@ from speceq.stats.sample_size import (
 )
 from speceq.stats.scores import TokenScores
 from speceq.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
+from speceq.stats.support_margin import TAIL_NATS, exclusion_margins, outside_margin
 from speceq.stats.tv import (
     tv_distance,
     tv_to_oracle,
@@ -92,6 +93,7 @@ __all__ = [
     "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",
+    "TAIL_NATS", "exclusion_margins", "outside_margin",
     "benjamini_hochberg", "holm",
     "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",
     "PITLawBound", "PITLawPosition", "pit_law_bound", "required_n_pit_law",

@@ -46,6 +46,11 @@ class TokenScores:
     draft_tv: TV(p_t, q_t), the total variation between the processed target and draft laws
         at the token's prefix (1 - draft_tv is the expected acceptance of a draft there).
         ``None`` when no draft model is given to the oracle.
+    exclusion_margin: Delta*(x_t), raw-logit nats (:func:`speceq.stats.support_margin.exclusion_margins`):
+        the largest logit error (spread, with the tail rule there) at which every law that close
+        to the oracle's still excludes x_t under the case's processing; 0 for tokens in the
+        support (and for greedy cases), +inf for a token no finite error admits (EOS under
+        ``ignore_eos``). ``None``: the oracle cannot compute it (a server's top-K log-probabilities).
     pit_mass: the mass of the token's PIT cell when the ranking is coarsened (top-K tokens plus
         one tail cell, :mod:`speceq.stats.coarse_pit`): the token's probability inside the
         top-K, the tail mass outside it, whose ``cdf_before`` is then the top-K mass. ``None``:
@@ -73,6 +78,7 @@ class TokenScores:
     draft_ratio_var: np.ndarray | None = None
     draft_ratio_m4: np.ndarray | None = None
     pit_mass: np.ndarray | None = None
+    exclusion_margin: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.token)

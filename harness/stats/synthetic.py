@@ -15,6 +15,7 @@ import numpy as np
 
 from speceq.stats._validate import check_int, check_positive, check_rng
 from speceq.stats.scores import DRAFT_RATIO_CAP, TokenScores
+from speceq.stats.support_margin import exclusion_margins
 
 
 def _random_target_probs_iv(rng: object, n: object, vocab: object, top_k: object) -> tuple[np.random.Generator, int, int, int]:
@@ -160,6 +161,8 @@ class MismatchWorld:
     ends at its EOS). ``engine_*`` are the laws both correct engines sample; ``initial`` /
     ``transition`` the oracle's (the reference the oracle scores against). ``draft_*``: a
     draft model's laws (for the draft scores). ``eos``: the end-of-sequence id or None.
+    ``raw_*``: the oracle's laws before its top-p (``top_p``) truncation, from which the scores'
+    exclusion margins are computed (None: the oracle's laws are unprocessed, margins 0).
     ``description``: what differs between the oracle and the engines, in words.
     """
 
@@ -172,6 +175,9 @@ class MismatchWorld:
     draft_initial: np.ndarray
     draft_transition: np.ndarray
     eos: int | None = None
+    raw_initial: np.ndarray | None = None
+    raw_transition: np.ndarray | None = None
+    top_p: float = 1.0
 
     @property
     def vocab_size(self) -> int:
@@ -232,6 +238,14 @@ class MismatchWorld:
         drafts = np.concatenate([self.draft_initial, self.draft_transition])
         table = scores_from_probs(np.repeat(laws, vocab, axis=0), np.tile(np.arange(vocab), laws.shape[0]),
                                   draft_probs=np.repeat(drafts, vocab, axis=0))
+        margins = np.zeros(len(table), dtype=np.float64)
+        if self.raw_initial is not None and self.raw_transition is not None:
+            raw = np.repeat(np.concatenate([self.raw_initial, self.raw_transition]), vocab, axis=0)
+            zero = np.flatnonzero(table.prob <= 0)
+            with np.errstate(divide="ignore"):
+                margins[zero] = exclusion_margins(np.log(raw[zero]), table.token[zero], temperature=1.0,
+                                                  top_p=self.top_p)
+        table = dataclasses.replace(table, exclusion_margin=margins)
         s = table.select(context * vocab + x)
         return dataclasses.replace(s, row=rows.astype(np.int64), position=pos.astype(np.int64))
 
@@ -314,5 +328,6 @@ def mismatch_world(name: str, *, seed: int = 0, vocab: int = 48, prompts: int = 
         e_init, e_trans = tempered(init, temperature), tempered(trans, temperature)
         d_init, d_trans = 0.7 * e_init + 0.3 * other_i, 0.7 * e_trans + 0.3 * other_t
         what = f"both engines sample at temperature {temperature:g}, the oracle scores at T = 1"
+    raw = dict(raw_initial=init, raw_transition=trans, top_p=top_p) if name == "boundary token" else {}
     return MismatchWorld(name=name, description=what, initial=o_init, transition=o_trans, engine_initial=e_init,
-                         engine_transition=e_trans, draft_initial=d_init, draft_transition=d_trans, eos=eos)
+                         engine_transition=e_trans, draft_initial=d_init, draft_transition=d_trans, eos=eos, **raw)

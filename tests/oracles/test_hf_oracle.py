@@ -11,6 +11,7 @@ from speceq.engines.base import SampleBatch, batch_from_lists
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import tiny_random_llama
 from speceq.oracles.hf import TargetOracle
+from speceq.stats.support_margin import exclusion_margins
 
 PROMPTS = ((5, 17, 99, 3), (7,), (200, 31, 64))
 ROWS = [[10, 11, 12], [13], [14, 15, 16, 17, 18], [19, 20], [21], [22, 23, 24]]
@@ -47,7 +48,7 @@ def test_scores_match_direct_computation(models, batch, params) -> None:
     target, draft = models
     scores = TargetOracle(target, draft=draft).score(PROMPTS, batch, params, max_batch_rows=4)
     assert len(scores) == sum(map(len, ROWS)) and scores.has_draft
-    i = 0
+    i = outside = 0
     for r, row in enumerate(ROWS):
         prompt = list(PROMPTS[r % 3])
         for t, x in enumerate(row):
@@ -73,7 +74,17 @@ def test_scores_match_direct_computation(models, batch, params) -> None:
                 assert scores.logp[i] == -np.inf
             np.testing.assert_allclose(scores.draft_llr_mean[i], (p[support] * llr_all).sum(), rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(scores.draft_tv[i], 0.5 * np.abs(p - q).sum(), atol=1e-5)
+            if p[x] > 0 or params.greedy:
+                assert scores.exclusion_margin[i] == 0.0
+            else:  # the oracle's margin is the one of its raw logits (EOS masked under ignore_eos)
+                masked = np.where(np.arange(len(raw)) == 257, -np.inf, raw) if params.ignore_eos else raw
+                want = exclusion_margins(masked[None], np.array([x]), temperature=params.temperature,
+                                         top_k=params.top_k, top_p=params.top_p)[0]
+                np.testing.assert_allclose(scores.exclusion_margin[i], want, rtol=1e-4, atol=1e-5)
+                outside += 1
             i += 1
+    if params.top_k or params.top_p < 1:
+        assert outside > 0  # the case has tokens outside the support to check
 
 
 def test_zero_probability_token_scores_zero(models, batch) -> None:

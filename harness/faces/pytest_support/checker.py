@@ -196,7 +196,7 @@ class EquivalenceChecker:
             alpha=self.settings.alpha if alpha is None else alpha,
             tolerance=self.settings.tolerance if tolerance is None else tolerance,
             seed=run_seed, threads=self.settings.threads, out_dir=out_dir, resume=True, progress=False,
-            near_tie_nats=self.settings.near_tie(),
+            near_tie_nats=self.settings.near_tie(), support_margin_nats=self.settings.support_margin(),
             sequential=self.settings.sequential if sequential is None else sequential,
         )
         result = run_equivalence(config, case_list, engines=engines)

@@ -145,6 +145,13 @@ def default_near_tie_nats() -> float:
     return NEAR_TIE_NATS
 
 
+def default_support_margin_nats() -> float:
+    """The support hard failure's numerics margin of ``speceq run`` (:data:`speceq.core.defaults.SUPPORT_MARGIN_NATS`)."""
+    from speceq.core.defaults import SUPPORT_MARGIN_NATS
+
+    return SUPPORT_MARGIN_NATS
+
+
 def _positive_number(text: str) -> float:
     try:
         value = float(str(text).strip())
@@ -234,6 +241,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                metavar="NATS",
                help="greedy cases: the target's top-2 margin (nats) up to which a divergence is a numerical "
                     "near-tie, not a mismatch; raise it for bf16/fp16 engines (~1e-2, docs/explanation/numerics.md)."),
+    OptionSpec(name="support_margin_nats", default=None, default_factory=default_support_margin_nats,
+               default_text="as `speceq run --support-margin-nats` (speceq.core.defaults.SUPPORT_MARGIN_NATS)",
+               convert=_nats, metavar="NATS",
+               help="numerics margin of the support hard failure: a candidate token fails only when every law whose "
+                    "logits are within NATS of the oracle's excludes it; 0: an exact oracle "
+                    "(docs/explanation/numerics.md)."),
     OptionSpec(name="sequential", default=False, convert=_on_off, metavar="on|off",
                help="anytime-valid sequential checks: look after every step of a doubling schedule up to the "
                     "budget and stop each case once decided (docs/how-to/sequential.md)."),
@@ -280,6 +293,7 @@ class Settings:
     inconclusive: str
     sequential: bool = False
     near_tie_nats: float | None = None  # None: the built-in default, see near_tie()
+    support_margin_nats: float | None = None  # None: the built-in default, see support_margin()
     kernel_scale: float = 1.0
     kernel_device: str = "cpu"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -291,6 +305,10 @@ class Settings:
     def near_tie(self) -> float:
         """Greedy near-tie threshold (nats): the option's value, else the built-in default."""
         return self.near_tie_nats if self.near_tie_nats is not None else default_near_tie_nats()
+
+    def support_margin(self) -> float:
+        """Numerics margin of the support hard failure (nats): the option's value, else the built-in default."""
+        return self.support_margin_nats if self.support_margin_nats is not None else default_support_margin_nats()
 
     def engine_options(self, role: str, spec: str) -> dict[str, Any]:
         """The session's options of ``role`` when ``spec`` is the session's engine, else none."""

@@ -32,7 +32,7 @@ from speceq.core.provenance import utc_now
 from speceq.engines.base import SampleBatch, validate_batch
 from speceq.inputs.cases import Case
 from speceq.oracles.protocol import Oracle
-from speceq.pipeline.analysis import score_requests
+from speceq.pipeline.analysis import look_support_failures, score_requests
 from speceq.pipeline.config import RunConfig
 from speceq.pipeline.plan import ChunkPlan, chunk_seed, concat_batches
 from speceq.pipeline.prepared import PreparedRun, analyse_rows
@@ -242,7 +242,13 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], col
                                collector.rows("candidate", case.case_id), names=st.names, level=level,
                                alpha=config.alpha, scores=scored["candidate"], base_scores=scored["baseline"])
     budget = case.samples or config.samples
+    failures: tuple[str, ...] = ()
+    if oracle is not None and scored["candidate"] is not None and scored["baseline"] is not None:
+        failures = look_support_failures(case, collector.rows("baseline", case.case_id), scored["baseline"],
+                                         collector.rows("candidate", case.case_id), scored["candidate"],
+                                         vocab_size=oracle.vocab_size, margin_nats=config.support_margin_nats)
     evidence = SequentialEvidence(
+        hard_failures=failures,
         n=ev.n, look=st.look, looks=len(st.totals), budget=budget,
         tests=tuple(SequentialTestEvidence(name=t.name, max_evalue=t.max_evalue, pvalue=t.pvalue, crossing_sample=c)
                     for t, c in zip(ev.tests, ev.crossing_samples)),
