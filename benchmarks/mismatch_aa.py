@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from speceq.core.defaults import SUPPORT_MARGIN_NATS  # the margin of speceq run on the bundled byte models
 from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleBatch, SampleRequest
 from speceq.inputs.cases import Case
@@ -128,7 +129,8 @@ def fixed_runs(world: MismatchWorld, runs: int, samples: int, seed: int, power: 
         base = base_engine.sample(req(seed * 1_000_003 + 2 * r))
         cand = cand_engine.sample(req(seed * 1_000_003 + 2 * r + 1))
         res = analyse_run([case], {case.case_id: base}, {case.case_id: cand}, oracle=oracle, alpha=ALPHA,
-                          tolerance=0.15, seed=r, engines={"baseline": {}, "candidate": {}}, provenance={})
+                          tolerance=0.15, seed=r, engines={"baseline": {}, "candidate": {}}, provenance={},
+                          support_margin_nats=SUPPORT_MARGIN_NATS)
         if res.verdict == "shifted":
             shifted += 1
             why[_deciding(res)] += 1
@@ -151,7 +153,8 @@ def sequential_runs(world: MismatchWorld, runs: int, samples: int, seed: int, po
             with tempfile.TemporaryDirectory() as out:
                 engines = {"baseline": WorldEngine(world), "candidate": WorldEngine(world, law="oracle" if power else "engine")}
                 config = RunConfig(baseline="world", candidate="world", samples=samples, seed=seed * 100_003 + r,
-                                   out_dir=Path(out), progress=False, tolerance=0.15, alpha=ALPHA, sequential=True)
+                                   out_dir=Path(out), progress=False, tolerance=0.15, alpha=ALPHA, sequential=True,
+                                   support_margin_nats=SUPPORT_MARGIN_NATS)
                 res = runner.run(config, [world_case()], engines=engines)
             if res.verdict == "shifted":
                 shifted += 1

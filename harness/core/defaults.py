@@ -17,12 +17,18 @@ NEAR_TIE_NATS: greedy cases' near-tie threshold, nats (target's top-1 minus top-
     measured on float32 CPU: logits of the bundled models differ between batched and unbatched
     graphs by ~1e-5, so 1e-3 leaves two orders of magnitude of slack and is still far below any
     margin a real bug needs to flip an argmax on a trained model. bf16 kernels need ~1e-2.
-SUPPORT_MARGIN_NATS: the numerics margin Delta of the support hard failure, nats of raw-logit
-    error: a candidate token is a hard failure only when every law whose logits are within
-    Delta of the oracle's (after a common shift; :mod:`speceq.stats.support_margin`) excludes
-    it under the case's processing. 0 means an exact oracle (any token of oracle probability 0).
-    Chosen from measured spreads of bf16 / fp16 logits of the bundled models against float32
-    (``benchmarks/logit_spread.py``, docs/measurements/numerics.md).
+SUPPORT_MARGIN_NATS: the numerics margin Delta of the support hard failure on the bundled byte
+    models, nats of raw-logit error: a candidate token is a hard failure only when every law
+    whose logits are within Delta of the oracle's (after a common shift;
+    :mod:`speceq.stats.support_margin`) excludes it under the case's processing. 0 means an
+    exact oracle (any token of oracle probability 0). Chosen from measured spreads of bf16 /
+    fp16 logits against float32 (``benchmarks/logit_spread.py``, docs/measurements/numerics.md).
+SUPPORT_MARGIN_OFF: the default of the Python API and the pytest plugin, and of ``speceq run``
+    when an engine or the oracle is not one of the bundled world's models: infinite, i.e. no
+    support hard failure (the two-sample support comparison alone judges tokens outside the
+    oracle's support), because a safe margin depends on the model's numerics (the bundled BPE
+    model's bf16 logits spread 24x the byte models'); pass a measured one to gain the hard
+    failure's power.
 """
 
 DEFAULT_SAMPLES = 3000
@@ -34,6 +40,7 @@ CERTIFICATES = ("tv", "pit-law")
 NEAR_TIE_NATS = 1e-3
 SUPPORT_MARGIN_NATS = 0.5
 #: ``speceq run --models`` world -> its default support margin: the bundled byte models' bf16 logits
-#: spread up to 0.26 nats (0.5: 1.9x), the bundled BPE model's up to 6.2 (12: 1.9x); SmolLM2 is
-#: not measured here and gets the BPE model's value.
-SUPPORT_MARGIN_NATS_BY_WORLD = {"byte": SUPPORT_MARGIN_NATS, "bpe": 12.0, "smollm2": 12.0}
+#: spread up to 0.26 nats (0.5: 1.9x), the bundled BPE model's up to 6.2 (12: 1.9x); SmolLM2's spread
+#: is not measured, so its world has no entry (SUPPORT_MARGIN_OFF).
+SUPPORT_MARGIN_NATS_BY_WORLD = {"byte": SUPPORT_MARGIN_NATS, "bpe": 12.0}
+SUPPORT_MARGIN_OFF = float("inf")

@@ -109,9 +109,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--support-margin-nats", type=float, default=None, metavar="NATS",
                    help="numerics margin of the support hard failure: a candidate token fails the case only when "
                         "every law whose logits are within NATS of the oracle's excludes it; 0: an exact oracle, "
-                        "any token of oracle probability 0 (docs/explanation/numerics.md). Default: by --models, "
+                        "any token of oracle probability 0; inf: no hard failure (docs/explanation/numerics.md). "
+                        "Default: when every engine and the oracle run the bundled world's models, by --models, "
                         + ", ".join(f"{k} {v:g}" for k, v in SUPPORT_MARGIN_NATS_BY_WORLD.items())
-                        + " (about twice the measured bf16 logit spread)")
+                        + " (about twice the measured bf16 logit spread); otherwise inf")
     g.add_argument("--sequential", action="store_true",
                    help="anytime-valid mode: look after every step of a doubling schedule up to --samples and stop "
                         "each case once decided (docs/how-to/sequential.md)")
@@ -133,8 +134,22 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
+def default_support_margin(args: argparse.Namespace) -> float:
+    """``--support-margin-nats`` when not given: the world's measured margin if every engine and the
+    oracle run the bundled world's models (built-in engines, no model options, no other oracle
+    model or server), else inf: a safe margin depends on the model's numerics, unknown for others."""
+    from speceq.core.defaults import SUPPORT_MARGIN_NATS_BY_WORLD, SUPPORT_MARGIN_OFF
+    from speceq.engines.registry import parse_engine_options
+    from speceq.models.worlds import runs_world_models
+
+    own = all(runs_world_models(spec, parse_engine_options(opts)) for spec, opts in
+              ((args.baseline, args.baseline_option), (args.candidate, args.candidate_option)))
+    if not own or args.oracle_model is not None or args.oracle_server is not None:
+        return SUPPORT_MARGIN_OFF
+    return SUPPORT_MARGIN_NATS_BY_WORLD.get(args.models, SUPPORT_MARGIN_OFF)
+
+
 def handle_run(args: argparse.Namespace) -> int:
-    from speceq.core.defaults import SUPPORT_MARGIN_NATS_BY_WORLD
     from speceq.engines.registry import parse_engine_options
     from speceq.inputs.cases import bpe_cases, default_cases, load_cases, smollm2_cases
     from speceq.models.worlds import world_engine_options
@@ -151,7 +166,7 @@ def handle_run(args: argparse.Namespace) -> int:
         samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
-        support_margin_nats=(SUPPORT_MARGIN_NATS_BY_WORLD[args.models] if args.support_margin_nats is None
+        support_margin_nats=(default_support_margin(args) if args.support_margin_nats is None
                              else args.support_margin_nats),
         certificate=args.certificate, workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )

@@ -31,6 +31,13 @@ def check_world(world: str) -> str:
     return world
 
 
+def runs_world_models(spec: str, options: Mapping[str, Any]) -> bool:
+    """Whether engine ``spec`` with the user's ``options`` runs only the world's own models: a
+    built-in model engine (or a mutant) given no ``target`` / ``draft`` / ``model`` option."""
+    builtin = spec in _TARGET_ONLY or spec in _TARGET_AND_DRAFT or spec.startswith("mutant:")
+    return builtin and not ({"target", "draft", "model"} & set(options))
+
+
 def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with the world's model folders added where the built-in engine ``spec`` takes them."""
     check_world(world)

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from speceq import stats
-from speceq.core.defaults import NEAR_TIE_NATS, SUPPORT_MARGIN_NATS
+from speceq.core.defaults import NEAR_TIE_NATS, SUPPORT_MARGIN_OFF
 from speceq.engines.base import SampleBatch
 from speceq.inputs.cases import Case
 from speceq.models.tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
@@ -320,7 +320,10 @@ def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.To
     probability 0 for a correct engine. So it is not applied when the baseline has one too (its
     numerics are further off, or it is broken), nor when the oracle cannot bound the support
     (top-K log-probabilities): the support comparison alone decides then, and a note says so.
+    An infinite margin (the library's default) turns the hard failure off.
     """
+    if margin_nats == float("inf"):
+        return [], []
     cand_out = stats.outside_margin(scores, margin_nats)
     base_out = stats.outside_margin(base_scores, margin_nats)
     rule = (f"every law whose logits are within {margin_nats:g} nats of the oracle's excludes it"
@@ -669,7 +672,7 @@ def analyse_run(
     progress: bool = False,
     near_tie_nats: float = NEAR_TIE_NATS,
     certificate: str = "tv",
-    support_margin_nats: float = SUPPORT_MARGIN_NATS,
+    support_margin_nats: float = SUPPORT_MARGIN_OFF,
 ) -> RunResult:
     """Analyse a run and decide every case.
 

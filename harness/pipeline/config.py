@@ -15,7 +15,7 @@ from speceq.core.defaults import (
     DEFAULT_TOLERANCE,
     NEAR_TIE_NATS,
     ORACLE_DTYPES,
-    SUPPORT_MARGIN_NATS,
+    SUPPORT_MARGIN_OFF,
 )
 from speceq.errors import ConfigError
 from speceq.oracles.build import OracleSpec
@@ -52,9 +52,11 @@ class RunConfig:
     which a divergence is numerical, not a bug
     (default 1e-3, measured on float32 CPU; bf16 engines need ~1e-2).
     support_margin_nats: the numerics margin of the support hard failure, nats of raw-logit
-    error (:data:`speceq.core.defaults.SUPPORT_MARGIN_NATS`): a candidate token is a hard failure
-    only when every law whose logits are within it of the oracle's excludes the token; 0: an
-    exact oracle (any token of oracle probability 0).
+    error: a candidate token is a hard failure only when every law whose logits are within it of
+    the oracle's excludes the token; 0: an exact oracle (any token of oracle probability 0);
+    default inf (:data:`speceq.core.defaults.SUPPORT_MARGIN_OFF`): no support hard failure, since
+    a safe margin depends on the model's numerics (0.5 is measured safe for the bundled byte
+    models, :data:`speceq.core.defaults.SUPPORT_MARGIN_NATS_BY_WORLD`).
     oracle_dtype: precision of the transformers oracle (default float32); a loaded engine model
     of another dtype is copied, never cast in place. oracle_server: score with an
     OpenAI-compatible server's prompt log-probabilities instead of transformers
@@ -89,7 +91,7 @@ class RunConfig:
     workers: int | None = 1
     ray_address: str | None = None
     near_tie_nats: float = NEAR_TIE_NATS
-    support_margin_nats: float = SUPPORT_MARGIN_NATS
+    support_margin_nats: float = SUPPORT_MARGIN_OFF
     oracle_dtype: str = "float32"
     oracle_server: str | None = None
     oracle_top_logprobs: int | None = None
@@ -122,8 +124,8 @@ class RunConfig:
                 or not 0 <= self.near_tie_nats < float("inf"):
             raise bad("near_tie_nats", "a finite number of nats >= 0")
         if isinstance(self.support_margin_nats, bool) or not isinstance(self.support_margin_nats, (int, float)) \
-                or not 0 <= self.support_margin_nats < float("inf"):
-            raise bad("support_margin_nats", "a finite number of nats >= 0")
+                or not 0 <= self.support_margin_nats <= float("inf"):
+            raise bad("support_margin_nats", "a number of nats >= 0, or inf (no support hard failure)")
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise bad("threads", "an integer >= 1 or None")
         if self.executor not in EXECUTORS:

@@ -97,12 +97,13 @@ class PowerStudy:
 
     def speceq_min_p(self, case: Case, base: SamplePool, cand: SamplePool, oracle: Any, n: int, r: int) -> float:
         """Smallest Holm-adjusted primary p-value of one repetition (0 on a hard failure)."""
+        from speceq.core.defaults import SUPPORT_MARGIN_NATS  # the bundled byte models' measured margin
         from speceq.pipeline.analysis import analyse_run
 
         cid = case.case_id
         result = analyse_run([case], {cid: base.rep(r, n)}, {cid: cand.rep(r, n)}, oracle=oracle, alpha=self.s.alpha,
                              tolerance=0.05, seed=self.s.seed * 1_000_003 + r, engines={"baseline": {}, "candidate": {}},
-                             provenance={})
+                             provenance={}, support_margin_nats=SUPPORT_MARGIN_NATS)
         res = result.cases[0]
         if res.hard_failures:
             return 0.0

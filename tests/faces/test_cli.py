@@ -384,3 +384,21 @@ def test_documented_plain_function_runs(tmp_path, capsys):
     assert main(["run", "--baseline", spec, "--candidate", spec, "--cases", str(cases), "--samples", "30",
                  "--no-oracle", "--out", str(tmp_path / "out"), "--no-progress"]) in (0, 3)
     assert f"speceq: {spec} vs {spec}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([], 0.5),                                                        # the bundled byte models: measured margin
+    (["--models", "bpe"], 12.0),
+    (["--models", "smollm2"], float("inf")),                          # spread not measured
+    (["--candidate", "mutant:top-p-draft-only"], 0.5),
+    (["--baseline-option", "target=/my/model"], float("inf")),        # the user's own model
+    (["--candidate", "my_engines:fast"], float("inf")),               # a user engine
+    (["--candidate", "openai", "--candidate-option", "base_url=http://x"], float("inf")),
+    (["--oracle-model", "/my/model"], float("inf")),
+])
+def test_support_margin_default_is_measured_only_for_bundled_models(argv: list[str], expected: float) -> None:
+    from speceq.faces.cli import build_parser, default_support_margin
+
+    args = build_parser().parse_args(["run", *argv])
+    assert args.support_margin_nats is None
+    assert default_support_margin(args) == expected

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speceq.core.defaults import SUPPORT_MARGIN_NATS
+from speceq.core.defaults import SUPPORT_MARGIN_NATS, SUPPORT_MARGIN_OFF
 from speceq.engines.base import SampleRequest
 from speceq.pipeline.analysis import analyse_run
 from speceq.stats.support_margin import exclusion_margins
@@ -78,6 +78,17 @@ def test_a_token_far_outside_fails_from_a_few_rows_unless_the_baseline_has_one()
     both = _analyse(bad, "engine", bad, "engine", 5, SUPPORT_MARGIN_NATS, w)
     assert not any("numerics margin" in f for f in both.hard_failures)
     assert any("the baseline emits" in note for note in both.notes)
+    off = _analyse(w, "engine", bad, "engine", 5, SUPPORT_MARGIN_OFF, w)  # the library default: no hard failure
+    assert not any("numerics margin" in f for f in off.hard_failures)
+
+
+def test_the_library_default_margin_is_off() -> None:
+    import inspect
+
+    from speceq.pipeline.config import RunConfig
+
+    assert RunConfig().support_margin_nats == SUPPORT_MARGIN_OFF == float("inf")
+    assert inspect.signature(analyse_run).parameters["support_margin_nats"].default == SUPPORT_MARGIN_OFF
 
 
 def _sequential(base_world: MismatchWorld, cand_world: MismatchWorld, oracle_world: MismatchWorld,
@@ -93,7 +104,8 @@ def _sequential(base_world: MismatchWorld, cand_world: MismatchWorld, oracle_wor
     try:
         with tempfile.TemporaryDirectory() as out:
             config = RunConfig(baseline="world", candidate="world", samples=samples, seed=3, out_dir=Path(out),
-                               progress=False, tolerance=0.15, alpha=1e-3, sequential=True)
+                               progress=False, tolerance=0.15, alpha=1e-3, sequential=True,
+                               support_margin_nats=SUPPORT_MARGIN_NATS)
             return runner.run(config, [world_case()], engines={"baseline": WorldEngine(base_world),
                                                                "candidate": WorldEngine(cand_world)}).cases[0]
     finally:

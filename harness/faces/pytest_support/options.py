@@ -138,6 +138,13 @@ def _nats(text: str) -> float:
     return value
 
 
+def _nats_or_inf(text: str) -> float:
+    """A number of nats >= 0, or inf."""
+    if str(text).strip().lower() in ("inf", "off"):
+        return float("inf")
+    return _nats(text)
+
+
 def default_near_tie_nats() -> float:
     """The greedy near-tie threshold of ``speceq run`` (:data:`speceq.pipeline.greedy.NEAR_TIE_NATS`), read on use."""
     from speceq.core.defaults import NEAR_TIE_NATS
@@ -146,10 +153,10 @@ def default_near_tie_nats() -> float:
 
 
 def default_support_margin_nats() -> float:
-    """The support hard failure's numerics margin of ``speceq run`` (:data:`speceq.core.defaults.SUPPORT_MARGIN_NATS`)."""
-    from speceq.core.defaults import SUPPORT_MARGIN_NATS
+    """The support hard failure's default numerics margin for users' models: off (:data:`speceq.core.defaults.SUPPORT_MARGIN_OFF`)."""
+    from speceq.core.defaults import SUPPORT_MARGIN_OFF
 
-    return SUPPORT_MARGIN_NATS
+    return SUPPORT_MARGIN_OFF
 
 
 def _positive_number(text: str) -> float:
@@ -242,11 +249,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                help="greedy cases: the target's top-2 margin (nats) up to which a divergence is a numerical "
                     "near-tie, not a mismatch; raise it for bf16/fp16 engines (~1e-2, docs/explanation/numerics.md)."),
     OptionSpec(name="support_margin_nats", default=None, default_factory=default_support_margin_nats,
-               default_text="as `speceq run --support-margin-nats` (speceq.core.defaults.SUPPORT_MARGIN_NATS)",
-               convert=_nats, metavar="NATS",
+               default_text="inf: off (speceq.core.defaults.SUPPORT_MARGIN_OFF)",
+               convert=_nats_or_inf, metavar="NATS",
                help="numerics margin of the support hard failure: a candidate token fails only when every law whose "
-                    "logits are within NATS of the oracle's excludes it; 0: an exact oracle "
-                    "(docs/explanation/numerics.md)."),
+                    "logits are within NATS of the oracle's excludes it; 0: an exact oracle; inf or off: no hard "
+                    "failure (the default: a safe margin depends on your model's numerics; "
+                    "docs/explanation/numerics.md)."),
     OptionSpec(name="sequential", default=False, convert=_on_off, metavar="on|off",
                help="anytime-valid sequential checks: look after every step of a doubling schedule up to the "
                     "budget and stop each case once decided (docs/how-to/sequential.md)."),
