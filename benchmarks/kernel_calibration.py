@@ -14,6 +14,12 @@ every test of every run at u = 1e-2, 1e-3, 1e-4 and at the check's first Holm th
 (1e-3 / m); every test with p < 1e-4 (which run, where, n, TV); and any broken invariant (none is
 allowed for a correct kernel).
 
+Seeds: the scenarios (the templates and their laws) come from ``--seed`` as in the default
+check; the requests, drafts and uniforms of block b come from :func:`collection_seed`, which
+mixes the variant's name (CRC-32 of its UTF-8 bytes), ``--seed`` and b in a numpy SeedSequence.
+So two variants never share their requests or drafts (their false-alarm counts are independent
+samples), while one variant at one ``--seed`` is reproducible.
+
     python benchmarks/kernel_calibration.py --variant exponential-race --runs 1000
     python benchmarks/kernel_calibration.py --variant reference --runs 1000 --scenarios all
     (--scenarios small: the V <= 61 scenarios, which hold most tests; all: every default scenario)
@@ -25,6 +31,7 @@ import argparse
 import json
 import sys
 import time
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,6 +50,13 @@ def make_kernel(name: str):  # noqa: ANN201
 
         return transformers_speculative_sampling()
     return LOSSLESS[name].make()
+
+
+def collection_seed(variant: str, seed: int, block_index: int) -> int:
+    """The collection seed of one block of checks: distinct per variant, ``--seed`` and block (63 bits)."""
+    tag = zlib.crc32(variant.encode("utf-8"))
+    state = np.random.SeedSequence([tag, seed, block_index]).generate_state(1, dtype=np.uint64)[0]
+    return int(state >> np.uint64(1))
 
 
 def _cp(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -80,13 +94,15 @@ def main() -> int:
     pooled: list[np.ndarray] = []
     violations = 0
     smallest: list[dict] = []
+    where: list[str] = []
+    sizes_n: list[np.ndarray] = []
     start = time.perf_counter()
     done = 0
     block_index = 0
     while done < args.runs:
         b = min(args.block, args.runs - done)
         big = [replace(s, replicates=s.replicates * b, boundary_replicates=s.boundary_replicates * b) for s in base]
-        records = collect(kern, big, seed=args.seed * 100_003 + block_index)
+        records = collect(kern, big, seed=collection_seed(args.variant, args.seed, block_index))
         violations += sum(v.count for r in records for v in r.violations)
         for run in range(b):
             chunk = []
@@ -103,6 +119,10 @@ def main() -> int:
             smallest.extend({"run": done + run, "pvalue": t.pvalue, "where": t.where, "n": t.n, "tv": t.tv,
                              "support_violations": t.support_violations} for t in tests if t.pvalue < 1e-4)
             pooled.append(p)
+            if not where:
+                where = [t.where for t in tests]
+            if len(tests) == len(where):
+                sizes_n.append(np.array([t.n for t in tests], dtype=np.float64))
             min_holm.append(float(holm(p).min()) if p.size else 1.0)
         done += b
         block_index += 1
@@ -119,9 +139,20 @@ def main() -> int:
         k = int((allp <= u).sum())
         size[f"{u:.3g}"] = {"count": k, "tests": int(allp.size), "rate": k / allp.size,
                             "ratio_to_nominal": (k / allp.size) / u, "ci95": _cp(k, int(allp.size))}
-    out = {"variant": args.variant, "kernel": kern.name, "scenarios": [s.name for s in base], "planned_tests": m,
+    per_test = []
+    if sizes_n and all(p.size == len(where) for p in pooled):
+        grid = np.stack(pooled)
+        mean_n = np.stack(sizes_n).mean(axis=0)
+        for j, w in enumerate(where):
+            col = grid[:, j]
+            per_test.append({"where": w, "mean_n": round(float(mean_n[j]), 1),
+                             "p<=1e-3": int((col <= 1e-3).sum()), "p<=1e-4": int((col <= 1e-4).sum()),
+                             "p<=first": int((col <= first).sum())})
+    out = {"variant": args.variant, "kernel": kern.name, "seed": args.seed,
+           "seed_rule": "collection_seed(variant, seed, block): SeedSequence([crc32(variant), seed, block])", "scenarios": [s.name for s in base], "planned_tests": m,
            "runs": int(mh.size), "fwer": fwer, "per_test_size": size, "violations": violations,
            "p_below_1e-4": sorted(smallest, key=lambda x: x["pvalue"]),
+           "per_test": per_test,
            "seconds": round(time.perf_counter() - start, 1), "date": time.strftime("%Y-%m-%d")}
     print(json.dumps(out, indent=1))
     if args.json:
