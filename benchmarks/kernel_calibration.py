@@ -1,7 +1,8 @@
 """False alarms of the kernel check on lossless kernels, at the Holm level, over R repeated checks.
 
 Every p-value of the check is exact-valid by construction (the chain-binomial goodness of fit,
-tests/kernels/test_gof.py checks its size exactly by enumeration), and Holm bounds the
+tests/kernels/test_gof.py checks its size exactly by enumeration, benchmarks/kernel_gof_size.py
+computes it at 1e-5 to 2e-5 for the check's templates), and Holm bounds the
 family-wise rate under any dependence; what this measures is that the lossless kernels really
 produce the laws the check assumes (float32 processing against the float64 laws, unambiguous
 cuts, independent requests). R checks are run in blocks: one collection of B x the default
@@ -21,10 +22,12 @@ So two variants never share their requests or drafts (their false-alarm counts a
 samples), while one variant at one ``--seed`` is reproducible.
 
     python benchmarks/kernel_calibration.py --variant exponential-race --runs 1000
-    python benchmarks/kernel_calibration.py --variant reference --runs 1000 --scenarios all
-    python benchmarks/kernel_calibration.py --variant reference --runs 200 --block 10 --scenarios all
+    python benchmarks/kernel_calibration.py --variant reference --runs 1000 --chain-detail
+    python benchmarks/kernel_calibration.py --variant reference --runs 150 --block 10 --scenarios all
+    (--chain-detail: also the pooled randomized p-values of every chain binomial, exactly
+    uniform under the laws, see :func:`chain_randomized`)
     (--scenarios small: the V <= 61 scenarios, which hold most tests; large: the others (V = 40 000
-    and 256 000, ~7 s per check); all: every default scenario. The JSON splits the time of the
+    and 256 000, ~8 s per check); all: every default scenario. The JSON splits the time of the
     collection into the kernel's calls and the harness around them, per scenario, and the tests',
     and gives the per-test size per scenario too.)
 """
