@@ -1,0 +1,45 @@
+"""The size computation of benchmarks/kernel_gof_size.py against a full enumeration of a small multinomial."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from speceq.kernels.gof import chain_gof
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("kernel_gof_size", REPO / "benchmarks/kernel_gof_size.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dynamic_programme_and_tilted_sampling_match_the_enumerated_size() -> None:
+    size = _script()
+    law, n = np.array([0.5, 0.3, 0.2]), 150  # 3 bins of expected count >= 20: two chained binomials
+    levels = (1e-3, 1e-4, 1e-5)
+    pv, wt, pmin = [], [], []
+    for a in range(n + 1):
+        for b in range(n + 1 - a):
+            c = np.array([a, b, n - a - b])
+            res = chain_gof(c, law)
+            pv.append(res.pvalue)
+            pmin.append(res.min_chain_p)
+            wt.append(stats.multinomial.pmf(c, n, law))
+    pv, wt, pmin = np.array(pv), np.array(wt), np.array(pmin)
+    got = size.size_of(law, n, 20000, np.random.default_rng(0), levels=levels)
+    assert got["bins"] == 3 and got["chain_gof_max_rel_diff"] < 1e-9
+    for u in levels:
+        row = got["levels"][f"{u:.3g}"]
+        exact_min = float(wt[2 * 2 * pmin <= u].sum())
+        assert abs(row["min_part_exact"] - exact_min) <= 1e-12 + 1e-9 * exact_min, u
+        enumerated = float(wt[pv <= u].sum())
+        assert enumerated <= u
+        assert abs(row["size"] - enumerated) <= 4 * row["fisher_only_se"] + 1e-3 * enumerated, (u, row, enumerated)
