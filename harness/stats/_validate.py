@@ -44,18 +44,21 @@ def as_probs(x: object, name: str, *, size: int | None = None, sum_tol: float = 
     return arr / total
 
 
-def as_real_sample(x: object, name: str, *, min_size: int = 1) -> np.ndarray:
-    """1-D float64 array of finite real values with at least ``min_size`` entries."""
+def as_real_sample(x: object, name: str, *, min_size: int = 1, context: str = "") -> np.ndarray:
+    """1-D float64 array of finite real values with at least ``min_size`` entries.
+
+    context: appended to the messages in parentheses (e.g. which test's scores)."""
+    where = f" ({context})" if context else ""
     if not _is_numeric(x):
-        raise TypeError(f"`{name}` must be a numeric array")
+        raise TypeError(f"`{name}` must be a numeric array{where}")
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim != 1:
-        raise ValueError(f"`{name}` must be 1-D, got shape {arr.shape}")
+        raise ValueError(f"`{name}` must be 1-D, got shape {arr.shape}{where}")
     if arr.size < min_size:
-        raise ValueError(f"`{name}` needs at least {min_size} values, got {arr.size}")
+        raise ValueError(f"`{name}` needs at least {min_size} values, got {arr.size}{where}")
     if not np.all(np.isfinite(arr)):
         bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise ValueError(f"`{name}` must be finite, found {arr[bad]} at index {bad}")
+        raise ValueError(f"`{name}` must be finite, found {arr[bad]} at index {bad}{where}")
     return arr
 
 

@@ -46,7 +46,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from speceq.stats._validate import check_level, check_rng
+from speceq.stats._validate import as_real_sample, check_level, check_rng
 from speceq.stats.bounds import BD_CONSTANT, signflip_tail_bound
 from speceq.stats.montecarlo import sequential_mc_pvalue
 from speceq.stats.results import ComparisonResult, SupportComparisonResult
@@ -143,15 +143,8 @@ def _paired_iv(baseline: object, candidate: object, name: object, alternative: o
         raise TypeError(f"`name` must be a non-empty string, got {name!r}")
     if alternative not in _ALTERNATIVES:
         raise ValueError(f"`alternative` must be one of {_ALTERNATIVES}, got {alternative!r}")
-    out = []
-    for label, x in (("baseline", baseline), ("candidate", candidate)):
-        arr = np.asarray(x, dtype=np.float64)
-        if arr.ndim != 1:
-            raise ValueError(f"`{label}` must be 1-D, got shape {arr.shape} ({name})")
-        if not np.all(np.isfinite(arr)):
-            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise ValueError(f"`{label}` must be finite, found {arr[bad]} at row {bad} ({name})")
-        out.append(arr)
+    out = [as_real_sample(x, label, min_size=0, context=name)
+           for label, x in (("baseline", baseline), ("candidate", candidate))]
     if out[0].size != out[1].size:
         raise ValueError(f"`baseline` and `candidate` must be paired (equal lengths), got {out[0].size} and "
                          f"{out[1].size} ({name}); pair rows with pair_rows_by_prompt")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from speceq.stats._validate import as_real_sample
 from speceq.stats.results import SupportResult, ZTestResult
 from speceq.stats.scores import TokenScores
 from speceq.stats.sequential import scale_free_mixture_log_e
@@ -70,15 +71,7 @@ def skew_corrected_pvalue(z: float, skewness: float) -> float:
 def _martingale_z_iv(f: object, mean: object, var: object, name: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     if not isinstance(name, str) or not name:
         raise TypeError(f"`name` must be a non-empty string, got {name!r}")
-    arrays = []
-    for label, x in (("f", f), ("mean", mean), ("var", var)):
-        arr = np.asarray(x, dtype=np.float64)
-        if arr.ndim != 1:
-            raise ValueError(f"`{label}` must be 1-D, got shape {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise ValueError(f"`{label}` must be finite, found {arr[bad]} at index {bad} ({name})")
-        arrays.append(arr)
+    arrays = [as_real_sample(x, label, min_size=0, context=name) for label, x in (("f", f), ("mean", mean), ("var", var))]
     fa, ma, va = arrays
     if not (fa.size == ma.size == va.size):
         raise ValueError(f"`f`, `mean` and `var` must have equal lengths, got {fa.size}, {ma.size}, {va.size}")
