@@ -31,12 +31,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from speceq.engines.registry import check_engine_spec
+from speceq.engines.base import Engine
+from speceq.engines.registry import check_engine_spec, resolve_engine
 from speceq.errors import SpeceqError
 from speceq.inputs.cases import smollm2_cases
 from speceq.models.smollm2 import prepare
+from speceq.oracles.build import make_oracle
+from speceq.oracles.memo import RememberingOracle
+from speceq.oracles.protocol import Oracle
+from speceq.pipeline.collect import auto_workers
 from speceq.pipeline.config import RunConfig
 from speceq.pipeline.runner import run
+from speceq.store import ROLES
 
 C1, C2, GREEDY, B1 = ("smol-capital-t1-b64-ragged", "smol-animal-t07-topp09-b64", "smol-capital-greedy-b8-ragged",
                       "smol-repeat-t1-b1")
@@ -85,6 +91,38 @@ def engine_options(spec: str, target: str, draft: str) -> dict[str, object]:
     return {"target": target, "draft": draft, "k": DRAFT_TOKENS}
 
 
+class Shared:
+    """Engines and oracles built once in this process and handed to every run that uses them.
+
+    Engines are keyed by their spec and options; oracles by what they score with (the target,
+    with or without the candidate's draft), each wrapped in a :class:`RememberingOracle`, so the
+    baseline rows that the A/A and mutant runs reuse from the ``reference`` run are scored once.
+    """
+
+    def __init__(self) -> None:
+        self.engines: dict[str, Engine] = {}
+        self.oracles: dict[str, RememberingOracle] = {}
+
+    def engines_for(self, config: RunConfig) -> dict[str, Engine]:
+        out = {}
+        for role in ROLES:
+            spec, options = getattr(config, role), getattr(config, f"{role}_options")
+            key = json.dumps([spec, options], sort_keys=True, default=str)
+            if key not in self.engines:
+                self.engines[key] = resolve_engine(spec, options=dict(options))
+            out[role] = self.engines[key]
+        return out
+
+    def oracle_for(self, config: RunConfig, engines: dict[str, Engine]) -> Oracle:
+        spec = config.oracle_spec()
+        assert spec is not None  # the job always runs with the oracle
+        oracle = make_oracle(spec, engines)
+        key = json.dumps(oracle.describe(), sort_keys=True, default=str)
+        if key not in self.oracles:
+            self.oracles[key] = RememberingOracle(oracle)
+        return self.oracles[key]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="speceq-out/smollm2-job", help="output folder. Default: %(default)s")
@@ -98,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.fresh and out.exists():
         shutil.rmtree(out)
-    workers = None if args.workers == "auto" else int(args.workers)
+    workers = auto_workers(pending=2) if args.workers == "auto" else int(args.workers)
+    # one process: engines and oracles built once and shared by the runs; more: each run's own workers
+    shared = Shared() if workers == 1 else None
+    print(f"workers: {workers} ({'one process, engines and oracle scores shared by the runs' if shared else 'per run'})",
+          flush=True)
     start = time.perf_counter()
     try:
         world = prepare(log=lambda msg: print(f"prepare: {msg}", flush=True))
@@ -135,7 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         t0 = time.perf_counter()
         try:
-            result = run(config, [cases[c] for c in job.cases])
+            if shared is None:
+                result = run(config, [cases[c] for c in job.cases])
+            else:
+                engines = shared.engines_for(config)
+                result = run(config, [cases[c] for c in job.cases], engines=engines,
+                             oracle=shared.oracle_for(config, engines))
         except SpeceqError as exc:
             print(f"error in {job.name}: {exc}", file=sys.stderr)
             return 2
