@@ -201,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             if not ok:
                 print(f"     {c.reason}", flush=True)
     total = time.perf_counter() - start
+    if shared is not None:
+        for memo in shared.oracles.values():
+            draft = "with" if memo.has_draft else "without"
+            print(f"oracle {draft} the draft: {memo.scored_rows} rows scored, {memo.reused_rows} answered from memory",
+                  flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows}, indent=2) + "\n")
     print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s (summary: {out / 'summary.json'})")
