@@ -1,4 +1,4 @@
-"""The real-model job: every check of speceq on SmolLM2-135M-Instruct, in one command (~30 CPU minutes).
+"""The real-model job: every check of speceq on SmolLM2-135M-Instruct, in one command (~22 CPU minutes).
 
     python scripts/smollm2/job.py [--out speceq-out/smollm2-job] [--samples 800] [--workers auto]
 
@@ -15,7 +15,10 @@ runs, each with the oracle on and the cases of ``speceq.inputs.cases.smollm2_cas
 Sampling cases are certified with ``--certificate pit-law`` (what that certifies:
 ``docs/how-to/real-model.md``); greedy cases by their equal rows. Samples of an engine role that
 several runs share (the baseline of the reference run, the hf-sample baseline) are drawn once:
-their chunks are copied into the later runs' stores (same seeds, same samples). Prints a verdict
+their chunks are copied into the later runs' stores (same seeds, same samples). When it runs in
+one process (``--workers auto`` on a busy machine, or 1), each engine and each oracle is built
+once and shared by the runs, and the oracle scores each distinct row once
+(:class:`speceq.oracles.memo.RememberingOracle`). Prints a verdict
 table and writes ``summary.json`` in ``--out``; exit 0 when every verdict is the expected one
 (equivalent for the lossless pairs, shifted for the mutants), 1 otherwise, 2 on a usage or
 configuration error.
