@@ -23,8 +23,10 @@ from typing import Any, Protocol
 
 from speceq.core.provenance import collect_provenance
 from speceq.engines.base import Engine
+from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
 from speceq.oracles.build import check_oracle_matches, make_oracle, oracle_sources
+from speceq.oracles.protocol import Oracle
 from speceq.pipeline.checks import check_case_vocabularies, check_cases, check_engines_comparable, check_sample_sizes
 from speceq.pipeline.collect.session import ExecutorSession
 from speceq.pipeline.config import PROVENANCE_FILE, RESULT_FILE, RunConfig
@@ -78,8 +80,11 @@ def engine_specs(config: RunConfig) -> EngineSpecs:
 
 
 def prepare(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine] | None, loop: RunLoop,
-            session: ExecutorSession, specs: EngineSpecs | None) -> PreparedRun:
-    """Everything a loop needs, checked before any sample is drawn (see the module docstring)."""
+            session: ExecutorSession, specs: EngineSpecs | None, oracle: Oracle | None = None) -> PreparedRun:
+    """Everything a loop needs, checked before any sample is drawn (see the module docstring).
+
+    ``oracle``: use this oracle (scoring in this process) instead of building the one of ``config``.
+    """
 
     engines = dict(engines) if engines is not None else resolve_engines(config)
     session.set_engines(engines)
@@ -94,8 +99,11 @@ def prepare(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
     seeds = {"run_seed": config.seed, "derivation": loop.seed_derivation}
     provenance = collect_provenance(seeds=seeds, engines=described, settings={**config.settings(), **loop.extra_settings},
                                     extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
-    oracle = sources = None
-    if spec is not None:
+    sources = None
+    if oracle is not None:
+        check_oracle_matches(oracle, engines)
+        provenance["oracle"] = oracle.describe()
+    elif spec is not None:
         oracle = make_oracle(spec, engines)
         check_oracle_matches(oracle, engines)
         provenance["oracle"] = oracle.describe()
@@ -114,13 +122,19 @@ def finish(config: RunConfig, result: RunResult) -> None:
     write_json_atomic(config.out_dir / PROVENANCE_FILE, dict(result.provenance))
 
 
-def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engine] | None = None) -> RunResult:
+def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engine] | None = None,
+        oracle: Oracle | None = None) -> RunResult:
     """Prepare, run the loop (fixed-size, or sequential when ``config.sequential``) and finish; return the result.
 
     ``engines`` ({"baseline": ..., "candidate": ...}) replaces resolving the specs of
-    ``config`` (for library use and tests); the specs are still recorded.
+    ``config`` (for library use and tests); the specs are still recorded. ``oracle`` replaces
+    building the oracle of ``config`` (which must have the oracle on): several runs of one
+    process can share one, e.g. a :class:`speceq.oracles.memo.RememberingOracle`; it scores in
+    this process, not in worker processes.
     """
     check_cases(cases)
+    if oracle is not None and not config.oracle:
+        raise ConfigError("an oracle was given to a run whose oracle is off (RunConfig.oracle=False)", where="oracle")
     apply_threads(config.threads)
     check_sample_sizes(config, cases)
     loop: RunLoop = SequentialLoop() if config.sequential else FixedSizeLoop()
@@ -128,7 +142,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     with ExecutorSession(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
                          threads=config.threads, engines=engines, specs=specs) as session:
         session.prestart(pending=loop.first_round(config, cases))  # workers load engines while this process does
-        prepared = prepare(config, cases, engines, loop, session, specs)
+        prepared = prepare(config, cases, engines, loop, session, specs, oracle)
         result = loop.run(prepared)
     finish(config, result)
     return result

@@ -115,3 +115,41 @@ def test_sample_from_one_hot_returns_that_token(token: int) -> None:
     probs = torch.zeros(16, 4)
     probs[:, token] = 1.0
     assert (sample_from_probs(probs, torch.Generator().manual_seed(0)) == token).all()
+
+
+def _top_p_by_full_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The top-p rule written out: stable descending sort of the whole row, keep mass-before < top_p."""
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+    return torch.zeros_like(mass_before, dtype=torch.bool).scatter(-1, order, mass_before < top_p)
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.99, 0.9999])
+def test_top_p_keep_equals_the_full_sort_bit_for_bit(top_p: float) -> None:
+    """The candidate shortcut (topk, then the whole sort for long nuclei) keeps exactly the full sort's tokens."""
+    from speceq.core.processing import top_p_keep
+
+    g = torch.Generator().manual_seed(0)
+    vocab = 49_152
+    peaked = torch.randn(24, vocab, generator=g) * 4.0  # short nuclei: decided by the 257 candidates
+    flat = torch.randn(8, vocab, generator=g) * 0.5  # nuclei of thousands of tokens: 4 097, then the sort
+    tied = torch.round(torch.randn(16, vocab, generator=g) * 2.0) * 1.5  # few distinct values: ties everywhere
+    for logits in (peaked, flat, tied):
+        probs = torch.softmax(logits, dim=-1)
+        assert torch.equal(top_p_keep(probs, top_p), _top_p_by_full_sort(probs, top_p))
+
+
+def test_top_p_keep_ties_at_the_candidate_boundary() -> None:
+    """Tokens tied at the 256th / 257th largest probability: the kept ones are the lowest ids, as in the full sort."""
+    from speceq.core.processing import top_p_keep
+
+    vocab = 5_000
+    logits = torch.full((1, vocab), -20.0)
+    logits[0, 1000:1300] = 0.0  # 300 equal tokens straddle the 257 candidates
+    logits[0, 7] = 1.0
+    probs = torch.softmax(logits, dim=-1)
+    for top_p in (0.5, 0.8, 0.95):
+        keep = top_p_keep(probs, top_p)
+        assert torch.equal(keep, _top_p_by_full_sort(probs, top_p))
+        kept = keep[0].nonzero().flatten().tolist()
+        assert kept[0] == 7 and kept[1:] == list(range(1000, 1000 + len(kept) - 1))

@@ -16,7 +16,7 @@ import pytest
 HERE = Path(__file__).resolve().parent  # this folder: test_runner.py, for the crash script
 TESTS = HERE.parent  # fake_engines.py (also on sys.path through tests/conftest.py)
 
-from fake_engines import EOS, FakeEngine
+from fake_engines import EOS, VOCAB, FakeEngine
 
 from speceq.core.params import SamplingParams
 from speceq.errors import ConfigError, EngineError, StoreError
@@ -355,3 +355,72 @@ def test_run_rejects_empty_and_duplicate_cases(tmp_path):
         run(config(tmp_path), [], engines=engines())
     with pytest.raises(ConfigError, match=r"duplicate case ids \['a'\]"):
         run(config(tmp_path), [cases()[0], cases()[0]], engines=engines())
+
+
+class FakeLawOracle:
+    """The exact law of ``FakeEngine`` (shift 0): token t's law depends on t and the previous token."""
+
+    vocab_size = VOCAB
+    eos_token_id = EOS
+    has_draft = False
+
+    def knows_full_law(self, params) -> bool:
+        return True
+
+    def describe(self) -> dict:
+        return {"model": "the fake engines' law"}
+
+    def score(self, prompts, batch, params):
+        from fake_engines import step_probs
+
+        from speceq.stats.scores import TokenScores
+        from speceq.stats.synthetic import scores_from_probs
+
+        laws, toks, rows, pos = [], [], [], []
+        for r in range(batch.rows):
+            prev = len(prompts[int(batch.prompt_index[r])]) % VOCAB
+            for t in range(int(batch.lengths[r])):
+                p = step_probs(t, prev, 0.0)
+                if params.ignore_eos:
+                    p[EOS] = 0.0
+                    p = p / p.sum()
+                laws.append(p)
+                toks.append(int(batch.tokens[r, t]))
+                rows.append(r)
+                pos.append(t)
+                prev = toks[-1]
+        s = scores_from_probs(np.array(laws), np.array(toks, dtype=np.int64))
+        return TokenScores(**{**{f: getattr(s, f) for f in s.__dataclass_fields__}, "row": np.array(rows),
+                              "position": np.array(pos), "raw_top2_margin": np.full(len(toks), 5.0)})
+
+    def next_token_probs(self, prefixes, params):  # asked for the prompts only (position 0)
+        from fake_engines import step_probs
+
+        laws = np.array([step_probs(0, len(p) % VOCAB, 0.0) for p in prefixes])
+        if params.ignore_eos:
+            laws[:, EOS] = 0.0
+        return laws / laws.sum(axis=1, keepdims=True)
+
+    def raw_top2_margin(self, prefixes):
+        raise AssertionError("not used by sampling cases")
+
+
+def test_run_uses_the_given_oracle(tmp_path):
+    """run(oracle=...) scores with that oracle (a shared RememberingOracle scores a rerun's rows once)."""
+    from speceq.oracles.memo import RememberingOracle
+    from speceq.pipeline.runner import run
+
+    memo = RememberingOracle(FakeLawOracle())
+    sampling = [cases()[0], cases()[2]]  # temperature 1: the fake law
+    first = run(config(tmp_path / "one", oracle=True, samples=200), sampling, engines=engines(), oracle=memo)
+    scored = memo.scored_rows
+    assert scored > 0 and [c.verdict for c in first.cases] != ["shifted"] * 2
+    assert json.loads((tmp_path / "one" / "provenance.json").read_text())["oracle"]["remembers_scored_rows"]
+    again = run(config(tmp_path / "two", oracle=True, samples=200), sampling, engines=engines(), oracle=memo)
+    assert memo.scored_rows == scored  # the same seeds draw the same rows: every one answered from memory
+    assert [c.reason for c in again.cases] == [c.reason for c in first.cases]
+    planted = run(config(tmp_path / "three", oracle=True, samples=200), sampling, engines=engines(shift=0.3),
+                  oracle=memo)
+    assert [c.verdict for c in planted.cases] == ["shifted", "shifted"]
+    with pytest.raises(ConfigError, match="oracle is off"):
+        run(config(tmp_path / "four", oracle=False), sampling, engines=engines(), oracle=memo)
