@@ -1,6 +1,6 @@
 """The real-model job: every check of speceq on SmolLM2-135M-Instruct, in one command (~22 CPU minutes).
 
-    python scripts/smollm2/job.py [--out speceq-out/smollm2-job] [--samples 800] [--workers auto]
+    python scripts/smollm2/job.py [--out speceq-out/smollm2-job] [--samples 800] [--workers auto] [--processes auto]
 
 Prepares the model and its draft (``speceq smollm2 prepare``, idempotent), then
 runs, each with the oracle on and the cases of ``speceq.inputs.cases.smollm2_cases()``:
@@ -18,7 +18,10 @@ several runs share (the baseline of the reference run, the hf-sample baseline) a
 their chunks are copied into the later runs' stores (same seeds, same samples). When it runs in
 one process (``--workers auto`` on a busy machine, or 1), each oracle is built once and shared
 by the runs, and scores each distinct row once
-(:class:`speceq.oracles.memo.RememberingOracle`). Prints a verdict
+(:class:`speceq.oracles.memo.RememberingOracle`). With ``--processes 2`` (``auto``: when two CPUs
+are free) the transformers-generate runs (``hf-*``, about half the CPU time, one row at a time)
+run in a second process beside the others, each process with one worker and its own shared
+oracles; the two halves share no samples. Prints a verdict
 table and writes ``summary.json`` in ``--out``; exit 0 when every verdict is the expected one
 (equivalent for the lossless pairs, shifted for the mutants), 1 otherwise, 2 on a usage or
 configuration error.
@@ -77,6 +80,11 @@ JOBS = (
 )
 
 
+#: The jobs the second process runs with ``--processes 2``: they share their hf-sample baseline and
+#: nothing with the others, and hold about half of the job's CPU time.
+SECOND_PROCESS = ("hf-assisted", "hf-prompt-lookup")
+
+
 #: Draft tokens per step of the speculative engines. Most answers are 1-3 tokens and end at EOS, and
 #: on a CPU a batched verification of k + 1 tokens costs about k + 1 single-token steps: k = 2 keeps
 #: several drafts per step (ragged acceptance) at 4.6x the baseline's CPU time per token (k = 4: ~6x,
@@ -133,10 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="auto", help="worker processes per run (auto, or a number). Default: %(default)s")
     ap.add_argument("--only", nargs="*", default=None, help="run only these jobs (names as printed)")
     ap.add_argument("--fresh", action="store_true", help="discard stored samples first")
+    ap.add_argument("--processes", default="1", choices=("1", "2", "auto"),
+                    help=f"2: run {', '.join(SECOND_PROCESS)} in a second process beside the others (one worker each); "
+                         "auto: 2 when two CPUs are free. Default: %(default)s")
+    ap.add_argument("--summary", default="summary.json", help=argparse.SUPPRESS)  # the second process's own file
     args = ap.parse_args(argv)
     out = Path(args.out)
     if args.fresh and out.exists():
         shutil.rmtree(out)
+    processes = (2 if auto_workers(pending=2) >= 2 else 1) if args.processes == "auto" else int(args.processes)
+    if processes == 2 and args.only is None:
+        return run_split(args, out)
     workers = auto_workers(pending=2) if args.workers == "auto" else int(args.workers)
     # one process: oracles built once and shared by the runs; more: each run's own workers
     shared = Shared() if workers == 1 else None
@@ -208,9 +223,39 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oracle {draft} the draft: {memo.scored_rows} rows scored, {memo.reused_rows} answered from memory",
                   flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows}, indent=2) + "\n")
+    (out / args.summary).write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows}, indent=2) + "\n")
     print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s (summary: {out / 'summary.json'})")
     return 0 if failed == 0 else 1
+
+
+def run_split(args: argparse.Namespace, out: Path) -> int:
+    """The job in two processes: :data:`SECOND_PROCESS` in a child, the rest here; one summary."""
+    import subprocess
+
+    base = [sys.executable, __file__, "--out", str(out), "--samples", str(args.samples),
+            "--mutant-samples", str(args.mutant_samples), "--workers", "1"]
+    first = [j.name for j in JOBS if j.name not in SECOND_PROCESS]
+    print(f"processes: 2 ({', '.join(SECOND_PROCESS)} in the second)", flush=True)
+    start = time.perf_counter()
+    try:  # before the child starts, so that two processes never convert the model at once
+        prepare(log=lambda msg: print(f"prepare: {msg}", flush=True))
+    except SpeceqError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    child = subprocess.Popen([*base, "--only", *SECOND_PROCESS, "--summary", "summary-second.json"])
+    rc_first = main(base[2:] + ["--only", *first, "--summary", "summary-first.json"])
+    rc_second = child.wait()
+    if 2 in (rc_first, rc_second):
+        return 2
+    parts = [json.loads((out / name).read_text()) for name in ("summary-first.json", "summary-second.json")]
+    rows = [r for part in parts for r in part["rows"]]
+    failed = sum(part["failed"] for part in parts)
+    total = time.perf_counter() - start
+    (out / "summary.json").write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows,
+                                                  "processes": 2}, indent=2) + "\n")
+    print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s, two processes "
+          f"(summary: {out / 'summary.json'})")
+    return 0 if failed == 0 and rc_first == rc_second == 0 else 1
 
 
 if __name__ == "__main__":
