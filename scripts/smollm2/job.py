@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / args.summary).write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows}, indent=2) + "\n")
-    print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s (summary: {out / 'summary.json'})")
+    print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s (summary: {out / args.summary})")
     return 0 if failed == 0 else 1
 
 
