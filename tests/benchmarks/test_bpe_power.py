@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from benchmark_scripts import load_script
 
 from speceq.core.params import SamplingParams
 from speceq.engines.base import batch_from_lists
 from speceq.models.hf_utils import tiny_random_llama
 from speceq.oracles.hf import TargetOracle
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("bpe_power", REPO / "benchmarks" / "bpe_power.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _module():  # noqa: ANN202
+    return load_script("bpe_power")
 
 
 @pytest.mark.parametrize("with_draft", [False, True], ids=["target", "target+draft"])

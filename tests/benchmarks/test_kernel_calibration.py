@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
+from benchmark_scripts import load_script
 from scipy import stats
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _script():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("kernel_calibration", REPO / "benchmarks/kernel_calibration.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("kernel_calibration")
 
 
 def test_collection_seeds_are_distinct_per_variant_seed_and_block() -> None:

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
+from benchmark_scripts import load_script
 from scipy import stats
 
 from speceq.kernels.gof import chain_gof
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _script():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("kernel_gof_size", REPO / "benchmarks/kernel_gof_size.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("kernel_gof_size")
 
 
 def test_dynamic_programme_and_tilted_sampling_match_the_enumerated_size() -> None:

@@ -3,7 +3,6 @@ test, and says MISSING when there is none; one mutant end to end (slow)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_script
 
 from speceq.reports import render_report
 from speceq.verdicts.result import RunResult
@@ -19,11 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "reports" / "data"
 
 
-def _gallery():
-    spec = importlib.util.spec_from_file_location("report_gallery", REPO / "benchmarks" / "report_gallery.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _gallery():  # noqa: ANN202
+    return load_script("report_gallery")
 
 
 def test_check_report_sees_the_picture_and_its_absence() -> None:
