@@ -160,8 +160,24 @@ class RaggedRequest:
         return bool((self.temperature != 0).all())
 
 
+class _ProbLogits:
+    """``target_logits`` / ``draft_logits`` of a request that carries processed probabilities (-inf at 0)."""
+
+    __slots__ = ()
+    target_probs: torch.Tensor
+    draft_probs: torch.Tensor | None
+
+    @property
+    def target_logits(self) -> torch.Tensor:
+        return torch.log(self.target_probs)
+
+    @property
+    def draft_logits(self) -> torch.Tensor | None:
+        return None if self.draft_probs is None else torch.log(self.draft_probs)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PaddedRequest:
+class PaddedRequest(_ProbLogits):
     """One batch in FlashInfer's layout: every request has k = ``draft_token_ids.shape[1]`` slots.
 
     Request r's drafts are ``draft_token_ids[r, :num_draft_tokens[r]]`` (then -1 when the spec
@@ -184,17 +200,9 @@ class PaddedRequest:
     def batch_size(self) -> int:
         return int(self.draft_token_ids.shape[0])
 
-    @property
-    def target_logits(self) -> torch.Tensor:
-        return torch.log(self.target_probs)
-
-    @property
-    def draft_logits(self) -> torch.Tensor | None:
-        return None if self.draft_probs is None else torch.log(self.draft_probs)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SingleRequest:
+class SingleRequest(_ProbLogits):
     """One request (transformers' layout): k drafts, draft rows [k, V], target rows [k + 1, V]."""
 
     vocab_size: int
@@ -209,14 +217,6 @@ class SingleRequest:
     @property
     def num_draft_tokens(self) -> int:
         return int(self.draft_token_ids.shape[0])
-
-    @property
-    def target_logits(self) -> torch.Tensor:
-        return torch.log(self.target_probs)
-
-    @property
-    def draft_logits(self) -> torch.Tensor | None:
-        return None if self.draft_probs is None else torch.log(self.draft_probs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
