@@ -9,8 +9,9 @@ template has its replicates. The time spent inside the kernel and around it is r
 separately (the speed benchmark compares them).
 
 The large per-call inputs (target logits or probabilities, draft probabilities) are gathered
-into buffers that are reused from call to call of a scenario (a fresh allocation of the same
-size costs ~5x the copy, in page faults): a request's tensors are valid during its call only;
+into buffers that are reused from call to call and from scenario to scenario of a check (a
+fresh allocation of the same size costs ~5-20x the copy, in page faults): a request's tensors
+are valid during its call only;
 a kernel may modify them in place, and must not keep them for later calls.
 """
 
@@ -59,7 +60,7 @@ class ScenarioRecord:
 class _Tables:
     """The scenario's rows as device tensors, and the draft CDFs for drawing."""
 
-    def __init__(self, scenario: Scenario, device: torch.device) -> None:
+    def __init__(self, scenario: Scenario, device: torch.device, buffers: RowBuffers | None = None) -> None:
         tpls = scenario.templates
         self.row_base = np.cumsum([0] + [t.n_draft + 1 for t in tpls])[:-1]
         self.draft_base = np.cumsum([0] + [t.n_draft for t in tpls])[:-1]
@@ -76,29 +77,34 @@ class _Tables:
         self.temperature = np.array([t.params.temperature for t in tpls], dtype=np.float32)
         self.top_k = np.array([t.params.top_k for t in tpls], dtype=np.int64)
         self.top_p = np.array([t.params.top_p for t in tpls], dtype=np.float32)
-        self.buffers = RowBuffers()
+        self.buffers = buffers if buffers is not None else RowBuffers()
 
 
 class RowBuffers:
     """Reused gather targets: ``gather(name, table, rows)`` = ``table[rows]``, in memory kept between calls.
 
-    The buffer of each name grows to the largest call's size and later calls use a prefix of
-    it, so a scenario allocates its inputs once (bounded by the largest call) instead of once
-    per call.
+    One flat buffer per name (and dtype, device) serves every call of a check, whatever the
+    vocabulary: it grows to the largest call's cells and later calls use a prefix of it, viewed
+    as ``[rows, V]``. So a check touches fresh memory for its inputs once, at the largest call,
+    instead of once per scenario (first-touch page faults cost ~5-20x the copy itself on the
+    2-core CPU machine: 0.1-0.6 GB/s against 3-15 GB/s).
     """
 
     def __init__(self) -> None:
-        self._store: dict[str, torch.Tensor] = {}
+        self._store: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
 
     def gather(self, name: str, table: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(table.device)
         count = int(index.numel())
-        buf = self._store.get(name)
-        if (buf is None or buf.shape[0] < count or buf.shape[1:] != table.shape[1:] or buf.dtype != table.dtype
-                or buf.device != table.device):
-            buf = torch.empty((count, *table.shape[1:]), dtype=table.dtype, device=table.device)
-            self._store[name] = buf
-        out = buf[:count]
+        row_shape = tuple(table.shape[1:])
+        cells = count * int(np.prod(row_shape, dtype=np.int64))
+        key = (name, table.dtype, table.device)
+        flat = self._store.get(key)
+        if flat is None or flat.numel() < cells:
+            self._store.pop(key, None)  # release the smaller buffer before allocating: one per name at a time
+            flat = torch.empty(cells, dtype=table.dtype, device=table.device)
+            self._store[key] = flat
+        out = flat[:cells].view(count, *row_shape)
         torch.index_select(table, 0, index, out=out)
         return out
 
@@ -122,6 +128,13 @@ def _uniforms(templates: tuple[Template, ...], slots: np.ndarray, shape: tuple[i
         kind = templates[t].boundary
         if kind in ("u0", "u1"):
             u[slots == t] = 0.0 if kind == "u0" else ONE_MINUS_ULP
+    return u
+
+
+def _boundary(u: np.ndarray, kind: str) -> np.ndarray:
+    """``u`` with a boundary template's fixed value (0 or 1 - ulp) in place of every uniform."""
+    if kind in ("u0", "u1"):
+        u[:] = 0.0 if kind == "u0" else ONE_MINUS_ULP
     return u
 
 
@@ -202,8 +215,8 @@ def build_single(tables: _Tables, scenario: Scenario, t: int, drafts: np.ndarray
     tpl = scenario.templates[t]
     n = tpl.n_draft
     base, qbase = int(tables.row_base[t]), int(tables.draft_base[t])
-    u = _uniforms(scenario.templates, np.full(n, t), (n,), rng)
-    su = float(_uniforms(scenario.templates, np.array([t]), (1,), rng)[0])
+    u = _boundary(rng.random(n), tpl.boundary)  # the draws of _uniforms for one template, without its grouping
+    su = float(_boundary(rng.random(1), tpl.boundary)[0])
     return SingleRequest(
         vocab_size=scenario.vocab_size,
         draft_token_ids=torch.from_numpy(drafts[:n].copy()).to(device),
@@ -267,7 +280,8 @@ def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray
     return _Called(drafts, tokens, _counters(outcome), (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
 
 
-def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device) -> ScenarioRecord:
+def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device,
+                 buffers: RowBuffers | None = None) -> ScenarioRecord:
     """Call ``kernel`` until every template of ``scenario`` has its replicates; read every output.
 
     A call that raises is retried one template at a time: templates that raise alone are
@@ -276,7 +290,7 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
     """
     spec = kernel.spec
     tpls = scenario.templates
-    tables = _Tables(scenario, device)
+    tables = _Tables(scenario, device, buffers)
     k_max = int(tables.n.max()) if spec.layout != "padded" else spec.max_draft
     records = [TemplateRecord(t) for t in tpls]
     want = np.array([scenario.copies(t) for t in tpls])
@@ -339,4 +353,5 @@ def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, s
     """Run the kernel over the scenarios with speceq's seeds (no statistics: torch and numpy only)."""
     dev = torch.device(device)
     rng = np.random.default_rng([seed, 1])
-    return [run_scenario(kern, sc, rng, dev) for sc in scenarios]
+    buffers = RowBuffers()  # one set of input buffers for every scenario of the check
+    return [run_scenario(kern, sc, rng, dev, buffers) for sc in scenarios]

@@ -309,7 +309,7 @@ class TreeTables:
     float64 laws ``[T, N, V]`` for the zero-probability invariant.
     """
 
-    def __init__(self, scn: TreeScenario, device: torch.device) -> None:
+    def __init__(self, scn: TreeScenario, device: torch.device, buffers: RowBuffers | None = None) -> None:
         tpls = scn.templates
         n = max(t.num_nodes for t in tpls)
         v = scn.vocab_size
@@ -333,7 +333,7 @@ class TreeTables:
         self.law32 = torch.from_numpy(law32).to(device)
         self.q32 = torch.from_numpy(q32).to(device)
         self.boundary = [t.boundary for t in tpls]
-        self.buffers = RowBuffers()
+        self.buffers = buffers if buffers is not None else RowBuffers()
 
 
 def build_tree_request(scn: TreeScenario, tables: TreeTables, slots: np.ndarray, method: str, takes_q: bool,
@@ -462,10 +462,11 @@ def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str |
     found: dict[tuple[str, str], list] = {}
     records: dict[tuple[str, str], _TreeRecord] = {}
     summaries = []
+    buffers = RowBuffers()  # one set of input buffers for every scenario of the check
     for scn in chosen:
         want = np.array([scn.copies(t) for t in scn.templates])
         have = np.zeros_like(want)
-        tables = TreeTables(scn, dev)
+        tables = TreeTables(scn, dev, buffers)
         per_call = max(1, min(4096, (1 << 24) // (scn.vocab_size * 8)) // len(scn.templates))
         ks = hs = 0.0
         calls = reqs = 0
