@@ -6,7 +6,8 @@ own generator and per-request seeds are seeded from it, so a check is reproducib
 seed. Each call holds every template of the scenario (shuffled), as many copies as fit in
 :data:`~speceq.kernels.scenarios.MAX_CELLS_PER_CALL` logits cells; calls repeat until every
 template has its replicates. The time spent inside the kernel and around it is recorded
-separately (the speed benchmark compares them).
+separately, as wall time and as the process's CPU time (the speed benchmark compares them; on a
+shared machine the CPU time is the steadier of the two).
 
 The large per-call inputs (target logits or probabilities, draft probabilities) are gathered
 into buffers that are reused from call to call and from scenario to scenario of a check (a
@@ -55,6 +56,8 @@ class ScenarioRecord:
     requests: int
     kernel_seconds: float
     harness_seconds: float
+    kernel_cpu_seconds: float = 0.0
+    harness_cpu_seconds: float = 0.0
 
 
 class _Tables:
@@ -236,6 +239,8 @@ class _Called:
     counters: np.ndarray | None
     build_seconds: float
     kernel_seconds: float
+    build_cpu_seconds: float = 0.0
+    kernel_cpu_seconds: float = 0.0
 
 
 def _counters(outcome: Outcome) -> np.ndarray | None:
@@ -250,7 +255,7 @@ def _counters(outcome: Outcome) -> np.ndarray | None:
 def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray, k_max: int,
           rng: np.random.Generator, device: torch.device) -> _Called:
     """Build the requests of ``slots`` and call the kernel (once; a single-layout kernel once per slot)."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     spec = kernel.spec
     drafts = _draw_drafts(tables, slots, k_max, rng)
     where = f"{kernel.name} on {scenario.name}"
@@ -258,9 +263,9 @@ def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray
         if spec.layout == "single":
             requests = [build_single(tables, scenario, int(t), drafts[i], spec.takes_draft_probs, rng, device)
                         for i, t in enumerate(slots)]
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             outcomes = [kernel(r) for r in requests]
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             rows = [as_token_array(o.tokens, 1, where)[0] for o in outcomes]
             width = max(k_max + 1, max(r.size for r in rows))
             tokens = np.full((slots.size, width), -1, dtype=np.int64)
@@ -268,16 +273,18 @@ def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray
                 tokens[i, : r.size] = r
             counts = [_counters(o) for o in outcomes]
             counters = None if any(c is None for c in counts) else np.concatenate(counts)  # type: ignore[arg-type]
-            return _Called(drafts, tokens, counters, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+            return _Called(drafts, tokens, counters, (t1 - t0) + (time.perf_counter() - t2), t2 - t1,
+                           (c1 - c0) + (time.process_time() - c2), c2 - c1)
         if spec.layout == "ragged":
             request = build_ragged(tables, scenario, slots, drafts, spec.takes_draft_probs, rng, device)
         else:
             request = build_padded(tables, scenario, slots, drafts, k_max, spec.takes_draft_probs, rng, device)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         outcome = kernel(request)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
     tokens = as_token_array(outcome.tokens, slots.size, where)
-    return _Called(drafts, tokens, _counters(outcome), (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+    return _Called(drafts, tokens, _counters(outcome), (t1 - t0) + (time.perf_counter() - t2), t2 - t1,
+                   (c1 - c0) + (time.process_time() - c2), c2 - c1)
 
 
 def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device,
@@ -298,7 +305,7 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
     batch = scenario.calls_batch() if spec.layout != "single" else min(256, 8 * len(tpls))
     per_call = max(1, batch // len(tpls))
     violations: list[Violation] = []
-    kernel_s = harness_s = 0.0
+    kernel_s = harness_s = kernel_cpu = harness_cpu = 0.0
     calls = requests = 0
     while (have < want).any():
         take = np.minimum(want - have, per_call)
@@ -328,7 +335,7 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
                                             f"{type(err).__name__}: {str(err)[:200]}"))
                 want[t] = have[t]  # leave it out of later calls
         for called, group in zip(results, groups):
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             drafts, tokens, counters = called.drafts, called.tokens, called.counters
             parsed = parse_call(tokens, group, tpls, drafts, counters)
             violations.extend(Violation(v.kind, f"{scenario.name}/{v.template}", v.count, v.example)
@@ -345,7 +352,10 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
             requests += group.size
             kernel_s += called.kernel_seconds
             harness_s += called.build_seconds + (time.perf_counter() - t2)
-    return ScenarioRecord(scenario, records, merge(violations), calls, requests, kernel_s, harness_s)
+            kernel_cpu += called.kernel_cpu_seconds
+            harness_cpu += called.build_cpu_seconds + (time.process_time() - c2)
+    return ScenarioRecord(scenario, records, merge(violations), calls, requests, kernel_s, harness_s, kernel_cpu,
+                          harness_cpu)
 
 
 def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, seed: int = 0,
