@@ -9,7 +9,8 @@ recovered token from ``clamp(p - q, 0)`` normalised or the bonus from p, and ret
 ``(valid_tokens [1, n + 1], n_matches)``. speceq hands it the log of the probabilities it
 builds (-inf at exact zeros) and seeds torch's global generator of the request's device from
 the request before each call (the function draws from it; see :func:`seed_global_generator`).
-``assistant_ensemble_weight`` in (0, 1) is DIVERSE's ensemble verification (arXiv 2604.07622): lossy by design, so the kernel is declared lossy.
+``assistant_ensemble_weight`` in (0, 1) is DIVERSE's ensemble verification (arXiv
+2604.07622): lossy by design, so the kernel is declared lossy.
 """
 
 from __future__ import annotations
