@@ -124,7 +124,8 @@ def analyse(kern: Kernel, scenarios: Sequence[Scenario], records: Sequence[Scena
     tests = run_tests(list(records), kern.spec, tv_alpha=alpha / max(m, 1))
     violations = tuple(v for r in records for v in r.violations)
     summaries = tuple(ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
-                                      r.calls, r.kernel_seconds, r.harness_seconds, r.scenario.skipped)
+                                      r.calls, r.kernel_seconds, r.harness_seconds, r.scenario.skipped,
+                                      r.kernel_cpu_seconds, r.harness_cpu_seconds)
                       for r in records)
     features = {f"{sc.name}/{t.name}": dict(t.features) for sc in scenarios for t in sc.templates}
     return decide(kern, tests, violations, summaries, features, alpha=alpha, tolerance=tolerance, start=start,

@@ -6,11 +6,13 @@ own generator and per-request seeds are seeded from it, so a check is reproducib
 seed. Each call holds every template of the scenario (shuffled), as many copies as fit in
 :data:`~speceq.kernels.scenarios.MAX_CELLS_PER_CALL` logits cells; calls repeat until every
 template has its replicates. The time spent inside the kernel and around it is recorded
-separately (the speed benchmark compares them).
+separately, as wall time and as the process's CPU time (the speed benchmark compares them; on a
+shared machine the CPU time is the steadier of the two).
 
 The large per-call inputs (target logits or probabilities, draft probabilities) are gathered
-into buffers that are reused from call to call of a scenario (a fresh allocation of the same
-size costs ~5x the copy, in page faults): a request's tensors are valid during its call only;
+into buffers that are reused from call to call and from scenario to scenario of a check (a
+fresh allocation of the same size costs ~5-20x the copy, in page faults): a request's tensors
+are valid during its call only;
 a kernel may modify them in place, and must not keep them for later calls.
 """
 
@@ -54,12 +56,14 @@ class ScenarioRecord:
     requests: int
     kernel_seconds: float
     harness_seconds: float
+    kernel_cpu_seconds: float = 0.0
+    harness_cpu_seconds: float = 0.0
 
 
 class _Tables:
     """The scenario's rows as device tensors, and the draft CDFs for drawing."""
 
-    def __init__(self, scenario: Scenario, device: torch.device) -> None:
+    def __init__(self, scenario: Scenario, device: torch.device, buffers: RowBuffers | None = None) -> None:
         tpls = scenario.templates
         self.row_base = np.cumsum([0] + [t.n_draft + 1 for t in tpls])[:-1]
         self.draft_base = np.cumsum([0] + [t.n_draft for t in tpls])[:-1]
@@ -76,29 +80,34 @@ class _Tables:
         self.temperature = np.array([t.params.temperature for t in tpls], dtype=np.float32)
         self.top_k = np.array([t.params.top_k for t in tpls], dtype=np.int64)
         self.top_p = np.array([t.params.top_p for t in tpls], dtype=np.float32)
-        self.buffers = RowBuffers()
+        self.buffers = buffers if buffers is not None else RowBuffers()
 
 
 class RowBuffers:
     """Reused gather targets: ``gather(name, table, rows)`` = ``table[rows]``, in memory kept between calls.
 
-    The buffer of each name grows to the largest call's size and later calls use a prefix of
-    it, so a scenario allocates its inputs once (bounded by the largest call) instead of once
-    per call.
+    One flat buffer per name (and dtype, device) serves every call of a check, whatever the
+    vocabulary: it grows to the largest call's cells and later calls use a prefix of it, viewed
+    as ``[rows, V]``. So a check touches fresh memory for its inputs once, at the largest call,
+    instead of once per scenario (first-touch page faults cost ~5-20x the copy itself on the
+    2-core CPU machine: 0.1-0.6 GB/s against 3-15 GB/s).
     """
 
     def __init__(self) -> None:
-        self._store: dict[str, torch.Tensor] = {}
+        self._store: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
 
     def gather(self, name: str, table: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(table.device)
         count = int(index.numel())
-        buf = self._store.get(name)
-        if (buf is None or buf.shape[0] < count or buf.shape[1:] != table.shape[1:] or buf.dtype != table.dtype
-                or buf.device != table.device):
-            buf = torch.empty((count, *table.shape[1:]), dtype=table.dtype, device=table.device)
-            self._store[name] = buf
-        out = buf[:count]
+        row_shape = tuple(table.shape[1:])
+        cells = count * int(np.prod(row_shape, dtype=np.int64))
+        key = (name, table.dtype, table.device)
+        flat = self._store.get(key)
+        if flat is None or flat.numel() < cells:
+            self._store.pop(key, None)  # release the smaller buffer before allocating: one per name at a time
+            flat = torch.empty(cells, dtype=table.dtype, device=table.device)
+            self._store[key] = flat
+        out = flat[:cells].view(count, *row_shape)
         torch.index_select(table, 0, index, out=out)
         return out
 
@@ -122,6 +131,13 @@ def _uniforms(templates: tuple[Template, ...], slots: np.ndarray, shape: tuple[i
         kind = templates[t].boundary
         if kind in ("u0", "u1"):
             u[slots == t] = 0.0 if kind == "u0" else ONE_MINUS_ULP
+    return u
+
+
+def _boundary(u: np.ndarray, kind: str) -> np.ndarray:
+    """``u`` with a boundary template's fixed value (0 or 1 - ulp) in place of every uniform."""
+    if kind in ("u0", "u1"):
+        u[:] = 0.0 if kind == "u0" else ONE_MINUS_ULP
     return u
 
 
@@ -202,8 +218,8 @@ def build_single(tables: _Tables, scenario: Scenario, t: int, drafts: np.ndarray
     tpl = scenario.templates[t]
     n = tpl.n_draft
     base, qbase = int(tables.row_base[t]), int(tables.draft_base[t])
-    u = _uniforms(scenario.templates, np.full(n, t), (n,), rng)
-    su = float(_uniforms(scenario.templates, np.array([t]), (1,), rng)[0])
+    u = _boundary(rng.random(n), tpl.boundary)  # the draws of _uniforms for one template, without its grouping
+    su = float(_boundary(rng.random(1), tpl.boundary)[0])
     return SingleRequest(
         vocab_size=scenario.vocab_size,
         draft_token_ids=torch.from_numpy(drafts[:n].copy()).to(device),
@@ -223,6 +239,8 @@ class _Called:
     counters: np.ndarray | None
     build_seconds: float
     kernel_seconds: float
+    build_cpu_seconds: float = 0.0
+    kernel_cpu_seconds: float = 0.0
 
 
 def _counters(outcome: Outcome) -> np.ndarray | None:
@@ -237,7 +255,7 @@ def _counters(outcome: Outcome) -> np.ndarray | None:
 def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray, k_max: int,
           rng: np.random.Generator, device: torch.device) -> _Called:
     """Build the requests of ``slots`` and call the kernel (once; a single-layout kernel once per slot)."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     spec = kernel.spec
     drafts = _draw_drafts(tables, slots, k_max, rng)
     where = f"{kernel.name} on {scenario.name}"
@@ -245,9 +263,9 @@ def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray
         if spec.layout == "single":
             requests = [build_single(tables, scenario, int(t), drafts[i], spec.takes_draft_probs, rng, device)
                         for i, t in enumerate(slots)]
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             outcomes = [kernel(r) for r in requests]
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             rows = [as_token_array(o.tokens, 1, where)[0] for o in outcomes]
             width = max(k_max + 1, max(r.size for r in rows))
             tokens = np.full((slots.size, width), -1, dtype=np.int64)
@@ -255,19 +273,22 @@ def _call(kernel: Kernel, tables: _Tables, scenario: Scenario, slots: np.ndarray
                 tokens[i, : r.size] = r
             counts = [_counters(o) for o in outcomes]
             counters = None if any(c is None for c in counts) else np.concatenate(counts)  # type: ignore[arg-type]
-            return _Called(drafts, tokens, counters, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+            return _Called(drafts, tokens, counters, (t1 - t0) + (time.perf_counter() - t2), t2 - t1,
+                           (c1 - c0) + (time.process_time() - c2), c2 - c1)
         if spec.layout == "ragged":
             request = build_ragged(tables, scenario, slots, drafts, spec.takes_draft_probs, rng, device)
         else:
             request = build_padded(tables, scenario, slots, drafts, k_max, spec.takes_draft_probs, rng, device)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         outcome = kernel(request)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
     tokens = as_token_array(outcome.tokens, slots.size, where)
-    return _Called(drafts, tokens, _counters(outcome), (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+    return _Called(drafts, tokens, _counters(outcome), (t1 - t0) + (time.perf_counter() - t2), t2 - t1,
+                   (c1 - c0) + (time.process_time() - c2), c2 - c1)
 
 
-def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device) -> ScenarioRecord:
+def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device,
+                 buffers: RowBuffers | None = None) -> ScenarioRecord:
     """Call ``kernel`` until every template of ``scenario`` has its replicates; read every output.
 
     A call that raises is retried one template at a time: templates that raise alone are
@@ -276,7 +297,7 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
     """
     spec = kernel.spec
     tpls = scenario.templates
-    tables = _Tables(scenario, device)
+    tables = _Tables(scenario, device, buffers)
     k_max = int(tables.n.max()) if spec.layout != "padded" else spec.max_draft
     records = [TemplateRecord(t) for t in tpls]
     want = np.array([scenario.copies(t) for t in tpls])
@@ -284,7 +305,7 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
     batch = scenario.calls_batch() if spec.layout != "single" else min(256, 8 * len(tpls))
     per_call = max(1, batch // len(tpls))
     violations: list[Violation] = []
-    kernel_s = harness_s = 0.0
+    kernel_s = harness_s = kernel_cpu = harness_cpu = 0.0
     calls = requests = 0
     while (have < want).any():
         take = np.minimum(want - have, per_call)
@@ -314,7 +335,7 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
                                             f"{type(err).__name__}: {str(err)[:200]}"))
                 want[t] = have[t]  # leave it out of later calls
         for called, group in zip(results, groups):
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             drafts, tokens, counters = called.drafts, called.tokens, called.counters
             parsed = parse_call(tokens, group, tpls, drafts, counters)
             violations.extend(Violation(v.kind, f"{scenario.name}/{v.template}", v.count, v.example)
@@ -331,7 +352,10 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
             requests += group.size
             kernel_s += called.kernel_seconds
             harness_s += called.build_seconds + (time.perf_counter() - t2)
-    return ScenarioRecord(scenario, records, merge(violations), calls, requests, kernel_s, harness_s)
+            kernel_cpu += called.kernel_cpu_seconds
+            harness_cpu += called.build_cpu_seconds + (time.process_time() - c2)
+    return ScenarioRecord(scenario, records, merge(violations), calls, requests, kernel_s, harness_s, kernel_cpu,
+                          harness_cpu)
 
 
 def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, seed: int = 0,
@@ -339,4 +363,5 @@ def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, s
     """Run the kernel over the scenarios with speceq's seeds (no statistics: torch and numpy only)."""
     dev = torch.device(device)
     rng = np.random.default_rng([seed, 1])
-    return [run_scenario(kern, sc, rng, dev) for sc in scenarios]
+    buffers = RowBuffers()  # one set of input buffers for every scenario of the check
+    return [run_scenario(kern, sc, rng, dev, buffers) for sc in scenarios]

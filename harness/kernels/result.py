@@ -36,6 +36,8 @@ class ScenarioSummary:
     kernel_seconds: float
     harness_seconds: float
     skipped: tuple[str, ...]
+    kernel_cpu_seconds: float = 0.0  # the process's CPU time (all threads) inside the kernel's calls
+    harness_cpu_seconds: float = 0.0  # and around them (building requests, reading outputs)
 
 
 @dataclass(frozen=True, slots=True)

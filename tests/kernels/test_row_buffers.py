@@ -10,6 +10,7 @@ from speceq.kernels import Kernel, check
 from speceq.kernels.collect import RowBuffers
 from speceq.kernels.reference import reference_kernel
 from speceq.kernels.scenarios import default_scenarios
+from speceq.kernels.trees import check_tree, default_tree_scenarios, reference_tree_kernel
 
 
 def test_gather_equals_indexing_while_growing_and_shrinking() -> None:
@@ -20,6 +21,19 @@ def test_gather_equals_indexing_while_growing_and_shrinking() -> None:
         rows = rng.integers(0, 40, size)
         got = bufs.gather("t", table, rows)
         assert torch.equal(got, table[torch.from_numpy(rows)])
+
+
+def test_one_buffer_serves_every_row_width() -> None:
+    """The buffer of a name is shared by tables of any vocabulary (the scenarios of a check): one allocation."""
+    bufs = RowBuffers()
+    wide = torch.arange(10 * 50, dtype=torch.float32).view(10, 50)
+    narrow = -torch.arange(30 * 3, dtype=torch.float32).view(30, 3)
+    first = bufs.gather("t", wide, np.array([9, 0, 9, 4]))
+    ptr = first.data_ptr()
+    for table, rows in ((narrow, np.array([29, 1, 1, 0, 7])), (wide, np.array([3, 3])), (narrow, np.arange(30))):
+        got = bufs.gather("t", table, rows)
+        assert torch.equal(got, table[torch.from_numpy(rows)])
+        assert got.data_ptr() == ptr  # 5 x 3, 2 x 50 and 30 x 3 cells fit in the first call's 4 x 50
 
 
 @pytest.mark.parametrize("layout", ["ragged", "padded"])
@@ -39,3 +53,22 @@ def test_kernel_that_overwrites_its_inputs_sees_fresh_data(layout: str) -> None:
     assert a.verdict == b.verdict == "equivalent"
     assert [t.pvalue for t in a.tests] == [t.pvalue for t in b.tests]
     assert sum(s.calls for s in a.scenarios) > len(scenarios)  # several calls per scenario: the buffers were reused
+    assert len({s.vocab_size for s in a.scenarios}) > 1  # and shared by scenarios of different vocabularies
+
+
+def test_tree_kernel_that_overwrites_its_inputs_sees_fresh_data() -> None:
+    """The tree check's buffers too: scribbling over target_probs after each call changes nothing."""
+    ref = reference_tree_kernel("target-only")
+
+    def scribbling(req):  # noqa: ANN001, ANN202
+        out = ref(req)
+        req.target_probs.fill_(float("nan"))
+        return out
+
+    scenarios = [s for s in default_tree_scenarios(ref.spec, scale=0.5) if s.vocab_size <= 61]
+    a = check_tree(ref, scenarios=scenarios)
+    b = check_tree(Kernel(scribbling, ref.spec), scenarios=scenarios)
+    assert a.verdict == b.verdict == "equivalent"
+    assert [t.pvalue for t in a.tests] == [t.pvalue for t in b.tests]
+    assert sum(s.calls for s in a.scenarios) > len(scenarios)
+    assert len({s.vocab_size for s in a.scenarios}) > 1
