@@ -22,9 +22,11 @@ by the runs, and scores each distinct row once
 are free) the transformers-generate runs (``hf-*``, about half the CPU time, one row at a time)
 run in a second process beside the others, each process with one worker and its own shared
 oracles; the two halves share no samples. Prints a verdict
-table and writes ``summary.json`` in ``--out``; exit 0 when every verdict is the expected one
-(equivalent for the lossless pairs, shifted for the mutants), 1 otherwise, 2 on a usage or
-configuration error.
+table and writes ``summary.json`` in ``--out``. Exit status (:func:`job_status`): 0 when every
+verdict is the expected one (equivalent for the lossless pairs, shifted for the mutants); 1 when
+a decision is wrong (a lossless pair shifted, a mutant not shifted); 3 when the decisions are
+right but a lossless pair stayed inconclusive (its certificate needs more samples than the
+budget; exit 3 means the same in ``speceq run``); 2 on a usage or configuration error.
 """
 
 from __future__ import annotations
@@ -92,6 +94,33 @@ SECOND_PROCESS = ("hf-assisted", "hf-prompt-lookup")
 #: the verification costs about one step), where each extra draft costs almost a whole step: k = 1.
 DRAFT_TOKENS = 2
 HF_ASSISTANT_TOKENS = 1
+
+
+#: Exit statuses of the job, worst first (:func:`job_status`).
+EXIT_OK, EXIT_WRONG_DECISION, EXIT_ERROR, EXIT_UNCERTIFIED = 0, 1, 2, 3
+
+
+def row_status(verdict: str, expect: str) -> int:
+    """One case's status: a wrong decision (shifted where none was expected, or a planted bug not
+    shifted) is :data:`EXIT_WRONG_DECISION`; an expected ``equivalent`` left ``inconclusive`` is
+    :data:`EXIT_UNCERTIFIED` (the decision is right, the certificate is missing)."""
+    if verdict == expect:
+        return EXIT_OK
+    if expect == "equivalent" and verdict == "inconclusive":
+        return EXIT_UNCERTIFIED
+    return EXIT_WRONG_DECISION
+
+
+def job_status(statuses: list[int]) -> int:
+    """The job's exit status from its parts' (cases' or processes'): an error (any status not
+    one of the four, e.g. a child process killed by a signal, is one), then a wrong decision,
+    then a missing certificate, else 0."""
+    if any(s not in (EXIT_OK, EXIT_WRONG_DECISION, EXIT_ERROR, EXIT_UNCERTIFIED) for s in statuses):
+        return EXIT_ERROR
+    for worst in (EXIT_ERROR, EXIT_WRONG_DECISION, EXIT_UNCERTIFIED):
+        if worst in statuses:
+            return worst
+    return EXIT_OK
 
 
 def engine_options(spec: str, target: str, draft: str) -> dict[str, object]:
@@ -176,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows: list[dict] = []
     failed = 0
+    statuses: list[int] = []
     for job in JOBS:
         if args.only is not None and job.name not in args.only:
             continue
@@ -206,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         seconds = time.perf_counter() - t0
         for c in result.cases:
-            ok = c.verdict == job.expect
+            status = row_status(c.verdict, job.expect)
+            statuses.append(status)
+            ok = status == EXIT_OK
             failed += not ok
             rows.append({"job": job.name, "baseline": job.baseline, "candidate": job.candidate, "case": c.case_id,
                          "verdict": c.verdict, "expected": job.expect, "ok": ok, "n": c.n_candidate,
@@ -214,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                          "pit_law": next((n for n in c.notes if n.startswith("PIT-law bound")), None),
                          "reason": c.reason, "run_seconds": seconds})
             accept = "" if c.acceptance_rate is None else f" acceptance {c.acceptance_rate:.2f}"
-            print(f"{'ok  ' if ok else 'FAIL'} {job.name:<27} {c.case_id:<30} {c.verdict:<12} (expected {job.expect})"
+            label = {EXIT_OK: "ok  ", EXIT_UNCERTIFIED: "OPEN"}.get(status, "FAIL")
+            print(f"{label} {job.name:<27} {c.case_id:<30} {c.verdict:<12} (expected {job.expect})"
                   f"{accept}  [{seconds:.0f} s]", flush=True)
             if not ok:
                 print(f"     {c.reason}", flush=True)
@@ -225,9 +258,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oracle {draft} the draft: {memo.scored_rows} rows scored, {memo.reused_rows} answered from memory",
                   flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / args.summary).write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows}, indent=2) + "\n")
+    status = job_status(statuses)
+    (out / args.summary).write_text(json.dumps({"seconds": total, "failed": failed, "status": status, "rows": rows},
+                                               indent=2) + "\n")
     print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s (summary: {out / args.summary})")
-    return 0 if failed == 0 else 1
+    return status
 
 
 def run_split(args: argparse.Namespace, out: Path) -> int:
@@ -247,17 +282,18 @@ def run_split(args: argparse.Namespace, out: Path) -> int:
     child = subprocess.Popen([*base, "--only", *SECOND_PROCESS, "--summary", "summary-second.json"])
     rc_first = main(base[2:] + ["--only", *first, "--summary", "summary-first.json"])
     rc_second = child.wait()
-    if 2 in (rc_first, rc_second):
-        return 2
+    if EXIT_ERROR in (rc_first, rc_second):
+        return EXIT_ERROR
     parts = [json.loads((out / name).read_text()) for name in ("summary-first.json", "summary-second.json")]
     rows = [r for part in parts for r in part["rows"]]
     failed = sum(part["failed"] for part in parts)
     total = time.perf_counter() - start
-    (out / "summary.json").write_text(json.dumps({"seconds": total, "failed": failed, "rows": rows,
-                                                  "processes": 2}, indent=2) + "\n")
+    status = job_status([rc_first, rc_second])
+    (out / "summary.json").write_text(json.dumps({"seconds": total, "failed": failed, "status": status,
+                                                  "rows": rows, "processes": 2}, indent=2) + "\n")
     print(f"{len(rows) - failed} of {len(rows)} verdicts as expected in {total:.0f} s, two processes "
           f"(summary: {out / 'summary.json'})")
-    return 0 if failed == 0 and rc_first == rc_second == 0 else 1
+    return status
 
 
 if __name__ == "__main__":

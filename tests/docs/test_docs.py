@@ -362,3 +362,14 @@ def test_repository_paths_named_in_the_docs_exist(page: Path) -> None:
             if not any((root / path.rstrip("/")).exists() for root in (REPO, page.parent)):
                 errors.append(f"{rel(page)}:{number}: `{path}` is not a file or folder of the repository")
     assert not errors, "\n".join(errors)
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    """.ci/run calls the README's test command (step 2 of "Install and run") verbatim."""
+    readme = (REPO / "README.md").read_text()
+    marker = "# 2. run the tests (exactly what CI runs)\n"
+    assert marker in readme
+    command = readme.split(marker, 1)[1].splitlines()[0].strip()
+    assert command.startswith("python -m pip install") and command.endswith("python -m pytest")
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert command in ci, f".ci/run does not run the README's test command {command!r}"
