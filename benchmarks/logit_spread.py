@@ -10,6 +10,11 @@ generated position the spread max(d) - min(d) of d = l_low - l_float32 over the 
 recorded (finite logits only). Also the low-dtype full-sequence forward (the spread an oracle in
 the engines' dtype would see). Prints a markdown table; ``--json`` writes the numbers.
 
+``--models smollm2`` (SmolLM2-135M-Instruct, prepared by ``speceq smollm2 prepare``) uses the
+prompts of its cases (the three chats, rendered with its chat template) and the default prompts
+as plain text, and keeps only the positions an engine reaches: up to and including the step
+that emits ``<|im_end|>`` (most chat answers end there after a word or two).
+
 Usage (about 3 minutes on the 2-core CPU machine)::
 
     python benchmarks/logit_spread.py --rows 64 --length 32 --json /tmp/spread.json
@@ -27,16 +32,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.models import ByteTokenizer, load_draft, load_target
+from speceq.models import ByteTokenizer, load_draft, load_model, load_target
 from speceq.models.bpe import encode_prompts, load_bpe_draft, load_bpe_target
 from speceq.models.fast_forward import fast_model
 from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.models.smollm2 import CHATS, prepared
+from speceq.models.torch_utils import first_eos_id
 
 #: Tail cuts C (nats) measured; the default rule's is speceq.stats.support_margin.TAIL_NATS.
 TAILS = (10.0, 15.0, 20.0, float("inf"))
+
+
+def load_smollm2(*, dtype: torch.dtype) -> Any:
+    """The prepared SmolLM2-135M-Instruct target (ConfigError saying how to prepare it when missing)."""
+    return load_model(prepared().target, dtype=dtype)
+
+
 MODELS: dict[str, tuple[Callable[..., Any], str]] = {
     "target": (load_target, "bytes"), "draft": (load_draft, "bytes"),
     "bpe-target": (load_bpe_target, "bpe"), "bpe-draft": (load_bpe_draft, "bpe"),
+    "smollm2": (load_smollm2, "smollm2"),
 }
 
 
@@ -44,7 +59,22 @@ def prompts_for(kind: str) -> list[list[int]]:
     if kind == "bytes":
         tok = ByteTokenizer()
         return [tok.encode(p) for p in DEFAULT_PROMPTS]
-    return encode_prompts(DEFAULT_PROMPTS)
+    if kind == "bpe":
+        return encode_prompts(DEFAULT_PROMPTS)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(prepared().target), local_files_only=True)
+    chats = [tok.apply_chat_template([dict(m) for m in chat], add_generation_prompt=True, tokenize=True,
+                                     return_dict=False) for chat in CHATS.values()]
+    return [[int(i) for i in ids] for ids in chats] + [tok.encode(p) for p in DEFAULT_PROMPTS]
+
+
+def reached(gen: torch.Tensor, eos: int | None) -> torch.Tensor:
+    """Which steps an engine computes, ``[rows, L]`` bool: all, or up to the first ``eos`` (included)."""
+    if eos is None:
+        return torch.ones_like(gen, dtype=torch.bool)
+    ended = torch.cumsum((gen == eos).long(), dim=1) - (gen == eos).long()  # EOS among the earlier tokens
+    return ended == 0
 
 
 def spread(low: torch.Tensor, ref: torch.Tensor, tail_nats: float) -> torch.Tensor:
@@ -130,12 +160,13 @@ def main(argv: list[str] | None = None) -> int:
             full: dict[float, list[np.ndarray]] = {}
             for j, prompt in enumerate(prompts):
                 gen, steps = sample_with_cache(low, prompt, args.rows, args.length, args.seed * 1009 + j)
-                ref_logits = full_forward(ref, prompt, gen)
-                low_full = full_forward(low, prompt, gen)
-                v = ref_logits.shape[-1]
+                keep = reached(gen, first_eos_id(ref.config) if kind == "smollm2" else None)  # <|im_end|>
+                ref_logits = full_forward(ref, prompt, gen)[keep]
+                low_full = full_forward(low, prompt, gen)[keep]
+                steps = steps[keep]
                 for cut in TAILS:
-                    cached.setdefault(cut, []).append(spread(steps.reshape(-1, v), ref_logits.reshape(-1, v), cut).numpy())
-                    full.setdefault(cut, []).append(spread(low_full.reshape(-1, v), ref_logits.reshape(-1, v), cut).numpy())
+                    cached.setdefault(cut, []).append(spread(steps, ref_logits, cut).numpy())
+                    full.setdefault(cut, []).append(spread(low_full, ref_logits, cut).numpy())
             for cut in TAILS:
                 c, f = summary(np.concatenate(cached[cut])), summary(np.concatenate(full[cut]))
                 report["results"].append({"model": name, "dtype": dtype, "tail_nats": cut, "engine_path": c,

@@ -40,7 +40,7 @@ CERTIFICATES = ("tv", "pit-law")
 NEAR_TIE_NATS = 1e-3
 SUPPORT_MARGIN_NATS = 0.5
 #: ``speceq run --models`` world -> its default support margin: the bundled byte models' bf16 logits
-#: spread up to 0.26 nats (0.5: 1.9x), the bundled BPE model's up to 6.2 (12: 1.9x); SmolLM2's spread
-#: is not measured, so its world has no entry (SUPPORT_MARGIN_OFF).
-SUPPORT_MARGIN_NATS_BY_WORLD = {"byte": SUPPORT_MARGIN_NATS, "bpe": 12.0}
+#: spread up to 0.26 nats (0.5: 1.9x), the bundled BPE model's up to 6.2 (12: 1.9x), SmolLM2-135M's
+#: up to 1.43 (3: 2.1x; ``benchmarks/logit_spread.py``, docs/measurements/numerics.md).
+SUPPORT_MARGIN_NATS_BY_WORLD = {"byte": SUPPORT_MARGIN_NATS, "bpe": 12.0, "smollm2": 3.0}
 SUPPORT_MARGIN_OFF = float("inf")

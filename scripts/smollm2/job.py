@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=800, help="samples per engine of the lossless runs. Default: %(default)s")
     ap.add_argument("--mutant-samples", type=int, default=200, help="samples per engine of the mutant runs. "
                     "Default: %(default)s")
+    ap.add_argument("--seed", type=int, default=0, help="run seed of every run (another seed: other samples, "
+                    "e.g. to measure a detection rate). Default: %(default)s")
     ap.add_argument("--workers", default="auto", help="worker processes per run (auto, or a number). Default: %(default)s")
     ap.add_argument("--only", nargs="*", default=None, help="run only these jobs (names as printed)")
     ap.add_argument("--fresh", action="store_true", help="discard stored samples first")
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             candidate_options=engine_options(job.candidate, str(world.target), str(world.draft)),
             samples=args.mutant_samples if job.mutant else args.samples, chunk_size=CHUNK,
             certificate="tv" if job.mutant else "pit-law", out_dir=folder, progress=False, workers=workers,
-            oracle_model=str(world.target),
+            oracle_model=str(world.target), seed=args.seed,
         )
         t0 = time.perf_counter()
         try:
@@ -268,7 +270,7 @@ def run_split(args: argparse.Namespace, out: Path) -> int:
     import subprocess
 
     base = [sys.executable, __file__, "--out", str(out), "--samples", str(args.samples),
-            "--mutant-samples", str(args.mutant_samples), "--workers", "1"]
+            "--mutant-samples", str(args.mutant_samples), "--seed", str(args.seed), "--workers", "1"]
     first = [j.name for j in JOBS if j.name not in SECOND_PROCESS]
     print(f"processes: 2 ({', '.join(SECOND_PROCESS)} in the second)", flush=True)
     start = time.perf_counter()

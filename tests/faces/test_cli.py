@@ -389,7 +389,10 @@ def test_documented_plain_function_runs(tmp_path, capsys):
 @pytest.mark.parametrize(("argv", "expected"), [
     ([], 0.5),                                                        # the bundled byte models: measured margin
     (["--models", "bpe"], 12.0),
-    (["--models", "smollm2"], float("inf")),                          # spread not measured
+    (["--models", "smollm2"], 3.0),                                   # SmolLM2's bf16 spread: up to 1.43
+    (["--models", "smollm2", "--candidate", "mutant:greedy-acceptance"], 3.0),
+    (["--models", "smollm2", "--candidate-option", "draft=/my/draft"], float("inf")),
+    (["--models", "smollm2", "--oracle-model", "/my/model"], float("inf")),
     (["--candidate", "mutant:top-p-draft-only"], 0.5),
     (["--baseline-option", "target=/my/model"], float("inf")),        # the user's own model
     (["--candidate", "my_engines:fast"], float("inf")),               # a user engine
