@@ -23,6 +23,7 @@ samples), while one variant at one ``--seed`` is reproducible.
 
     python benchmarks/kernel_calibration.py --variant exponential-race --runs 1000
     python benchmarks/kernel_calibration.py --variant reference --runs 1000 --chain-detail
+    python benchmarks/kernel_calibration.py --variant single-reference --runs 200 --block 10   (one call per request)
     python benchmarks/kernel_calibration.py --variant reference --runs 150 --block 10 --scenarios all
     (--chain-detail: also the pooled randomized p-values of every chain binomial, exactly
     uniform under the laws, see :func:`chain_randomized`)

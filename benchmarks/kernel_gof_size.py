@@ -15,11 +15,15 @@ is computed here without blind replicates:
 
 Every p_j and p_F is computed by the check's own functions (``binomial_two_sided``, the chi2
 tail), and a sample of the drawn tables is passed through ``chain_gof`` itself to confirm the
-p-values agree. The templates are the default check's (seed 0), the tests those the V <= 61
-calibration flagged; n is the observed n of the flagged test (the size is conditional on n, and
-P(p <= u | n) <= u for every n gives the unconditional bound).
+p-values agree. The templates are the default check's (seed 0). ``--cases flagged`` (the
+default) takes the tests the V <= 61 calibration flagged, at the observed n of the flagged test,
+and every ``vocab-2`` test; ``--cases all`` takes every planned test of the check of
+``--variant`` on ``--scenarios``, at n = its expected n rounded. The size is conditional on n
+(the number of requests reaching the position is random for every test but the length and
+position 0), and P(p <= u | n) <= u for every n gives the unconditional bound.
 
     python benchmarks/kernel_gof_size.py --samples 40000 --json gof-size.json
+    python benchmarks/kernel_gof_size.py --cases all --scenarios all --json gof-size-all.json
 """
 
 from __future__ import annotations
@@ -189,44 +193,68 @@ def size_of(law: np.ndarray, n: int, samples: int, rng: np.random.Generator,
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=40000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--only", default=None, help="run the cases whose template name contains this")
-    args = parser.parse_args()
+def select_tests(scenarios: list, spec: object, cases: str = "flagged") -> list[tuple]:
+    """(scenario name, template, planned test, n) of every test to size: ``flagged`` (CASES) or ``all``."""
     from speceq.kernels.evidence import plan
-    from speceq.kernels.reference import reference_kernel
-    from speceq.kernels.scenarios import default_scenarios
 
-    rng = np.random.default_rng(args.seed)
-    spec = reference_kernel("ragged").spec  # the scenarios of the calibration's reference and block runs
-    scenarios = {s.name: s for s in default_scenarios(spec, seed=0) if s.vocab_size <= 61}
-    rows = []
-    start = time.perf_counter()
-    for scen, tname, comp, pos, n in CASES:
-        if args.only and args.only not in tname:
-            continue
-        sc = scenarios[scen]
+    out = []
+    by_name = {s.name: s for s in scenarios}
+    chosen = [(s.name, "*", "*", None, None) for s in scenarios] if cases == "all" else CASES
+    for scen, tname, comp, pos, n in chosen:
+        sc = by_name[scen]
         for tpl in sc.templates:
             if tname not in ("*", tpl.name):
                 continue
             for test in plan(tpl, spec, sc.copies(tpl)):
                 if comp not in ("*", test.component) or (comp != "*" and test.position != pos):
                     continue
-                nn = n if n is not None else int(round(test.expected_n))
-                res = size_of(test.law, nn, args.samples, rng)
-                res.update(scenario=scen, template=tpl.name, component=test.component, position=test.position)
-                rows.append(res)
-                worst = max(v["ratio"] for v in res["levels"].values()) if res["levels"] else 0.0
-                print(f"{scen} / {tpl.name}: {test.component} {test.position} n={nn} K={res['bins']}: "
-                      + ", ".join(f"u={u}: {v['size']:.3g} ({v['ratio']:.2f}x; min part {v['min_part_exact']:.3g}, "
-                                  f"Fisher-only {v['fisher_only_part']:.2g} +- {v['fisher_only_se']:.1g})"
-                                  for u, v in res["levels"].items() if u in ("1e-05", "1.7e-05", "2e-05"))
-                      + f"; largest ratio {worst:.2f}; chain_gof agrees to {res.get('chain_gof_max_rel_diff', 0):.1g}",
-                      flush=True)
-    out = {"rows": rows, "samples": args.samples, "seconds": round(time.perf_counter() - start, 1),
+                out.append((scen, tpl, test, n if n is not None else int(round(test.expected_n))))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=40000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--only", default=None, help="run the cases whose template name contains this")
+    parser.add_argument("--cases", choices=("flagged", "all"), default="flagged")
+    parser.add_argument("--scenarios", choices=("small", "large", "all"), default="small",
+                        help="with --cases all: the V <= 61 scenarios, the others, or every default scenario")
+    parser.add_argument("--variant", default="reference",
+                        help="whose planned tests (reference: the ragged reference kernel; or a lossless variant)")
+    args = parser.parse_args()
+    from speceq.kernels.mutants import LOSSLESS
+    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.scenarios import default_scenarios
+
+    rng = np.random.default_rng(args.seed)
+    kern = reference_kernel("ragged") if args.variant == "reference" else LOSSLESS[args.variant].make()
+    spec = kern.spec
+    scenarios = default_scenarios(spec, seed=0)
+    if args.cases == "flagged" or args.scenarios == "small":
+        scenarios = [s for s in scenarios if s.vocab_size <= 61]
+    elif args.scenarios == "large":
+        scenarios = [s for s in scenarios if s.vocab_size > 61]
+    rows = []
+    start = time.perf_counter()
+    for scen, tpl, test, nn in select_tests(scenarios, spec, args.cases):
+        if args.only and args.only not in tpl.name:
+            continue
+        t0 = time.perf_counter()
+        res = size_of(test.law, nn, args.samples, rng)
+        res.update(scenario=scen, template=tpl.name, component=test.component, position=test.position,
+                   expected_n=test.expected_n, seconds=round(time.perf_counter() - t0, 2))
+        rows.append(res)
+        worst = max(v["ratio"] for v in res["levels"].values()) if res["levels"] else 0.0
+        print(f"{scen} / {tpl.name}: {test.component} {test.position} n={nn} K={res['bins']}: "
+              + ", ".join(f"u={u}: {v['size']:.3g} ({v['ratio']:.2f}x; min part {v['min_part_exact']:.3g}, "
+                          f"Fisher-only {v['fisher_only_part']:.2g} +- {v['fisher_only_se']:.1g})"
+                          for u, v in res["levels"].items() if u in ("1e-05", "1.7e-05", "2e-05"))
+              + f"; largest ratio {worst:.2f}; chain_gof agrees to {res.get('chain_gof_max_rel_diff', 0):.1g}",
+              flush=True)
+    out = {"variant": args.variant, "cases": args.cases, "scenarios": [s.name for s in scenarios], "rows": rows,
+           "samples": args.samples, "seconds": round(time.perf_counter() - start, 1),
            "date": time.strftime("%Y-%m-%d")}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
