@@ -221,6 +221,8 @@ def main() -> int:
     parser.add_argument("--cases", choices=("flagged", "all"), default="flagged")
     parser.add_argument("--scenarios", choices=("small", "large", "all"), default="small",
                         help="with --cases all: the V <= 61 scenarios, the others, or every default scenario")
+    parser.add_argument("--cheapest-first", action="store_true",
+                        help="order the tests by their cost (bins x n^2), so that a run cut short keeps the most")
     parser.add_argument("--variant", default="reference",
                         help="whose planned tests (reference: the ragged reference kernel; or a lossless variant)")
     args = parser.parse_args()
@@ -238,7 +240,10 @@ def main() -> int:
         scenarios = [s for s in scenarios if s.vocab_size > 61]
     rows = []
     start = time.perf_counter()
-    for scen, tpl, test, nn in select_tests(scenarios, spec, args.cases):
+    chosen = select_tests(scenarios, spec, args.cases)
+    if args.cheapest_first:
+        chosen.sort(key=lambda c: chain_bins(c[2].law, c[3])[0].size * c[3] ** 2)
+    for scen, tpl, test, nn in chosen:
         if args.only and args.only not in tpl.name:
             continue
         t0 = time.perf_counter()
@@ -246,6 +251,10 @@ def main() -> int:
         res.update(scenario=scen, template=tpl.name, component=test.component, position=test.position,
                    expected_n=test.expected_n, seconds=round(time.perf_counter() - t0, 2))
         rows.append(res)
+        if args.json:  # after every test, so that a run stopped early keeps what it has
+            partial = {"variant": args.variant, "cases": args.cases, "rows": rows, "samples": args.samples,
+                       "complete": False}
+            Path(args.json).write_text(json.dumps(partial, indent=1))
         worst = max(v["ratio"] for v in res["levels"].values()) if res["levels"] else 0.0
         print(f"{scen} / {tpl.name}: {test.component} {test.position} n={nn} K={res['bins']}: "
               + ", ".join(f"u={u}: {v['size']:.3g} ({v['ratio']:.2f}x; min part {v['min_part_exact']:.3g}, "
@@ -254,8 +263,8 @@ def main() -> int:
               + f"; largest ratio {worst:.2f}; chain_gof agrees to {res.get('chain_gof_max_rel_diff', 0):.1g}",
               flush=True)
     out = {"variant": args.variant, "cases": args.cases, "scenarios": [s.name for s in scenarios], "rows": rows,
-           "samples": args.samples, "seconds": round(time.perf_counter() - start, 1),
-           "date": time.strftime("%Y-%m-%d")}
+           "samples": args.samples, "complete": True,
+           "seconds": round(time.perf_counter() - start, 1), "date": time.strftime("%Y-%m-%d")}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
