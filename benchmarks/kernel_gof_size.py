@@ -18,12 +18,14 @@ tail), and a sample of the drawn tables is passed through ``chain_gof`` itself t
 p-values agree. The templates are the default check's (seed 0). ``--cases flagged`` (the
 default) takes the tests the V <= 61 calibration flagged, at the observed n of the flagged test,
 and every ``vocab-2`` test; ``--cases all`` takes every planned test of the check of
-``--variant`` on ``--scenarios``, at n = its expected n rounded. The size is conditional on n
+``--variant`` on ``--scenarios``, at n = its expected n rounded (``--cases unflagged``: those not
+in the flagged set; ``--cheapest-first``: in order of cost). The size is conditional on n
 (the number of requests reaching the position is random for every test but the length and
 position 0), and P(p <= u | n) <= u for every n gives the unconditional bound.
 
     python benchmarks/kernel_gof_size.py --samples 40000 --json gof-size.json
-    python benchmarks/kernel_gof_size.py --cases all --scenarios all --json gof-size-all.json
+    python benchmarks/kernel_gof_size.py --cases all --scenarios large --json gof-size-large.json
+    python benchmarks/kernel_gof_size.py --cases unflagged --cheapest-first --json gof-size-rest.json
 """
 
 from __future__ import annotations
@@ -194,9 +196,14 @@ def size_of(law: np.ndarray, n: int, samples: int, rng: np.random.Generator,
 
 
 def select_tests(scenarios: list, spec: object, cases: str = "flagged") -> list[tuple]:
-    """(scenario name, template, planned test, n) of every test to size: ``flagged`` (CASES) or ``all``."""
+    """(scenario name, template, planned test, n) of every test to size: ``flagged`` (CASES), ``all``, or
+    ``unflagged`` (all but those CASES takes, which keep their observed n there)."""
     from speceq.kernels.evidence import plan
 
+    if cases == "unflagged":
+        done = {(s, t.name, x.component, x.position) for s, t, x, _ in select_tests(scenarios, spec, "flagged")}
+        return [c for c in select_tests(scenarios, spec, "all")
+                if (c[0], c[1].name, c[2].component, c[2].position) not in done]
     out = []
     by_name = {s.name: s for s in scenarios}
     chosen = [(s.name, "*", "*", None, None) for s in scenarios] if cases == "all" else CASES
@@ -218,7 +225,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
     parser.add_argument("--only", default=None, help="run the cases whose template name contains this")
-    parser.add_argument("--cases", choices=("flagged", "all"), default="flagged")
+    parser.add_argument("--cases", choices=("flagged", "all", "unflagged"), default="flagged")
     parser.add_argument("--scenarios", choices=("small", "large", "all"), default="small",
                         help="with --cases all: the V <= 61 scenarios, the others, or every default scenario")
     parser.add_argument("--cheapest-first", action="store_true",
@@ -234,7 +241,7 @@ def main() -> int:
     kern = reference_kernel("ragged") if args.variant == "reference" else LOSSLESS[args.variant].make()
     spec = kern.spec
     scenarios = default_scenarios(spec, seed=0)
-    if args.cases == "flagged" or args.scenarios == "small":
+    if args.cases != "all" or args.scenarios == "small":
         scenarios = [s for s in scenarios if s.vocab_size <= 61]
     elif args.scenarios == "large":
         scenarios = [s for s in scenarios if s.vocab_size > 61]

@@ -53,3 +53,6 @@ def test_all_cases_select_every_planned_test_of_the_check_once() -> None:
     assert all(n == int(round(test.expected_n)) for _, _, test, n in chosen)
     flagged = size.select_tests(small, spec, "flagged")
     assert len(flagged) == 35 and {(s, t.name, x.component, x.position) for s, t, x, _ in flagged} <= keys
+    rest = size.select_tests(small, spec, "unflagged")
+    assert len(rest) == 122 - 35 and not {(s, t.name, x.component, x.position) for s, t, x, _ in rest} & {
+        (s, t.name, x.component, x.position) for s, t, x, _ in flagged}
