@@ -42,7 +42,8 @@ from scipy import stats
 
 LEVELS = (1e-5, 1.2e-5, 1.5e-5, 1.7e-5, 2e-5)
 #: (scenario, template, component, position, n) of the tests with p <= 2e-5 in the 2026-12-01
-#: calibration runs (reference, exponential-race, block seeds 0 and 1), plus vocab-2.
+#: calibration runs (reference, exponential-race, block seeds 0 and 1), plus vocab-2, plus the two
+#: tests behind the one false alarm each of the 2026-12-02 block and exponential-race runs.
 CASES = (
     ("mixed-v61", "sparse/disjoint/k3/T=1", "token", 0, 2000),
     ("mixed-v61", "flat/flat/k1/T=1", "token", 0, 2000),
@@ -56,6 +57,8 @@ CASES = (
     ("mixed-v61", "zipf/overlap/k1/T=1.5", "length", None, 2000),
     ("mixed-v61", "zipf/overlap/k1/T=1.5", "recovered", 0, 437),
     ("vocab-2", "*", "*", None, None),
+    ("mixed-v61", "zipf/overlap/k3/T=0.7", "bonus", 3, 916),
+    ("mixed-v61", "zipf/overlap/k3/T=0.7", "accepted", 2, 698),
 )
 
 
