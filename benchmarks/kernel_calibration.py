@@ -23,6 +23,7 @@ samples), while one variant at one ``--seed`` is reproducible.
 
     python benchmarks/kernel_calibration.py --variant exponential-race --runs 1000
     python benchmarks/kernel_calibration.py --variant reference --runs 1000 --chain-detail
+    python benchmarks/kernel_calibration.py --variant single-reference --runs 200 --block 10   (one call per request)
     python benchmarks/kernel_calibration.py --variant reference --runs 150 --block 10 --scenarios all
     (--chain-detail: also the pooled randomized p-values of every chain binomial, exactly
     uniform under the laws, see :func:`chain_randomized`)
@@ -117,6 +118,9 @@ def main() -> int:
     parser.add_argument("--scenarios", choices=("small", "large", "all"), default="small")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="start no new block after this many seconds (R is then the runs done; the time "
+                             "does not depend on the outcomes, so the stop does not bias the counts)")
     parser.add_argument("--chain-detail", action="store_true",
                         help="also pool the randomized p-values of every chain binomial (see chain_randomized)")
     args = parser.parse_args()
@@ -151,7 +155,7 @@ def main() -> int:
     start = time.perf_counter()
     done = 0
     block_index = 0
-    while done < args.runs:
+    while done < args.runs and (args.max_seconds is None or time.perf_counter() - start < args.max_seconds):
         b = min(args.block, args.runs - done)
         big = [replace(s, replicates=s.replicates * b, boundary_replicates=s.boundary_replicates * b) for s in base]
         records = collect(kern, big, seed=collection_seed(args.variant, args.seed, block_index))
@@ -232,7 +236,7 @@ def main() -> int:
                 "ratio": float((arr <= u).sum() / (arr.size * u)),
                 "poisson_p_at_least": float(stats.poisson.sf(int((arr <= u).sum()) - 1, arr.size * u))}
                 for u in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)}}
-    out = {"variant": args.variant, "kernel": kern.name, "seed": args.seed,
+    out = {"variant": args.variant, "kernel": kern.name, "seed": args.seed, "runs_asked": args.runs,
            "seed_rule": "collection_seed(variant, seed, block): SeedSequence([crc32(variant), seed, block])", "scenarios": [s.name for s in base], "planned_tests": m,
            "runs": int(mh.size), "fwer": fwer, "per_test_size": size, "violations": violations,
            "p_below_1e-4": sorted(smallest, key=lambda x: x["pvalue"]),

@@ -15,11 +15,17 @@ is computed here without blind replicates:
 
 Every p_j and p_F is computed by the check's own functions (``binomial_two_sided``, the chi2
 tail), and a sample of the drawn tables is passed through ``chain_gof`` itself to confirm the
-p-values agree. The templates are the default check's (seed 0), the tests those the V <= 61
-calibration flagged; n is the observed n of the flagged test (the size is conditional on n, and
-P(p <= u | n) <= u for every n gives the unconditional bound).
+p-values agree. The templates are the default check's (seed 0). ``--cases flagged`` (the
+default) takes the tests the V <= 61 calibration flagged, at the observed n of the flagged test,
+and every ``vocab-2`` test; ``--cases all`` takes every planned test of the check of
+``--variant`` on ``--scenarios``, at n = its expected n rounded (``--cases unflagged``: those not
+in the flagged set; ``--cheapest-first``: in order of cost). The size is conditional on n
+(the number of requests reaching the position is random for every test but the length and
+position 0), and P(p <= u | n) <= u for every n gives the unconditional bound.
 
     python benchmarks/kernel_gof_size.py --samples 40000 --json gof-size.json
+    python benchmarks/kernel_gof_size.py --cases all --scenarios large --json gof-size-large.json
+    python benchmarks/kernel_gof_size.py --cases unflagged --cheapest-first --json gof-size-rest.json
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from scipy import stats
 
 LEVELS = (1e-5, 1.2e-5, 1.5e-5, 1.7e-5, 2e-5)
 #: (scenario, template, component, position, n) of the tests with p <= 2e-5 in the 2026-12-01
-#: calibration runs (reference, exponential-race, block seeds 0 and 1), plus vocab-2.
+#: calibration runs (reference, exponential-race, block seeds 0 and 1), plus vocab-2, plus the two
+#: tests behind the one false alarm each of the 2026-12-02 block and exponential-race runs.
 CASES = (
     ("mixed-v61", "sparse/disjoint/k3/T=1", "token", 0, 2000),
     ("mixed-v61", "flat/flat/k1/T=1", "token", 0, 2000),
@@ -50,6 +57,8 @@ CASES = (
     ("mixed-v61", "zipf/overlap/k1/T=1.5", "length", None, 2000),
     ("mixed-v61", "zipf/overlap/k1/T=1.5", "recovered", 0, 437),
     ("vocab-2", "*", "*", None, None),
+    ("mixed-v61", "zipf/overlap/k3/T=0.7", "bonus", 3, 916),
+    ("mixed-v61", "zipf/overlap/k3/T=0.7", "accepted", 2, 698),
 )
 
 
@@ -189,45 +198,83 @@ def size_of(law: np.ndarray, n: int, samples: int, rng: np.random.Generator,
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=40000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--only", default=None, help="run the cases whose template name contains this")
-    args = parser.parse_args()
+def select_tests(scenarios: list, spec: object, cases: str = "flagged") -> list[tuple]:
+    """(scenario name, template, planned test, n) of every test to size: ``flagged`` (CASES), ``all``, or
+    ``unflagged`` (all but those CASES takes, which keep their observed n there)."""
     from speceq.kernels.evidence import plan
-    from speceq.kernels.reference import reference_kernel
-    from speceq.kernels.scenarios import default_scenarios
 
-    rng = np.random.default_rng(args.seed)
-    spec = reference_kernel("ragged").spec  # the scenarios of the calibration's reference and block runs
-    scenarios = {s.name: s for s in default_scenarios(spec, seed=0) if s.vocab_size <= 61}
-    rows = []
-    start = time.perf_counter()
-    for scen, tname, comp, pos, n in CASES:
-        if args.only and args.only not in tname:
-            continue
-        sc = scenarios[scen]
+    if cases == "unflagged":
+        done = {(s, t.name, x.component, x.position) for s, t, x, _ in select_tests(scenarios, spec, "flagged")}
+        return [c for c in select_tests(scenarios, spec, "all")
+                if (c[0], c[1].name, c[2].component, c[2].position) not in done]
+    out = []
+    by_name = {s.name: s for s in scenarios}
+    chosen = [(s.name, "*", "*", None, None) for s in scenarios] if cases == "all" else CASES
+    for scen, tname, comp, pos, n in chosen:
+        sc = by_name[scen]
         for tpl in sc.templates:
             if tname not in ("*", tpl.name):
                 continue
             for test in plan(tpl, spec, sc.copies(tpl)):
                 if comp not in ("*", test.component) or (comp != "*" and test.position != pos):
                     continue
-                nn = n if n is not None else int(round(test.expected_n))
-                res = size_of(test.law, nn, args.samples, rng)
-                res.update(scenario=scen, template=tpl.name, component=test.component, position=test.position)
-                rows.append(res)
-                worst = max(v["ratio"] for v in res["levels"].values()) if res["levels"] else 0.0
-                print(f"{scen} / {tpl.name}: {test.component} {test.position} n={nn} K={res['bins']}: "
-                      + ", ".join(f"u={u}: {v['size']:.3g} ({v['ratio']:.2f}x; min part {v['min_part_exact']:.3g}, "
-                                  f"Fisher-only {v['fisher_only_part']:.2g} +- {v['fisher_only_se']:.1g})"
-                                  for u, v in res["levels"].items() if u in ("1e-05", "1.7e-05", "2e-05"))
-                      + f"; largest ratio {worst:.2f}; chain_gof agrees to {res.get('chain_gof_max_rel_diff', 0):.1g}",
-                      flush=True)
-    out = {"rows": rows, "samples": args.samples, "seconds": round(time.perf_counter() - start, 1),
-           "date": time.strftime("%Y-%m-%d")}
+                out.append((scen, tpl, test, n if n is not None else int(round(test.expected_n))))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=40000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--only", default=None, help="run the cases whose template name contains this")
+    parser.add_argument("--cases", choices=("flagged", "all", "unflagged"), default="flagged")
+    parser.add_argument("--scenarios", choices=("small", "large", "all"), default="small",
+                        help="with --cases all: the V <= 61 scenarios, the others, or every default scenario")
+    parser.add_argument("--cheapest-first", action="store_true",
+                        help="order the tests by their cost (bins x n^2), so that a run cut short keeps the most")
+    parser.add_argument("--variant", default="reference",
+                        help="whose planned tests (reference: the ragged reference kernel; or a lossless variant)")
+    args = parser.parse_args()
+    from speceq.kernels.mutants import LOSSLESS
+    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.scenarios import default_scenarios
+
+    rng = np.random.default_rng(args.seed)
+    kern = reference_kernel("ragged") if args.variant == "reference" else LOSSLESS[args.variant].make()
+    spec = kern.spec
+    scenarios = default_scenarios(spec, seed=0)
+    if args.cases != "all" or args.scenarios == "small":
+        scenarios = [s for s in scenarios if s.vocab_size <= 61]
+    elif args.scenarios == "large":
+        scenarios = [s for s in scenarios if s.vocab_size > 61]
+    rows = []
+    start = time.perf_counter()
+    chosen = select_tests(scenarios, spec, args.cases)
+    if args.cheapest_first:
+        chosen.sort(key=lambda c: chain_bins(c[2].law, c[3])[0].size * c[3] ** 2)
+    for scen, tpl, test, nn in chosen:
+        if args.only and args.only not in tpl.name:
+            continue
+        t0 = time.perf_counter()
+        res = size_of(test.law, nn, args.samples, rng)
+        res.update(scenario=scen, template=tpl.name, component=test.component, position=test.position,
+                   expected_n=test.expected_n, seconds=round(time.perf_counter() - t0, 2))
+        rows.append(res)
+        if args.json:  # after every test, so that a run stopped early keeps what it has
+            partial = {"variant": args.variant, "cases": args.cases, "rows": rows, "samples": args.samples,
+                       "complete": False}
+            Path(args.json).write_text(json.dumps(partial, indent=1))
+        worst = max(v["ratio"] for v in res["levels"].values()) if res["levels"] else 0.0
+        print(f"{scen} / {tpl.name}: {test.component} {test.position} n={nn} K={res['bins']}: "
+              + ", ".join(f"u={u}: {v['size']:.3g} ({v['ratio']:.2f}x; min part {v['min_part_exact']:.3g}, "
+                          f"Fisher-only {v['fisher_only_part']:.2g} +- {v['fisher_only_se']:.1g})"
+                          for u, v in res["levels"].items() if u in ("1e-05", "1.7e-05", "2e-05"))
+              + f"; largest ratio {worst:.2f}; chain_gof agrees to {res.get('chain_gof_max_rel_diff', 0):.1g}",
+              flush=True)
+    out = {"variant": args.variant, "cases": args.cases, "scenarios": [s.name for s in scenarios], "rows": rows,
+           "samples": args.samples, "complete": True,
+           "seconds": round(time.perf_counter() - start, 1), "date": time.strftime("%Y-%m-%d")}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

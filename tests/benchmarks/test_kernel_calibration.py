@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import torch
 from benchmark_scripts import load_script
 from scipy import stats
+
+from speceq.kernels.contract import SingleRequest
 
 
 def _script():  # noqa: ANN202
@@ -13,7 +18,8 @@ def _script():  # noqa: ANN202
 
 def test_collection_seeds_are_distinct_per_variant_seed_and_block() -> None:
     cal = _script()
-    variants = ("reference", "exponential-race", "block", "one-hot-path", "exact-match")
+    variants = ("reference", "exponential-race", "block", "one-hot-path", "exact-match", "padded-reference",
+                "single-reference")
     seeds = {(v, s, b): cal.collection_seed(v, s, b) for v in variants for s in (0, 1) for b in range(40)}
     assert len(set(seeds.values())) == len(seeds)  # no two (variant, --seed, block) share a stream
     assert all(0 <= x < 2**63 for x in seeds.values())
@@ -28,6 +34,22 @@ class _Fixed:
 
     def random(self, size: int) -> np.ndarray:
         return np.full(size, self.value)
+
+
+def test_single_reference_variant_is_the_single_request_contract_on_its_own_stream() -> None:
+    """``--variant single-reference`` calls the reference one request at a time (transformers' shape)."""
+    cal = _script()
+    single, ragged = cal.make_kernel("single-reference"), cal.make_kernel("reference")
+    assert single.spec.layout == "single" and ragged.spec.layout == "ragged"
+    assert single.spec.method == ragged.spec.method == "standard" and single.spec.uniforms
+    req = SingleRequest(vocab_size=2, draft_token_ids=torch.tensor([1]), draft_probs=torch.tensor([[0.0, 1.0]]),
+                        target_probs=torch.tensor([[0.5, 0.5], [0.25, 0.75]]), uniforms=torch.tensor([0.9]),
+                        sample_uniform=0.1, seed=0, generator=torch.Generator())
+    assert single(req).tokens.tolist() == [0]  # u = 0.9 > p/q = 0.5 rejects 1; the residual is all on 0
+    accepted = replace(req, uniforms=torch.tensor([0.4]))
+    assert single(accepted).tokens.tolist() == [1, 0]  # accepted; the bonus ~ [0.25, 0.75] at 0.1 is 0
+    own = {cal.collection_seed("single-reference", 0, b) for b in range(100)}
+    assert not own & {cal.collection_seed(v, 0, b) for v in ("reference", "padded-reference") for b in range(100)}
 
 
 def test_chain_randomized_p_values_are_exactly_uniform_by_enumeration() -> None:

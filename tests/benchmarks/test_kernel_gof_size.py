@@ -35,3 +35,24 @@ def test_dynamic_programme_and_tilted_sampling_match_the_enumerated_size() -> No
         enumerated = float(wt[pv <= u].sum())
         assert enumerated <= u
         assert abs(row["size"] - enumerated) <= 4 * row["fisher_only_se"] + 1e-3 * enumerated, (u, row, enumerated)
+
+
+def test_all_cases_select_every_planned_test_of_the_check_once() -> None:
+    """``--cases all`` sizes exactly the check's planned tests (Holm's m), each once, at its expected n."""
+    from speceq.kernels.checks import planned_tests
+    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.scenarios import default_scenarios
+
+    size = _script()
+    spec = reference_kernel("ragged").spec
+    small = [s for s in default_scenarios(spec, seed=0) if s.vocab_size <= 61]
+    chosen = size.select_tests(small, spec, "all")
+    assert len(chosen) == planned_tests(small, spec) == 122
+    keys = {(scen, tpl.name, test.component, test.position) for scen, tpl, test, _ in chosen}
+    assert len(keys) == len(chosen)
+    assert all(n == int(round(test.expected_n)) for _, _, test, n in chosen)
+    flagged = size.select_tests(small, spec, "flagged")
+    assert len(flagged) == 37 and {(s, t.name, x.component, x.position) for s, t, x, _ in flagged} <= keys
+    rest = size.select_tests(small, spec, "unflagged")
+    assert len(rest) == 122 - 37 and not {(s, t.name, x.component, x.position) for s, t, x, _ in rest} & {
+        (s, t.name, x.component, x.position) for s, t, x, _ in flagged}
