@@ -486,6 +486,8 @@ class MarkovOracle:
     """
 
     vocab_size = 259
+    #: most distinct laws a model may have to be scored from a table (:meth:`_table`)
+    TABLE_LAWS = 64
     eos_token_id = None
     has_draft = False
 
@@ -494,6 +496,30 @@ class MarkovOracle:
 
     def __init__(self, models: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
         self.models = models
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray, Any]] = {}
+
+    def _table(self, first_id: int) -> tuple[np.ndarray, np.ndarray, Any]:
+        """Every token's scores under every distinct law of one model, computed once.
+
+        A Markov law depends only on (position 0, previous token), and the models of
+        :func:`markov_model` have few distinct rows (the initial law and about 40 head
+        transitions), so the scores of a batch are a gather from this table; each table row is
+        ``scores_from_probs`` of that law and token, the same numbers as scoring row by row.
+        Returns (law index of position 0, law index per previous token, table of scores).
+        Models with more than ``TABLE_LAWS`` distinct rows (the tests' dense random models) are
+        not tabulated: they return None and are scored row by row.
+        """
+        if first_id not in self._tables:
+            from speceq.stats.synthetic import scores_from_probs
+
+            init, trans = self.models[first_id]
+            laws, inverse = np.unique(np.vstack([init[None, :], trans]), axis=0, return_inverse=True)
+            inverse = np.asarray(inverse).reshape(-1)
+            v = laws.shape[1]
+            table = (scores_from_probs(np.repeat(laws, v, axis=0), np.tile(np.arange(v), laws.shape[0]))
+                     if laws.shape[0] <= self.TABLE_LAWS else None)
+            self._tables[first_id] = (inverse[0], inverse[1:], table)
+        return self._tables[first_id]
 
     def describe(self) -> dict:
         return {"model": "exact Markov oracle"}
@@ -506,17 +532,22 @@ class MarkovOracle:
 
     def score(self, prompts, batch, params):
         from speceq.stats.scores import TokenScores
-        from speceq.stats.synthetic import scores_from_probs
 
-        init, trans = self.models[int(prompts[0][0])]
+        first, after, table = self._table(int(prompts[0][0]))
         inside = np.arange(batch.tokens.shape[1])[None, :] < batch.lengths[:, None]
         rows, pos = np.nonzero(inside)
         tok = batch.tokens[rows, pos]
         prev = np.where(pos > 0, batch.tokens[rows, np.maximum(pos - 1, 0)], 0)
-        laws = np.where((pos > 0)[:, None], trans[prev], init[None, :])
-        s = scores_from_probs(laws, tok)
-        return TokenScores(**{**{f: getattr(s, f) for f in s.__dataclass_fields__}, "row": rows.astype(np.int64),
-                              "position": pos.astype(np.int64)})
+        if table is None:
+            from speceq.stats.synthetic import scores_from_probs
+
+            init, trans = self.models[int(prompts[0][0])]
+            table = scores_from_probs(np.where((pos > 0)[:, None], trans[prev], init[None, :]), tok)
+            at = np.arange(tok.size)
+        else:
+            at = np.where(pos > 0, after[prev], first) * self.vocab_size + tok
+        fields = {f: (None if getattr(table, f) is None else getattr(table, f)[at]) for f in table.__dataclass_fields__}
+        return TokenScores(**{**fields, "row": rows.astype(np.int64), "position": pos.astype(np.int64)})
 
 
 def markov_model(T: float = 1.0, eos_boost: float = 0.0, top: int = 40) -> tuple[np.ndarray, np.ndarray]:
