@@ -336,6 +336,16 @@ class TreeTables:
         self.boundary = [t.boundary for t in tpls]
         self.buffers = buffers if buffers is not None else RowBuffers()
         self.reuse = reuse  # hand out the rows of a repeated call layout without copying them again
+        self._templates = tpls
+        self._draft_cdf: dict[int, np.ndarray] = {}
+
+    def draft_cdf(self, t_index: int) -> np.ndarray:
+        """Template ``t_index``'s draft laws as normalised CDFs [nodes, V] (float64; computed once per scenario)."""
+        cdf = self._draft_cdf.get(t_index)
+        if cdf is None:
+            c = np.cumsum(self._templates[t_index].draft, axis=1)
+            cdf = self._draft_cdf[t_index] = c / c[:, -1:]
+        return cdf
 
 
 def build_tree_request(scn: TreeScenario, tables: TreeTables, slots: np.ndarray, method: str, takes_q: bool,
@@ -356,11 +366,10 @@ def build_tree_request(scn: TreeScenario, tables: TreeTables, slots: np.ndarray,
         t = tpls[t_index]
         rows = np.flatnonzero(slots == t_index)
         if method != "target-only":
-            cdf = np.cumsum(t.draft, axis=1)
+            cdf = tables.draft_cdf(int(t_index))
             for c in range(1, t.num_nodes):
-                par = t.parents[c]
-                tokens[rows, c] = np.minimum(np.searchsorted(cdf[par] / cdf[par, -1], rng.random(rows.size),
-                                                             side="right"), v - 1)
+                tokens[rows, c] = np.minimum(np.searchsorted(cdf[t.parents[c]], rng.random(rows.size), side="right"),
+                                             v - 1)
         if t.boundary:
             u[rows] = 0.0 if t.boundary == "u0" else ONE_MINUS_ULP
             su[rows] = 0.0 if t.boundary == "u0" else ONE_MINUS_ULP

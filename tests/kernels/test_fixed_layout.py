@@ -108,7 +108,8 @@ def test_fixed_layout_plan_totals_bounds_and_few_compositions() -> None:
         calls = -(-int(want.max()) // per_call)
         assert len(plan) <= calls + -(-(calls - 1) // per_call)  # as many calls as min(want - have, per_call), or 1-2 more
         assert len({p.tobytes() for p in plan}) <= 1 + -(-(calls - 1) // per_call)  # the bulk, then the remainders
-    assert fixed_layout_plan(np.array([250, 32, 32]), 17)[0].tolist() == [16, 2, 2]
+    big = fixed_layout_plan(np.array([250, 32, 32]), 17)  # 15 equal calls, then the remainders in one more
+    assert [p.tolist() for p in big] == [[16, 2, 2]] * 15 + [[10, 2, 2]]
     assert len(fixed_layout_plan(np.array([2000] * 15), 273)) == 8  # 8 equal calls of 250 each, one composition
 
 
