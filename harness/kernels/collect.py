@@ -200,7 +200,7 @@ def _memcmp():  # noqa: ANN202 - libc's memcmp through ctypes, or None where it 
         try:
             fn = ctypes.CDLL(None).memcmp
             fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # no libc to load (e.g. CDLL(None) off POSIX)
             fn = None
         _MEMCMP.append(fn)
     return _MEMCMP[0]
