@@ -7,8 +7,9 @@ fraction of the kernel's (goal < 20 %), in wall time and in the process's CPU ti
 threads). On a machine shared with other jobs the CPU ratio is the steadier one; the wall
 ratio also counts the time the process waits for the CPU and for memory (first-touch page
 faults). Then the memory of the largest scenario (V = 256 000)
-in a fresh process (peak resident set), against the bound the harness keeps: a call holds at
-most MAX_CELLS_PER_CALL logits cells.
+in a fresh process (peak resident set; the ragged and then the padded reference in one
+process), against the bound the harness keeps: a call holds at most MAX_CELLS_PER_CALL logits
+cells (ragged: its target rows; padded: its target and draft rows).
 
     python benchmarks/bench_kernel_check.py                    # reference kernels + transformers
     python benchmarks/bench_kernel_check.py --quick            # smaller budget, for a smoke run
@@ -85,11 +86,12 @@ def _memory_child(args: argparse.Namespace) -> int:
         out[:, 0] = req.target_logits[req.bonus_logits_indices].argmax(dim=1)
         return out
 
-    large = [s for s in default_scenarios(k.spec, scale=args.scale) if s.name.startswith("large")]
+    padded = reference_kernel("padded")
     out = {}
     for label, kern in (("harness only (a kernel that emits one argmax token)",
                          Kernel(null_kernel, KernelSpec(layout="ragged", params=True, name="null"))),
-                        ("reference ragged kernel", k)):
+                        ("reference ragged kernel", k), ("reference padded kernel", padded)):
+        large = [s for s in default_scenarios(kern.spec, scale=args.scale) if s.name.startswith("large")]
         before = rss_mb()
         peak[0] = before
         done.clear()

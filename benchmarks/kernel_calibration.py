@@ -25,6 +25,8 @@ samples), while one variant at one ``--seed`` is reproducible.
     python benchmarks/kernel_calibration.py --variant reference --runs 1000 --chain-detail
     python benchmarks/kernel_calibration.py --variant single-reference --runs 200 --block 10   (one call per request)
     python benchmarks/kernel_calibration.py --variant reference --runs 150 --block 10 --scenarios all
+    python benchmarks/kernel_calibration.py --variant tree-target-only --runs 1000   (also tree-multi-draft:
+    the tree check's collection and node tests, its small scenarios tree-v61 and tree-v2)
     (--chain-detail: also the pooled randomized p-values of every chain binomial, exactly
     uniform under the laws, see :func:`chain_randomized`)
     (--scenarios small: the V <= 61 scenarios, which hold most tests; large: the others (V = 40 000
@@ -46,11 +48,18 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+#: The lossless tree kernels (the tree check's own collection and tests).
+TREE_VARIANTS = ("tree-target-only", "tree-multi-draft")
+
 
 def make_kernel(name: str):  # noqa: ANN201
     from speceq.kernels.mutants import LOSSLESS
     from speceq.kernels.reference import reference_kernel
 
+    if name in TREE_VARIANTS:
+        from speceq.kernels.trees import reference_tree_kernel
+
+        return reference_tree_kernel(name.removeprefix("tree-"))
     if name == "reference":
         return reference_kernel("ragged")
     if name == "transformers":
@@ -103,6 +112,20 @@ def chain_randomized(labels: np.ndarray, law: np.ndarray, rng: np.random.Generat
     return np.clip(pv - (1.0 - rng.random(x.size)) * atom, 0.0, 1.0)
 
 
+def _tree_slice(record, scenario, run: int):  # noqa: ANN001, ANN202
+    """The ``run``-th check's share of a tree collection of B x the replicates (consecutive requests per template)."""
+    from speceq.kernels.trees import TreeRecord, TreeScenarioRecord
+
+    recs = {}
+    for name, rec in record.records.items():
+        if len(rec.paths) > 1:  # concatenated once per block
+            rec.paths, rec.tokens = [np.concatenate(rec.paths)], [np.concatenate(rec.tokens)]
+        c = scenario.copies(rec.template)
+        sl = slice(run * c, (run + 1) * c)
+        recs[name] = TreeRecord(rec.template, [rec.paths[0][sl]], [rec.tokens[0][sl]])
+    return TreeScenarioRecord(scenario, recs, {}, record.summary)
+
+
 def _cp(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     a = (1 - level) / 2
     low = 0.0 if k == 0 else float(stats.beta.ppf(a, k, n - k + 1))
@@ -134,12 +157,21 @@ def main() -> int:
     from speceq.stats import holm
 
     kern = make_kernel(args.variant)
-    base = default_scenarios(kern.spec, seed=args.seed)
+    tree = kern.spec.layout == "tree"
+    if tree and args.chain_detail:
+        parser.error("--chain-detail is for the chain layouts")
+    if tree:
+        from speceq.kernels.trees import collect_tree, default_tree_scenarios, planned_tree_tests, tree_tests
+
+        base = default_tree_scenarios(kern.spec, seed=args.seed)
+    else:
+        base = default_scenarios(kern.spec, seed=args.seed)
     if args.scenarios == "small":
         base = [s for s in base if s.vocab_size <= 61]
     elif args.scenarios == "large":
         base = [s for s in base if s.vocab_size > 61]
-    m = planned_tests(base, kern.spec)
+    planned = planned_tree_tests(base, kern.spec.method) if tree else None
+    m = len(planned) if tree else planned_tests(base, kern.spec)
     tv_alpha = DEFAULT_ALPHA / max(m, 1)
     min_holm: list[float] = []
     pooled: list[np.ndarray] = []
@@ -152,29 +184,42 @@ def main() -> int:
     harness_s: dict[str, float] = {}
     tests_s = 0.0
     sizes_n: list[np.ndarray] = []
+    written = 0
     start = time.perf_counter()
     done = 0
     block_index = 0
     while done < args.runs and (args.max_seconds is None or time.perf_counter() - start < args.max_seconds):
         b = min(args.block, args.runs - done)
         big = [replace(s, replicates=s.replicates * b, boundary_replicates=s.boundary_replicates * b) for s in base]
-        records = collect(kern, big, seed=collection_seed(args.variant, args.seed, block_index))
-        violations += sum(v.count for r in records for v in r.violations)
-        for r in records:
-            kernel_s[r.scenario.name] = kernel_s.get(r.scenario.name, 0.0) + r.kernel_seconds
-            harness_s[r.scenario.name] = harness_s.get(r.scenario.name, 0.0) + r.harness_seconds
+        seed = collection_seed(args.variant, args.seed, block_index)
+        if tree:
+            trees = collect_tree(kern, big, seed=seed)
+            violations += sum(count for r in trees for count, _ in r.found.values())
+            times = [(r.scenario.name, r.summary.kernel_seconds, r.summary.harness_seconds) for r in trees]
+            written += sum(r.inputs_written for r in trees)
+        else:
+            records = collect(kern, big, seed=seed)
+            violations += sum(v.count for r in records for v in r.violations)
+            times = [(r.scenario.name, r.kernel_seconds, r.harness_seconds) for r in records]
+            written += sum(r.inputs_written for r in records)
+        for name, ks, hs in times:
+            kernel_s[name] = kernel_s.get(name, 0.0) + ks
+            harness_s[name] = harness_s.get(name, 0.0) + hs
         t_tests = time.perf_counter()
         for run in range(b):
             chunk = []
-            for sr, sc in zip(records, base):
-                recs = []
-                for rec in sr.records:
-                    d, t, L = rec.arrays()
-                    c = sc.copies(rec.template)
-                    sl = slice(run * c, (run + 1) * c)
-                    recs.append(TemplateRecord(rec.template, [d[sl]], [t[sl]], [L[sl]]))
-                chunk.append(ScenarioRecord(sc, recs, (), 0, 0, 0.0, 0.0))
-            tests = run_tests(chunk, kern.spec, tv_alpha=tv_alpha)
+            if tree:
+                tests = tree_tests([_tree_slice(r, sc, run) for r, sc in zip(trees, base)], planned, tv_alpha=tv_alpha)
+            else:
+                for sr, sc in zip(records, base):
+                    recs = []
+                    for rec in sr.records:
+                        d, t, L = rec.arrays()
+                        c = sc.copies(rec.template)
+                        sl = slice(run * c, (run + 1) * c)
+                        recs.append(TemplateRecord(rec.template, [d[sl]], [t[sl]], [L[sl]]))
+                    chunk.append(ScenarioRecord(sc, recs, (), 0, 0, 0.0, 0.0))
+                tests = run_tests(chunk, kern.spec, tv_alpha=tv_alpha)
             p = np.array([t.pvalue for t in tests])
             smallest.extend({"run": done + run, "pvalue": t.pvalue, "where": t.where, "n": t.n, "tv": t.tv,
                              "support_violations": t.support_violations} for t in tests if t.pvalue < 1e-4)
@@ -239,6 +284,7 @@ def main() -> int:
     out = {"variant": args.variant, "kernel": kern.name, "seed": args.seed, "runs_asked": args.runs,
            "seed_rule": "collection_seed(variant, seed, block): SeedSequence([crc32(variant), seed, block])", "scenarios": [s.name for s in base], "planned_tests": m,
            "runs": int(mh.size), "fwer": fwer, "per_test_size": size, "violations": violations,
+           "scenarios_with_inputs_written": written,
            "p_below_1e-4": sorted(smallest, key=lambda x: x["pvalue"]),
            "chain_randomized": chain, "per_test": per_test, "per_test_size_by_scenario": by_scenario,
            "time_s": {"kernel_by_scenario": {k: round(v, 1) for k, v in kernel_s.items()},

@@ -125,7 +125,7 @@ def analyse(kern: Kernel, scenarios: Sequence[Scenario], records: Sequence[Scena
     violations = tuple(v for r in records for v in r.violations)
     summaries = tuple(ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
                                       r.calls, r.kernel_seconds, r.harness_seconds, r.scenario.skipped,
-                                      r.kernel_cpu_seconds, r.harness_cpu_seconds)
+                                      r.kernel_cpu_seconds, r.harness_cpu_seconds, r.inputs_written)
                       for r in records)
     features = {f"{sc.name}/{t.name}": dict(t.features) for sc in scenarios for t in sc.templates}
     return decide(kern, tests, violations, summaries, features, alpha=alpha, tolerance=tolerance, start=start,

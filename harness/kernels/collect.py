@@ -4,22 +4,27 @@ speceq owns the randomness: draft tokens are drawn from the template's draft law
 speceq's numpy generator (inverse CDF), every injected uniform comes from it, and the kernel's
 own generator and per-request seeds are seeded from it, so a check is reproducible from its
 seed. Each call holds every template of the scenario (shuffled), as many copies as fit in
-:data:`~speceq.kernels.scenarios.MAX_CELLS_PER_CALL` logits cells; calls repeat until every
-template has its replicates. The time spent inside the kernel and around it is recorded
-separately, as wall time and as the process's CPU time (the speed benchmark compares them; on a
-shared machine the CPU time is the steadier of the two).
+:data:`~speceq.kernels.scenarios.MAX_CELLS_PER_CALL` logits cells (ragged: the target rows;
+padded: every target and draft row it sends); calls repeat until every template has its
+replicates. The time spent inside the kernel and around it is recorded separately, as wall
+time and as the process's CPU time (the speed benchmark compares them; on a shared machine the
+CPU time is the steadier of the two).
 
 The large per-call inputs (target logits or probabilities, draft probabilities) are gathered
 into buffers that are reused from call to call and from scenario to scenario of a check (a
 fresh allocation of the same size costs ~5-20x the copy, in page faults): a request's tensors
-are valid during its call only;
-a kernel may modify them in place, and must not keep them for later calls.
+are valid during its call only; a kernel may modify them in place, and must not keep them for
+later calls. The padded layout keeps one call layout per composition, so its calls repeat the
+same rows, which are copied once and compared with the tables once (:class:`RowBuffers`); a
+kernel that writes into them makes the check copy every call's inputs (see
+:func:`run_scenario`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -58,12 +63,16 @@ class ScenarioRecord:
     harness_seconds: float
     kernel_cpu_seconds: float = 0.0
     harness_cpu_seconds: float = 0.0
+    #: The kernel wrote into its reused inputs: the first collection was discarded, this one copied every call's
+    #: inputs (the times include the discarded collection's).
+    inputs_written: bool = False
 
 
 class _Tables:
     """The scenario's rows as device tensors, and the draft CDFs for drawing."""
 
-    def __init__(self, scenario: Scenario, device: torch.device, buffers: RowBuffers | None = None) -> None:
+    def __init__(self, scenario: Scenario, device: torch.device, buffers: RowBuffers | None = None, *,
+                 reuse: bool = False) -> None:
         tpls = scenario.templates
         self.row_base = np.cumsum([0] + [t.n_draft + 1 for t in tpls])[:-1]
         self.draft_base = np.cumsum([0] + [t.n_draft for t in tpls])[:-1]
@@ -81,6 +90,7 @@ class _Tables:
         self.top_k = np.array([t.params.top_k for t in tpls], dtype=np.int64)
         self.top_p = np.array([t.params.top_p for t in tpls], dtype=np.float32)
         self.buffers = buffers if buffers is not None else RowBuffers()
+        self.reuse = reuse  # hand out the rows of a repeated call without copying them again (RowBuffers)
 
 
 class RowBuffers:
@@ -91,25 +101,156 @@ class RowBuffers:
     as ``[rows, V]``. So a check touches fresh memory for its inputs once, at the largest call,
     instead of once per scenario (first-touch page faults cost ~5-20x the copy itself on the
     2-core CPU machine: 0.1-0.6 GB/s against 3-15 GB/s).
+
+    ``gather(..., reuse=True)`` (the padded and tree layouts, whose calls keep one layout while
+    their composition does not change) skips the copy when the buffer already holds
+    ``table[rows]`` from the previous gather of that name: same table object, same rows. A
+    kernel may have written into the buffer during its calls, through torch or a raw pointer
+    (which no version counter sees), so every buffer handed out again without a copy is
+    compared with ``table[rows]`` bit for bit before it is overwritten with other rows and at
+    :meth:`verify` (the end of each scenario): one read per composition, not per call. A
+    difference sets :attr:`written`; the caller then discards what it collected with those
+    inputs and sets :attr:`copy_every_call`, after which every gather copies.
     """
+
+    #: Cells compared at a time by :meth:`verify` (a scratch buffer of this size, reused).
+    COMPARE_CELLS = 1 << 20
 
     def __init__(self) -> None:
         self._store: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+        self._held: dict[tuple[str, torch.dtype, torch.device], _Held] = {}
+        self._scratch: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+        self.copy_every_call = False
+        self.written = False
+        self.copies = 0  # gathers that copied (index_select into the buffer)
+        self.reuses = 0  # gathers that handed the held rows out again
+        self.compares = 0  # comparisons of a reused buffer with its table rows
 
-    def gather(self, name: str, table: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
-        index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(table.device)
-        count = int(index.numel())
+    def gather(self, name: str, table: torch.Tensor, rows: np.ndarray, *, reuse: bool = False) -> torch.Tensor:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        count = int(rows.size)
         row_shape = tuple(table.shape[1:])
         cells = count * int(np.prod(row_shape, dtype=np.int64))
         key = (name, table.dtype, table.device)
+        held = self._held.pop(key, None)
+        if held is not None and reuse and not self.copy_every_call and held.table is table \
+                and np.array_equal(held.rows, rows):
+            held.reused += 1
+            self._held[key] = held
+            self.reuses += 1
+            return self._store[key][:cells].view(count, *row_shape)
+        if held is not None:
+            self._check(key, held)
         flat = self._store.get(key)
         if flat is None or flat.numel() < cells:
             self._store.pop(key, None)  # release the smaller buffer before allocating: one per name at a time
             flat = torch.empty(cells, dtype=table.dtype, device=table.device)
             self._store[key] = flat
         out = flat[:cells].view(count, *row_shape)
+        index = torch.from_numpy(rows).to(table.device)
         torch.index_select(table, 0, index, out=out)
+        self.copies += 1
+        if reuse and not self.copy_every_call:
+            self._held[key] = _Held(table, rows.copy(), index)
         return out
+
+    def verify(self) -> bool:
+        """Compare every buffer handed out again since its copy with its table rows; forget them. False: written."""
+        for key in list(self._held):
+            self._check(key, self._held.pop(key))
+        return not self.written
+
+    def _check(self, key: tuple[str, torch.dtype, torch.device], held: _Held) -> None:
+        """Set :attr:`written` when a buffer that was handed out again differs from ``table[rows]`` in any bit."""
+        if held.reused == 0 or self.written:
+            return  # handed out once, right after its copy: no call saw stale data
+        self.compares += 1
+        with torch.inference_mode():  # the buffers may be inference tensors (built for calls in inference mode)
+            self.written = not self._equal(key, held)
+
+    def _equal(self, key: tuple[str, torch.dtype, torch.device], held: _Held) -> bool:
+        table = held.table
+        width = int(np.prod(table.shape[1:], dtype=np.int64))
+        count = int(held.index.numel())
+        buffer = self._store[key][:count * width].view(count, width)
+        step = max(1, self.COMPARE_CELLS // max(width, 1))
+        skey = (table.dtype, table.device)
+        scratch = self._scratch.get(skey)
+        need = min(step, count) * width
+        if scratch is None or scratch.numel() < need:
+            scratch = torch.empty(need, dtype=table.dtype, device=table.device)
+            self._scratch[skey] = scratch
+        flat_table = table.reshape(table.shape[0], width)
+        for start in range(0, count, step):
+            idx = held.index[start:start + step]
+            part = scratch[:idx.numel() * width].view(idx.numel(), width)
+            torch.index_select(flat_table, 0, idx, out=part)
+            if not same_bits(buffer[start:start + idx.numel()], part):
+                return False
+        return True
+
+
+#: An integer dtype of each element size, to compare floats bit for bit.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_MEMCMP: list = []
+
+
+def _memcmp():  # noqa: ANN202 - libc's memcmp through ctypes, or None where it cannot be loaded
+    if not _MEMCMP:
+        try:
+            fn = ctypes.CDLL(None).memcmp
+            fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        except (OSError, AttributeError, TypeError):  # no libc to load (e.g. CDLL(None) off POSIX)
+            fn = None
+        _MEMCMP.append(fn)
+    return _MEMCMP[0]
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors of one dtype and shape hold the same bits (NaN and -0.0 compare as what they are).
+
+    Contiguous CPU tensors are compared with libc's memcmp (3-4x faster than ``torch.equal`` on the
+    2-core CPU machine: 1.7 ms against 5-6 ms for 26 MB); others as integer views with ``torch.equal``.
+    """
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    fn = _memcmp()
+    if fn is not None and a.device.type == b.device.type == "cpu" and a.is_contiguous() and b.is_contiguous():
+        return fn(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) == 0
+    bits = _BITS[a.element_size()]
+    return bool(torch.equal(a.contiguous().view(bits), b.contiguous().view(bits)))
+
+
+@dataclass
+class _Held:
+    """What a reusable buffer holds: ``table[rows]`` (copied once, then handed out ``1 + reused`` times)."""
+
+    table: torch.Tensor
+    rows: np.ndarray
+    index: torch.Tensor
+    reused: int = 0
+
+
+def fixed_layout_plan(want: np.ndarray, per_call: int) -> list[np.ndarray]:
+    """Requests per template of each call, for calls that keep one layout: few distinct compositions.
+
+    C = ceil(max(want) / per_call) calls of ``want // C`` each (one composition), then the
+    remainders (each < C) in calls of at most ``per_call`` per template. Every call holds at most
+    ``per_call`` requests of a template, as ``min(want - have, per_call)`` does, and the totals
+    are exactly ``want``; the plan depends on the counts only, never on an outcome.
+    """
+    want = np.asarray(want, dtype=np.int64)
+    if want.size == 0 or int(want.max()) <= 0:
+        return []
+    calls = -(-int(want.max()) // per_call)
+    bulk = want // calls
+    plan = [bulk.copy() for _ in range(calls)] if bulk.any() else []
+    rest = want - bulk * calls
+    while rest.any():
+        take = np.minimum(rest, per_call)
+        plan.append(take)
+        rest = rest - take
+    return plan
 
 
 def _draw_drafts(tables: _Tables, slots: np.ndarray, k_max: int, rng: np.random.Generator) -> np.ndarray:
@@ -194,12 +335,12 @@ def build_padded(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
     j = np.arange(k + 1)[None, :]
     target_rows = tables.row_base[slots][:, None] + np.minimum(j, n[:, None])  # rows after the bonus repeat it
     dev = device
-    target = tables.buffers.gather("target", tables.probs, target_rows.ravel()).view(b, k + 1, -1)
+    target = tables.buffers.gather("target", tables.probs, target_rows.ravel(), reuse=tables.reuse).view(b, k + 1, -1)
     draft = None
     if spec_takes_q:
         jd = np.arange(k)[None, :]
         qrows = np.where(jd < n[:, None], tables.draft_base[slots][:, None] + jd, tables.zero_row)
-        draft = tables.buffers.gather("draft", tables.draft32, qrows.ravel()).view(b, k, -1)
+        draft = tables.buffers.gather("draft", tables.draft32, qrows.ravel(), reuse=tables.reuse).view(b, k, -1)
     return PaddedRequest(
         vocab_size=scenario.vocab_size,
         num_draft_tokens=tuple(n.tolist()),
@@ -294,22 +435,62 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
     A call that raises is retried one template at a time: templates that raise alone are
     recorded as ``raised`` violations and left out of the later calls; when every template
     raises alone the kernel (or its wrapper) cannot run at all and an EngineError is raised.
+
+    Padded layout: the calls keep one layout (the order of the templates' requests in the call)
+    while their composition (requests per template) is unchanged, a permutation drawn from
+    ``rng`` once per composition, independently of every outcome; so each call needs the same
+    table rows, which the buffers hand out without copying them again (:class:`RowBuffers`).
+    The draft tokens, uniforms, seeds and generators are drawn for every call. When the
+    buffers find that the kernel wrote into its inputs, everything collected for the scenario
+    is discarded, the buffers copy every call's inputs from then on (for the rest of the check)
+    and the scenario is collected again with the next draws of ``rng``; the record says so
+    (``inputs_written``). That redo is valid: whether it happens depends on what the kernel
+    does to its inputs, and where the first attempt stopped is a stopping time of the stream,
+    so the draws after it are again independent uniforms; the kept records are a complete
+    collection on unmodified inputs, as without the redo. The ragged layout draws a fresh
+    permutation for every call and copies every call's inputs, as before.
     """
+    buffers = buffers if buffers is not None else RowBuffers()
+    fixed_layout = kernel.spec.layout == "padded"
+    first = _collect_scenario(kernel, scenario, rng, device, buffers, fixed_layout)
+    if not buffers.written:
+        return first
+    buffers.copy_every_call, buffers.written = True, False  # nothing is reused from here on: no second redo
+    again = _collect_scenario(kernel, scenario, rng, device, buffers, fixed_layout)
+    return replace(again, inputs_written=True, kernel_seconds=again.kernel_seconds + first.kernel_seconds,
+                   harness_seconds=again.harness_seconds + first.harness_seconds,
+                   kernel_cpu_seconds=again.kernel_cpu_seconds + first.kernel_cpu_seconds,
+                   harness_cpu_seconds=again.harness_cpu_seconds + first.harness_cpu_seconds)
+
+
+def _collect_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, device: torch.device,
+                      buffers: RowBuffers, fixed_layout: bool) -> ScenarioRecord:
+    """One collection of ``scenario`` (see :func:`run_scenario`); stops early when ``buffers.written`` is set."""
     spec = kernel.spec
     tpls = scenario.templates
-    tables = _Tables(scenario, device, buffers)
+    tables = _Tables(scenario, device, buffers, reuse=fixed_layout)
     k_max = int(tables.n.max()) if spec.layout != "padded" else spec.max_draft
     records = [TemplateRecord(t) for t in tpls]
     want = np.array([scenario.copies(t) for t in tpls])
     have = np.zeros(len(tpls), dtype=np.int64)
-    batch = scenario.calls_batch() if spec.layout != "single" else min(256, 8 * len(tpls))
+    if spec.layout == "single":
+        batch = min(256, 8 * len(tpls))
+    elif spec.layout == "padded":  # every request sends k + 1 target rows and k draft rows, whatever its draft count
+        batch = scenario.calls_batch(spec.max_draft + 1 + (spec.max_draft if spec.takes_draft_probs else 0))
+    else:
+        batch = scenario.calls_batch()
     per_call = max(1, batch // len(tpls))
     violations: list[Violation] = []
     kernel_s = harness_s = kernel_cpu = harness_cpu = 0.0
     calls = requests = 0
+    layout_take: np.ndarray | None = None
+    slots = np.zeros(0, np.int64)
+    plan = fixed_layout_plan(want, per_call) if fixed_layout else []
     while (have < want).any():
-        take = np.minimum(want - have, per_call)
-        slots = rng.permutation(np.repeat(np.arange(len(tpls)), take))
+        take = np.minimum(want - have, plan.pop(0) if plan else per_call)
+        if not fixed_layout or layout_take is None or not np.array_equal(take, layout_take):
+            slots = rng.permutation(np.repeat(np.arange(len(tpls)), take))
+            layout_take = take
         groups = [slots]
         try:
             results = [_call(kernel, tables, scenario, slots, k_max, rng, device)]
@@ -354,6 +535,13 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
             harness_s += called.build_seconds + (time.perf_counter() - t2)
             kernel_cpu += called.kernel_cpu_seconds
             harness_cpu += called.build_cpu_seconds + (time.process_time() - c2)
+        if buffers.written:
+            break
+    if fixed_layout:
+        t3, c3 = time.perf_counter(), time.process_time()
+        buffers.verify()  # the end of the scenario: the last composition's reused inputs, compared once
+        harness_s += time.perf_counter() - t3
+        harness_cpu += time.process_time() - c3
     return ScenarioRecord(scenario, records, merge(violations), calls, requests, kernel_s, harness_s, kernel_cpu,
                           harness_cpu)
 

@@ -38,6 +38,8 @@ class ScenarioSummary:
     skipped: tuple[str, ...]
     kernel_cpu_seconds: float = 0.0  # the process's CPU time (all threads) inside the kernel's calls
     harness_cpu_seconds: float = 0.0  # and around them (building requests, reading outputs)
+    #: the kernel wrote into its reused inputs: the scenario was collected again, every call's inputs copied
+    inputs_written: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ def decide(kern: Kernel, tests: Sequence[KernelTest], violations: Sequence[Viola
         tests = [_with(t, holm=float(a), rejected=bool(a <= alpha)) for t, a in zip(tests, adjusted)]
     tests = tuple(tests)
     rejected = [t for t in tests if t.rejected]
-    findings = tuple(diagnose(tests, violations, features))
+    findings = tuple(diagnose(tests, violations, features)) + _inputs_written(summaries)
     # a declared-lossy method may emit tokens the target gives probability 0 (that is part of its loss)
     hard = [v for v in violations if not (spec.lossy and v.kind == "zero-probability")]
     n_viol = sum(v.count for v in hard)
@@ -150,6 +152,18 @@ def decide(kern: Kernel, tests: Sequence[KernelTest], violations: Sequence[Viola
     return KernelCheckResult(kernel=kern.name, spec=spec, verdict=verdict, reason=reason, alpha=alpha, tests=tests,
                              violations=tuple(violations), findings=findings, scenarios=tuple(summaries),
                              seconds=time.perf_counter() - start, device=device, seed=seed)
+
+
+def _inputs_written(summaries: Sequence[ScenarioSummary]) -> tuple[Finding, ...]:
+    """A note when the kernel wrote into its inputs: not a failure, but why the check copied every call's inputs."""
+    written = [s.name for s in summaries if s.inputs_written]
+    if not written:
+        return ()
+    text = (f"the kernel wrote into its inputs (first seen in {written[0]}); inputs are copied per call from then "
+            f"on, and {'that scenario was' if len(written) == 1 else 'those scenarios were'} collected again with "
+            f"fresh draws: {', '.join(written)}")
+    return (Finding(component="inputs-written", text=text, failed=0, tested=len(summaries), tv=None, tv_upper=None,
+                    predicates=(), where=tuple(written)),)
 
 
 def _with(t: KernelTest, **changes: Any) -> KernelTest:

@@ -94,9 +94,15 @@ class Scenario:
     def rows_per_request(self) -> float:
         return float(np.mean([t.n_draft + 1 for t in self.templates]))
 
-    def calls_batch(self) -> int:
-        """Requests per call: every template at least once, at most MAX_CELLS_PER_CALL logits cells."""
-        per_request = self.rows_per_request * self.vocab_size
+    def calls_batch(self, rows_per_request: float | None = None) -> int:
+        """Requests per call: every template at least once, at most MAX_CELLS_PER_CALL logits cells.
+
+        rows_per_request: the rows of V values a request sends (default :attr:`rows_per_request`, the
+        mean template's target rows, as the ragged layout sends them; the padded layout passes its
+        fixed k + 1 target and k draft rows).
+        """
+        rows = self.rows_per_request if rows_per_request is None else float(rows_per_request)
+        per_request = rows * self.vocab_size
         most = max(len(self.templates), int(MAX_CELLS_PER_CALL // max(per_request, 1.0)))
         return int(min(most, 4096))
 

@@ -65,3 +65,39 @@ def test_chain_randomized_p_values_are_exactly_uniform_by_enumeration() -> None:
             share = 1.0 if high <= u else (0.0 if low > u else (u - low) / (high - low))
             total += stats.binom.pmf(x, n, 0.3) * share
         assert abs(total - u) <= 1e-9 * u + 1e-15, (u, total)
+
+
+def test_tree_variants_split_one_collection_into_independent_checks(monkeypatch, tmp_path, capsys) -> None:  # noqa: ANN001
+    """``--variant tree-target-only``: B checks from one collection, each with its own requests and all planned tests."""
+    import json
+    import sys
+
+    from speceq.kernels.trees import collect_tree, default_tree_scenarios, planned_tree_tests, tree_tests
+
+    cal = _script()
+    kern = cal.make_kernel("tree-multi-draft")
+    assert kern.spec.layout == "tree" and kern.spec.method == "multi-draft"
+    base = [s for s in default_tree_scenarios(kern.spec, scale=0.05) if s.vocab_size <= 61]
+    big = [replace(s, replicates=3 * s.replicates) for s in base]
+    rec = collect_tree(kern, big, seed=1)
+    planned = planned_tree_tests(base, kern.spec.method)
+    runs = [[cal._tree_slice(r, s, run) for r, s in zip(rec, base)] for run in range(3)]
+    for run, chunk in enumerate(runs):
+        for r, s in zip(chunk, base):
+            for t in s.templates:
+                mine = r.records[t.name]
+                assert mine.paths[0].shape[0] == s.copies(t)  # one check's requests
+                whole = rec[base.index(s)].records[t.name].paths[0]
+                assert np.array_equal(mine.paths[0], whole[run * s.copies(t):(run + 1) * s.copies(t)])
+        assert len(tree_tests(chunk, planned, tv_alpha=1e-4)) == len(planned)
+    out = tmp_path / "cal.json"
+    monkeypatch.setattr(sys, "argv", ["kernel_calibration", "--variant", "tree-target-only", "--runs", "4",
+                                      "--block", "2", "--json", str(out)])
+    assert cal.main() == 0
+    capsys.readouterr()
+    d = json.loads(out.read_text())
+    assert d["runs"] == 4 and d["scenarios"] == ["tree-v61", "tree-v2"] and d["violations"] == 0
+    target_only = cal.make_kernel("tree-target-only").spec
+    assert d["planned_tests"] == len(planned_tree_tests(
+        [s for s in default_tree_scenarios(target_only) if s.vocab_size <= 61], "target-only"))
+    assert d["per_test_size"]["0.01"]["tests"] == 4 * d["planned_tests"]
