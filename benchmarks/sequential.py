@@ -20,7 +20,7 @@ Three parts (each prints a markdown table and adds its numbers to ``--json``):
     docs/measurements/power.md), a few seeds each, against the fixed-n detection sizes of docs/measurements/power.json.
 
 Usage: python benchmarks/sequential.py [aa|certify|gallery|all] [--reps R] [--json PATH]
-       python benchmarks/sequential.py gallery --seeds 3 --budget 1500 [--mutants a,b]
+       python benchmarks/sequential.py gallery --seeds 3 --budget 1500 [--mutants a,b] [--support-margin-nats NATS]
 """
 
 from __future__ import annotations
@@ -219,21 +219,25 @@ def _fixed_sizes() -> dict[str, dict[str, Any]]:
 
 
 def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float = 0.01,
-                tolerance: float = 0.15) -> dict[str, Any]:
+                tolerance: float = 0.15, support_margin_nats: float | None = None) -> dict[str, Any]:
+    """``support_margin_nats``: the support hard failure's numerics margin; None: ``speceq run``'s on the bundled models."""
     import torch
 
     torch.set_num_threads(1)
+    from speceq.core.defaults import SUPPORT_MARGIN_NATS
     from speceq.engines.mutants import MUTANTS
     from speceq.pipeline.config import RunConfig
     from speceq.pipeline.runner import run
     from speceq.power.settings import settings_for
     from speceq.power.study import PowerStudy
 
+    margin = SUPPORT_MARGIN_NATS if support_margin_nats is None else support_margin_nats
     fixed = _fixed_sizes()
     cal = PowerStudy(settings_for("quick"), log=lambda *a, **k: None)
     names = mutants or [n for n, s in MUTANTS.items() if not s.lossless]  # lossless ones: --mutants
     rows = []
-    print(f"\n### Mutant gallery: samples per engine to `shifted` (alpha = {alpha:g}, {seeds} seeds, budget {budget})\n")
+    print(f"\n### Mutant gallery: samples per engine to `shifted` (alpha = {alpha:g}, {seeds} seeds, budget {budget}, "
+          f"support margin {margin:g} nats)\n")
     print("| mutant | TV | fixed-n n50 / n90 (docs/measurements/power.json) | sequential: stopped at (per seed) | first crossing "
           "(per seed) | median stop / fixed n90 | seconds |")
     print("|---|---|---|---|---|---|---|")
@@ -241,14 +245,16 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
         for name in names:
             spec = MUTANTS[name]
             case = cal.case(name, spec)
-            stops, firsts, verdicts, decided, notes = [], [], [], [], []
+            stops, firsts, verdicts, decided, notes, reasons = [], [], [], [], [], []
             t0 = time.perf_counter()
             for s in range(seeds):
                 engines = {"baseline": cal.baseline, "candidate": cal.engine(spec)}
                 cfg = RunConfig(samples=budget, alpha=alpha, tolerance=tolerance, seed=s, out_dir=Path(tmp) / f"{name}-{s}", resume=False,
-                                progress=False, oracle_draft="bundled", sequential=True)
+                                progress=False, oracle_draft="bundled", sequential=True,
+                                support_margin_nats=margin)
                 c = run(cfg, [case], engines=engines).cases[0]
                 verdicts.append(c.verdict)
+                reasons.append(c.reason)
                 decided.append(c.n_baseline)
                 stops.append(c.n_baseline if c.verdict == "shifted" else math.inf)
                 first = None
@@ -264,7 +270,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
             ratio = med / f["n90"] if f.get("n90") and math.isfinite(med) else math.nan
             rows.append({"mutant": name, "tv": f.get("tv"), "fixed_n50": f.get("n50"), "fixed_n90": f.get("n90"),
                          "stops": [None if not math.isfinite(x) else int(x) for x in stops], "first_crossings": firsts,
-                         "verdicts": verdicts, "decided_at": decided, "fixed_size_notes": notes,
+                         "verdicts": verdicts, "reasons": reasons, "decided_at": decided, "fixed_size_notes": notes,
                          "seconds": secs})
             stop_txt = ", ".join(str(int(x)) if math.isfinite(x) else f"{n} ({v})" for x, v, n in zip(stops, verdicts, decided))
             tv = f"{f['tv']:.3f}" if f.get("tv") is not None else "—"
@@ -273,7 +279,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
             if spec.lossless:
                 for n, note in zip(decided, notes):
                     print(f"|   at n = {n}: {note.split(';')[0]} | | | | | | |", flush=True)
-    return {"alpha": alpha, "seeds": seeds, "budget": budget, "rows": rows}
+    return {"alpha": alpha, "seeds": seeds, "budget": budget, "support_margin_nats": margin, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mutants", default=None, help="comma-separated mutant names (default: every non-lossless one)")
     ap.add_argument("--alpha", type=float, default=0.01, help="gallery alpha (default %(default)s, as docs/measurements/power.md)")
     ap.add_argument("--tolerance", type=float, default=0.15, help="gallery tolerance (default %(default)s)")
+    ap.add_argument("--support-margin-nats", type=float, default=None, metavar="NATS",
+                    help="gallery: numerics margin of the support hard failure (default: speceq run's on the bundled "
+                         "models, 0.5; inf: off)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write the numbers there")
     args = ap.parse_args(argv)
     out: dict[str, Any] = {}
@@ -295,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         out["certify"] = run_certify(args.certify_reps)
     if args.part in ("gallery", "all"):
         out["gallery"] = run_gallery(args.seeds, args.budget, args.mutants.split(",") if args.mutants else None,
-                                     alpha=args.alpha, tolerance=args.tolerance)
+                                     alpha=args.alpha, tolerance=args.tolerance,
+                                     support_margin_nats=args.support_margin_nats)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
     return 0
