@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -33,6 +34,9 @@ from speceq.errors import EngineError
 from speceq.kernels.contract import Kernel, Outcome, PaddedRequest, RaggedRequest, SingleRequest
 from speceq.kernels.outcomes import Violation, as_token_array, merge, parse_call
 from speceq.kernels.scenarios import ONE_MINUS_ULP, Scenario, Template
+
+#: A scenario's record or summary: anything with the four time fields and ``inputs_written``.
+_Timed = TypeVar("_Timed")
 
 
 @dataclass
@@ -457,6 +461,11 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
         return first
     buffers.copy_every_call, buffers.written = True, False  # nothing is reused from here on: no second redo
     again = _collect_scenario(kernel, scenario, rng, device, buffers, fixed_layout)
+    return redone(again, first)
+
+
+def redone(again: _Timed, first: _Timed) -> _Timed:
+    """``again`` (a scenario's record or summary) marked ``inputs_written``, with ``first``'s discarded times added (s)."""
     return replace(again, inputs_written=True, kernel_seconds=again.kernel_seconds + first.kernel_seconds,
                    harness_seconds=again.harness_seconds + first.harness_seconds,
                    kernel_cpu_seconds=again.kernel_cpu_seconds + first.kernel_cpu_seconds,

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.collect import RowBuffers, fixed_layout_plan
+from speceq.kernels.collect import RowBuffers, fixed_layout_plan, redone
 from speceq.kernels.contract import Kernel, KernelSpec, Outcome, TreeRequest
 from speceq.kernels.evidence import MIN_PLANNED, KernelTest
 from speceq.kernels.families import as_float32_law, draft_law, target_logits
@@ -505,11 +505,7 @@ def collect_tree(kern: Kernel, scenarios: list[TreeScenario], *, seed: int = 0,
         if buffers.written:
             buffers.copy_every_call, buffers.written = True, False  # nothing is reused from here on
             again = _collect_tree_scenario(kern, scn, rng, dev, buffers)
-            a, b = again.summary, first.summary
-            first = replace(again, summary=replace(
-                a, kernel_seconds=a.kernel_seconds + b.kernel_seconds, harness_seconds=a.harness_seconds + b.harness_seconds,
-                kernel_cpu_seconds=a.kernel_cpu_seconds + b.kernel_cpu_seconds,
-                harness_cpu_seconds=a.harness_cpu_seconds + b.harness_cpu_seconds, inputs_written=True))
+            first = replace(again, summary=redone(again.summary, first.summary))
         out.append(first)
     return out
 
