@@ -15,13 +15,17 @@ measures the sizes of
   the magnitudes estimates the size with a relative standard error below 1 / sqrt(R) at every
   level (Rao-Blackwellised, no rare events needed);
 - the same comparisons (and the one-sample z-tests, for contrast) in the three worlds of
-  issue #22 where both engines share a slightly wrong oracle (speceq.stats.synthetic).
+  issue #22 where both engines share a slightly wrong oracle (speceq.stats.synthetic);
+- the run-level pooled comparisons (speceq.stats.pooled_comparison) in the same worlds, over
+  cases that all share the world's error: each case's differences scaled by 1 / ||D_c||, the
+  size given those magnitudes exact as above.
 
 Usage::
 
     python benchmarks/comparison_calibration.py                       # every part (~10 min on 1 core)
     python benchmarks/comparison_calibration.py --parts one-sample --reps 20000
     python benchmarks/comparison_calibration.py --parts worlds --outer 500
+    python benchmarks/comparison_calibration.py --parts pooled --pooled-cases 6 --world-outer 200
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from speceq.stats.synthetic import MISMATCH_WORLDS, mismatch_world
 LEVELS = (1e-3, 1e-4, 2e-5)
 OLD_MIN_SUMMED_VARIANCE = 50.0
 ROW_TOKENS = 4
-PARTS = ("one-sample", "comparisons", "worlds")
+PARTS = ("one-sample", "comparisons", "worlds", "pooled")
 
 
 # ------------------------------------------------------------------------------- cells
@@ -333,6 +337,34 @@ def world_sizes(name: str, outer: int, rows: int, rng: np.random.Generator) -> d
     return {k: (np.mean(v, axis=0), np.std(v, axis=0, ddof=1) / math.sqrt(len(v))) for k, v in res.items()}
 
 
+def pooled_world_sizes(name: str, outer: int, rows: int, cases: int,
+                       rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per row score: Rao-Blackwellised size of its comparison pooled over ``cases`` cases of the world.
+
+    Every case is an independent draw of ``rows`` rows per engine from the world, so all cases
+    share the same error with the oracle (the worst case for pooling: the offsets line up).
+    The pooled test is the sign-flip test of the concatenated D_c / ||D_c||, as in
+    :func:`speceq.stats.pooled_comparison`, so its size given the magnitudes is exact.
+    """
+    world = mismatch_world(name)
+    res: dict[str, list[np.ndarray]] = {}
+    for _ in range(outer):
+        parts: dict[str, list[np.ndarray]] = {}
+        for _c in range(cases):
+            tb, lb = world.sample(rng, rows, ROW_TOKENS)
+            tc, lc = world.sample(rng, rows, ROW_TOKENS)
+            wb, wc = row_scores(world.score(tb, lb), rows), row_scores(world.score(tc, lc), rows)
+            for k in COMPARISONS:
+                if k in wb:
+                    d = wc[k] - wb[k]
+                    norm = math.sqrt(float(d @ d))
+                    if norm > 0:
+                        parts.setdefault(k, []).append(d / norm)
+        for k, ds in parts.items():
+            res.setdefault(f"pooled {k} comparison", []).append(cmp.conditional_size(np.concatenate(ds), LEVELS))
+    return {k: (np.mean(v, axis=0), np.std(v, axis=0, ddof=1) / math.sqrt(len(v))) for k, v in res.items()}
+
+
 # ---------------------------------------------------------------------------- output
 def _fmt(est: np.ndarray, se: np.ndarray | None) -> list[str]:
     out = []
@@ -351,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--outer", type=int, default=2_000, help="magnitude draws per comparison cell")
     ap.add_argument("--world-outer", type=int, default=400, help="replicates per world (3 000 rows x 4 tokens)")
     ap.add_argument("--world-rows", type=int, default=3000)
+    ap.add_argument("--pooled-cases", type=int, default=6, help="cases per run of the pooled part")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="keep the cells whose name contains one of these (comma-separated)")
     args = ap.parse_args(argv)
@@ -405,6 +438,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                np.random.default_rng(next(seeds))).items():
                 cells_txt = _fmt(est, se) if test.startswith("comparison") else [f"{e:.3f}" for e in est]
                 print(f"| {name} | {test} | " + " | ".join(cells_txt) + " |", flush=True)
+    if "pooled" in parts:
+        print(f"\n## Pooled over {args.pooled_cases} cases that share the world's oracle error ({args.world_rows} rows "
+              f"x {ROW_TOKENS} tokens per case and engine, {args.world_outer} replicates)\n")
+        print("Size / nominal (Rao-Blackwellised, ± 3 SE).\n")
+        print("| world | test | 1e-3 | 1e-4 | 2e-5 |")
+        print("|---|---|---|---|---|")
+        for name in MISMATCH_WORLDS:
+            say(f"pooled {name}")
+            for test, (est, se) in pooled_world_sizes(name, args.world_outer, args.world_rows, args.pooled_cases,
+                                                      np.random.default_rng(next(seeds))).items():
+                print(f"| {name} | {test} | " + " | ".join(_fmt(est, se)) + " |", flush=True)
     say("done")
     return 0
 

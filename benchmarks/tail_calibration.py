@@ -588,7 +588,8 @@ def pipeline_aa(runs: int, samples: int, alphas: Sequence[float], seed: int = 0,
     EOS-prone: EOS probability ``eos_boost`` per step), 4 new tokens, baseline and candidate
     drawn independently from the same model, the exact oracle, Holm over the run. Returns alpha -> (runs with any shifted case, runs).
     ``fired``: when given, each false ``shifted`` appends (run, alpha, case, the primary test with the
-    smallest Holm-adjusted p-value, its raw p-value, its adjusted p-value). ``results``: when
+    smallest Holm-adjusted p-value, its raw p-value, its adjusted p-value; a run-level pooled test
+    is named with the case id ``POOLED_CASE_ID``). ``results``: when
     given, every run's RunResult is appended (run order, then alpha order).
     """
     from speceq.core.params import SamplingParams
@@ -597,6 +598,7 @@ def pipeline_aa(runs: int, samples: int, alphas: Sequence[float], seed: int = 0,
     from speceq.models import EOS_ID
     from speceq.pipeline.analysis import analyse_run
     from speceq.stats.calibration import toy_sequences
+    from speceq.verdicts.result import POOLED_CASE_ID
 
     make = models or (lambda boost: markov_model(1.0, eos_boost=boost))
     models = {100: make(0.0), 102: make(eos_boost)}
@@ -619,9 +621,11 @@ def pipeline_aa(runs: int, samples: int, alphas: Sequence[float], seed: int = 0,
             if results is not None:
                 results.append(res)
             if fired is not None and res.verdict == "shifted":
-                case, test = min(((c, t) for c in res.cases for t in c.tests if t.adjusted_pvalue is not None),
-                                 key=lambda ct: ct[1].adjusted_pvalue)
-                fired.append((r, a, case.case_id, test.name, test.pvalue, test.adjusted_pvalue))
+                tests = [(c.case_id, t) for c in res.cases for t in c.tests]
+                tests += [(POOLED_CASE_ID, t) for t in res.pooled_tests]
+                case_id, test = min(((c, t) for c, t in tests if t.adjusted_pvalue is not None),
+                                    key=lambda ct: ct[1].adjusted_pvalue)
+                fired.append((r, a, case_id, test.name, test.pvalue, test.adjusted_pvalue))
         if progress and (r + 1) % 50 == 0:
             progress(f"pipeline A/A: {r + 1}/{runs} runs")
     return {a: (counts[a], runs) for a in alphas}

@@ -268,8 +268,8 @@ def render_report(result: RunResult, kernels: Sequence[dict[str, Any]] = ()) -> 
         "baseline": sum(c.n_baseline for c in result.cases),
         "candidate": sum(c.n_candidate for c in result.cases),
         "candidate_tokens": sum(c.candidate_tokens for c in result.cases),
-        "primary_tests": sum(t.primary for c in result.cases for t in c.tests),
-        "tests": sum(len(c.tests) for c in result.cases),
+        "primary_tests": sum(t.primary for c in result.cases for t in c.tests) + sum(t.primary for t in result.pooled_tests),
+        "tests": sum(len(c.tests) for c in result.cases) + len(result.pooled_tests),
     }
     return environment().get_template("report.html.j2").render(
         run=result,

@@ -34,8 +34,13 @@ batch must be equal token for token; every diverging row's first divergence is c
 by the target's raw top-2 margin there (:mod:`speceq.pipeline.greedy`; the near-tie threshold is a
 setting), and a candidate row that diverged at a near-tie is teacher-forced through the
 oracle: every later token must be the target's argmax or a near-tie. The verdict of every
-case, greedy or not, is decided in :func:`speceq.verdicts.decide.decide_run` from the typed
+case, greedy or not, is decided in :func:`speceq.verdicts.decide.decide_run_pooled` from the typed
 :class:`CaseEvidence` built here.
+
+Run level: with two or more sampling cases scored by the oracle, every row-score comparison is
+also pooled over the cases (:func:`pooled_tests`, Stouffer-weighted, exact under "no case
+shifted"); those tests join the one Holm family, and one rejecting makes the run ``shifted``
+while each case keeps its own verdict.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ScoreRequest
 from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
-from speceq.verdicts.decide import CaseDecision, decide_run, run_verdict
+from speceq.verdicts.decide import CaseDecision, decide_run_pooled, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import (
     CaseResult,
@@ -81,6 +86,8 @@ SAMPLE_TEXTS = 3
 MAX_DIVERGENCES = 10
 #: Oracle tests of a case (upper count) when planning the Monte Carlo level: five comparisons and the support one.
 _ORACLE_PRIMARY_TESTS = 6
+#: Sampling cases with an oracle needed before the row-score comparisons are also pooled over the run's cases.
+POOLED_MIN_CASES = 2
 #: The one-sample z diagnostics and the comparison each one is read against.
 _Z_DIAGNOSTICS = (("z argmax leak", stats.argmax_leak_z, "argmax comparison"),
                   ("z temperature drift", stats.temperature_drift_z, "log-likelihood comparison"),
@@ -115,6 +122,7 @@ class OracleFindings:
     z_paths: tuple[Any, ...] = ()
     test_bins: tuple[Any, ...] = ()
     pit_law: stats.PITLawBound | None = None
+    differences: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +206,29 @@ def score_requests(cases: Sequence[Case], baseline: Mapping[str, SampleBatch],
         base, cand = baseline[case.case_id], candidate[case.case_id]
         out += [(case.case_id, case.prompts, base, case.params), (case.case_id, case.prompts, cand, case.params)]
     return out
+
+
+def planned_pooled_tests(cases: Sequence[Case], *, oracle: bool) -> int:
+    """Upper count of the run-level pooled comparisons: one per row score when two or more sampling cases have an oracle."""
+    sampling = sum(not c.params.greedy for c in cases)
+    return len(stats.COMPARISONS) if oracle and sampling >= POOLED_MIN_CASES else 0
+
+
+def pooled_tests(differences: Sequence[Mapping[str, np.ndarray]]) -> tuple[TestOutcome, ...]:
+    """The run-level primary tests: each row score's paired comparison pooled over the cases that have it.
+
+    differences: per sampling case with an oracle, its pair differences per row score
+    (:func:`speceq.stats.paired_score_differences`). A score is pooled over the cases that
+    have it when they are at least POOLED_MIN_CASES (a single case's own test already counts).
+    """
+    out = []
+    for k in stats.COMPARISONS:
+        parts = [d[k] for d in differences if k in d]
+        if len(parts) < POOLED_MIN_CASES:
+            continue
+        res = stats.pooled_comparison(parts, name=f"pooled {k} comparison")
+        out.append(_outcome(res.name, "pooled oracle comparison", True, res))
+    return tuple(out)
 
 
 def planned_primary_tests(case: Case, *, oracle: bool) -> int:
@@ -389,6 +420,8 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     scores = oracle.score(case.prompts, cand, params)
     found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index),
                                         rng=rng, level=mc_level)
+    differences = stats.paired_score_differences(base_scores, np.asarray(base.prompt_index), scores,
+                                                 np.asarray(cand.prompt_index))
     tests = [_outcome(t.name, "oracle comparison", True, t) for t in found.tests]
     sup = found.support
     tests.append(_outcome("support comparison", "oracle comparison", True, sup))
@@ -446,7 +479,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         pit_u[own], scores.position[own], rows=rows, positions=params.max_new_tokens, alpha=alpha)
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), notes=tuple(notes),
                           histogram=tuple(int(h) for h in pit.histogram), z_paths=tuple(martingale_paths(scores)),
-                          test_bins=bins, pit_law=pit_law)
+                          test_bins=bins, pit_law=pit_law, differences=differences)
 
 
 def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -548,7 +581,8 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tup
 
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
                   seed: int, tok: _Tok, mc_level: float, near_tie_nats: float,
-                  support_margin_nats: float) -> tuple[CaseEvidence, CaseDetails]:
+                  support_margin_nats: float) -> tuple[CaseEvidence, CaseDetails, Mapping[str, np.ndarray] | None]:
+    """One case's evidence, what its result shows, and its pair differences per row score (None: no oracle scores)."""
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
     n_cand = int((np.asarray(cand.prompt_index) == 0).sum())
     base_speed, cand_speed = _tokens_per_s(base), _tokens_per_s(cand)
@@ -561,7 +595,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         g, summary, failures = _greedy(case, base, cand, oracle, tok, alpha=alpha, near_tie_nats=near_tie_nats)
         ev = CaseEvidence(case_id=case.case_id, tests=(), tv_estimate=g.tv_estimate, tv_upper_bound=g.tv_upper_bound,
                           effective_support=1.0, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures, greedy=g)
-        return ev, _replace(details, greedy=summary, tv_reference="greedy rows")
+        return ev, _replace(details, greedy=summary, tv_reference="greedy rows"), None
 
     rng = case_rng(seed, case.case_id, 0)
     tests, per_position, test_bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha,
@@ -573,6 +607,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"
     pit_law = None
+    differences = None
     if oracle is not None:
         if oracle.knows_full_law(case.params):
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
@@ -587,6 +622,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         failures = found.support_failures
         notes += found.notes
         pit_law = found.pit_law
+        differences = found.differences
         if pit_law is not None:
             notes.append(pit_law.summary())
         details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths,
@@ -607,7 +643,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                       bound_alpha=alpha / max(1, len(bounds)),
                       pit_law_upper_bound=None if pit_law is None else pit_law.bound,
                       pit_law_positions=0 if pit_law is None else len(pit_law.positions))
-    return ev, details
+    return ev, details, differences
 
 
 def _replace(details: CaseDetails, **changes: Any) -> CaseDetails:
@@ -687,27 +723,33 @@ def analyse_run(
     """
     tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
     planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
+    planned += planned_pooled_tests(cases, oracle=oracle is not None)
     mc_level = alpha / max(1, planned)
     evidence: list[CaseEvidence] = []
     details: list[CaseDetails] = []
+    differences: list[Mapping[str, np.ndarray]] = []
     iterator: Any = cases
     if progress:
         from rich.progress import track
 
         iterator = track(cases, description="analysing", transient=True)
     for case in iterator:
-        ev, d = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
-                              seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats,
-                              support_margin_nats=support_margin_nats)
+        ev, d, diff = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
+                                    seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats,
+                                    support_margin_nats=support_margin_nats)
         evidence.append(ev)
         details.append(d)
-    decisions = decide_run(evidence, alpha=alpha, tolerance=tolerance, certificate=certificate)
+        if diff is not None:
+            differences.append(diff)
+    decisions, pooled = decide_run_pooled(evidence, pooled_tests(differences), alpha=alpha, tolerance=tolerance,
+                                          certificate=certificate)
     settings = dict(provenance.get("settings") or {})
     results = tuple(_case_result(c, ev, dec, d, tolerance, settings)
                     for c, ev, dec, d in zip(cases, evidence, decisions, details))
     return RunResult(
-        verdict=run_verdict(decisions), alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines), cases=results,
-        oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
+        verdict=run_verdict(decisions, pooled), alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines),
+        cases=results, oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
+        pooled_tests=pooled.tests, pooled_reason=pooled.reason,
     )
 
 

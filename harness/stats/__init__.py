@@ -9,7 +9,8 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
 - oracle, one-sample (diagnostics: valid only for an exact oracle): :func:`randomized_pit` +
   :func:`pit_uniformity`, the martingale z-tests, :func:`support_violations`, :func:`chisquare_gof`
 - oracle, candidate vs baseline (valid under any shared oracle error): :func:`paired_comparison`,
-  :func:`support_comparison`, :func:`compare_oracle_scores`
+  :func:`support_comparison`, :func:`compare_oracle_scores`; over the cases of a run
+  :func:`pooled_comparison` of :func:`paired_score_differences`
 - effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds; the coarser
   certificate a large vocabulary affords, :func:`pit_law_bound` (and :func:`required_n_pit_law`)
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
@@ -21,6 +22,7 @@ from speceq.stats.comparison import (
     pair_rows_by_prompt,
     paired_comparison,
     permutation_comparison,
+    pooled_comparison,
     row_sums,
     support_comparison,
 )
@@ -39,10 +41,12 @@ from speceq.stats.martingale import (
 from speceq.stats.montecarlo import mc_draws_for_level, sequential_mc_pvalue
 from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.oracle_rows import (
+    COMPARISONS,
     OracleComparisons,
     SequentialComparisons,
     compare_oracle_scores,
     impossible_rows,
+    paired_score_differences,
     row_scores,
     sequential_oracle_comparisons,
 )
@@ -59,6 +63,7 @@ from speceq.stats.results import (
     GoodnessOfFitResult,
     HomogeneityResult,
     PITResult,
+    PooledComparisonResult,
     SupportComparisonResult,
     SupportResult,
     TwoSampleResult,
@@ -88,8 +93,8 @@ from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, po
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
-    "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "row_sums", "support_comparison",
-    "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
+    "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "pooled_comparison", "row_sums", "support_comparison",
+    "COMPARISONS", "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "paired_score_differences", "row_scores",
     "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",
@@ -99,7 +104,7 @@ __all__ = [
     "PITLawBound", "PITLawPosition", "pit_law_bound", "required_n_pit_law",
     "effective_support_upper", "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
     "required_n_oracle", "required_n_two_sample",
-    "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "SupportComparisonResult", "SupportResult",
+    "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "PooledComparisonResult", "SupportComparisonResult", "SupportResult",
     "TwoSampleResult", "UniformityResult", "ZTestResult",
     "TokenScores",
     "cramervonmises_2samp_permutation", "ks_2samp_jittered",

@@ -42,6 +42,7 @@ exact conditional (Fisher) test, stratified by prompt (:func:`support_comparison
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats
@@ -49,7 +50,7 @@ from scipy import stats
 from speceq.stats._validate import as_real_sample, check_level, check_rng
 from speceq.stats.bounds import BD_CONSTANT, signflip_tail_bound
 from speceq.stats.montecarlo import sequential_mc_pvalue
-from speceq.stats.results import ComparisonResult, SupportComparisonResult
+from speceq.stats.results import ComparisonResult, PooledComparisonResult, SupportComparisonResult
 
 #: Integer differences are used as they are while their magnitudes sum to at most this.
 EXACT_MAX_TOTAL = 1 << 20
@@ -190,6 +191,45 @@ def paired_comparison(baseline: np.ndarray, candidate: np.ndarray, *, name: str,
         method = "exact sign-flip" if integral else "exact sign-flip (scores on a grid)"
     p = 1.0 if side <= 0 and alternative == "two-sided" else min(1.0, sides * tail)
     return ComparisonResult(statistic=s1 / math.sqrt(s2), pvalue=float(p), method=method, **common)
+
+
+def pooled_comparison(differences: Sequence[np.ndarray], *, name: str,
+                      alternative: str = "two-sided") -> PooledComparisonResult:
+    """One row score's paired differences of several cases, tested together: is any case's score shifted?
+
+    differences[c]: the pair differences D = candidate - baseline of case c (one row score,
+    pairs as for :func:`paired_comparison`). Each case is weighted 1 / ||D_c||, so the statistic
+    is Stouffer's sum_c z_c / sqrt(C) of the cases' own Z; the weights depend on the
+    magnitudes only, so given every |D| the signs are still i.i.d. fair coins under the
+    intersection null (no case shifted) and the sign-flip p-value of the weighted pairs is
+    valid at every level, whatever the oracle's error. A bug that moves every case a little
+    in the same direction adds up here while no single case reaches the Holm level.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"`name` must be a non-empty string, got {name!r}")
+    if alternative not in _ALTERNATIVES:
+        raise ValueError(f"`alternative` must be one of {_ALTERNATIVES}, got {alternative!r}")
+    if isinstance(differences, np.ndarray) or not isinstance(differences, Sequence):
+        raise TypeError(f"`differences` must be a sequence of arrays (one per case), got "
+                        f"{type(differences).__name__} ({name})")
+    parts, zs, pairs = [], [], 0
+    for i, raw in enumerate(differences):
+        d = as_real_sample(raw, f"differences[{i}]", min_size=0, context=name)
+        pairs += int(d.size)
+        norm = math.sqrt(float(np.dot(d, d)))
+        if norm == 0.0:
+            zs.append(0.0)
+            continue
+        zs.append(float(d.sum()) / norm)
+        parts.append(d / norm)
+    if not parts:
+        return PooledComparisonResult(name=name, statistic=0.0, pvalue=1.0, n_cases=0, n_pairs=pairs,
+                                      case_statistics=tuple(zs), method="degenerate", alternative=alternative)
+    w = np.concatenate(parts)
+    res = paired_comparison(np.zeros_like(w), w, name=name, alternative=alternative)
+    return PooledComparisonResult(name=name, statistic=res.statistic, pvalue=res.pvalue, n_cases=len(parts),
+                                  n_pairs=pairs, case_statistics=tuple(zs), method=f"pooled {res.method}",
+                                  alternative=alternative)
 
 
 def _grid_pvalues(k: np.ndarray, integral: bool, alternative: str) -> tuple[np.ndarray, np.ndarray]:

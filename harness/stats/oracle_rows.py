@@ -146,6 +146,17 @@ def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, ca
     return OracleComparisons(tests=tests, support=support)
 
 
+def paired_score_differences(baseline: TokenScores, baseline_prompt: np.ndarray, candidate: TokenScores,
+                             candidate_prompt: np.ndarray) -> dict[str, np.ndarray]:
+    """Per row score present in both engines: the pair differences candidate - baseline, pairs as in
+    :func:`compare_oracle_scores` (within each prompt, collection order). What
+    :func:`speceq.stats.pooled_comparison` pools over the cases of a run."""
+    bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
+    wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
+    ib, ic = pair_rows_by_prompt(bp, cp)
+    return {k: wc[k][ic] - wb[k][ib] for k in COMPARISONS if k in wb and k in wc}
+
+
 #: Name of the support comparison in sequential mode.
 SUPPORT_NAME = "support comparison"
 

@@ -327,6 +327,55 @@ class ComparisonResult(_Test):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PooledComparisonResult(_Test):
+    """One row score's paired comparison pooled over the cases of a run (:func:`speceq.stats.pooled_comparison`).
+
+    statistic: Z = sum_c z_c / sqrt(C) over the C cases with informative pairs, z_c = sum D / ||D||
+    of case c (Stouffer's combination, each case weighted 1 / ||D_c||, a function of the
+    magnitudes only); pvalue: the exact sign-flip p of that weighted sum (or its
+    Bentkus-Dzindzalieta bound), valid at every level under the intersection null "no case's
+    score is shifted", whatever the oracle's error. case_statistics: z_c per case, in input
+    order (0 for a case without informative pairs). effect: the mean z_c over the C cases (a
+    shift that moves every case alike moves each z_c by about sqrt(n_c) x its standardised
+    mean difference).
+    """
+
+    name: str
+    statistic: float
+    pvalue: float
+    n_cases: int
+    n_pairs: int
+    case_statistics: tuple[float, ...]
+    method: str
+    alternative: str = "two-sided"
+
+    @property
+    def n(self) -> int:
+        return self.n_pairs
+
+    @property
+    def effect(self) -> float:
+        return self.statistic / self.n_cases ** 0.5 if self.n_cases else 0.0
+
+    def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
+        """Approximate interval for the mean z_c: effect +- x / sqrt(C), c* (1 - Phi(x)) = (1 - level) / 2.
+
+        Each z_c has variance about 1 under a location shift, so this is the sign-flip bound's
+        interval on the standardised scale; it is exact only as C x n_c grows.
+        """
+        if self.n_cases == 0:
+            return ConfidenceInterval(low=-float("inf"), high=float("inf"), level=level)
+        x = float(optimize.brentq(lambda t: BD_CONSTANT * stats.norm.sf(t) - (1.0 - level) / 2.0, 0.0, 40.0))
+        half = x / self.n_cases ** 0.5
+        return ConfidenceInterval(low=self.effect - half, high=self.effect + half, level=level)
+
+    def summary(self) -> str:
+        shown = ", ".join(f"{z:+.2f}" for z in self.case_statistics)
+        return (f"{self.name}: Z={self.statistic:.4g}, p={_fmt_p(self.pvalue)} ({self.method}, {self.alternative}); "
+                f"pooled over {self.n_cases} cases ({self.n_pairs} pairs), case z: {shown}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SupportComparisonResult(_Test):
     """Rows with a token of probability 0 under the oracle, candidate against baseline (exact, one-sided).
 

@@ -45,7 +45,8 @@ from speceq.verdicts.result import TestOutcome, worst_verdict
 #: Power of detection, and probability of certification, at the required sample size.
 DESIGN_POWER = 0.9
 
-__all__ = ["DESIGN_POWER", "CaseDecision", "CaseEvidence", "GreedyEvidence", "decide_run", "run_verdict"]
+__all__ = ["DESIGN_POWER", "CaseDecision", "CaseEvidence", "GreedyEvidence", "PooledDecision", "decide_run",
+           "decide_run_pooled", "run_verdict"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,26 +121,72 @@ def _current_n(case: CaseEvidence) -> int:
 CERTIFICATES = ("tv", "pit-law")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PooledDecision:
+    """The run-level tests pooled over cases, Holm-adjusted together with every case's primary tests.
+
+    rejects: some pooled primary test has a Holm-adjusted p <= alpha, so the run is ``shifted``
+    whatever its cases' verdicts (some case's law differs, though none alone shows it at this
+    budget); reason: one line saying which test and by how much, empty when none rejects.
+    """
+
+    tests: tuple[TestOutcome, ...] = ()
+    rejects: bool = False
+    reason: str = ""
+
+
 def decide_run(evidence: Sequence[CaseEvidence], *, alpha: float, tolerance: float,
                certificate: str = "tv") -> list[CaseDecision]:
     """Decide every case of a run (see the module docstring); decisions in input order."""
+    return decide_run_pooled(evidence, (), alpha=alpha, tolerance=tolerance, certificate=certificate)[0]
+
+
+def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOutcome], *, alpha: float,
+                      tolerance: float, certificate: str = "tv") -> tuple[list[CaseDecision], PooledDecision]:
+    """Decide every case and the run-level ``pooled`` tests in one Holm family (see the module docstring).
+
+    pooled: tests of the intersection null "no case shifted" (e.g. a row score's comparison
+    pooled over the cases, :func:`speceq.stats.pooled_comparison`); their primary ones join
+    the Holm family of the cases' primary tests, so the family-wise error of every ``shifted``
+    (a case's or the run's) stays at most alpha.
+    """
     cases, alpha, tolerance = _decide_run_iv(evidence, alpha, tolerance)
     if certificate not in CERTIFICATES:
         raise ValueError(f"`certificate` must be one of {', '.join(CERTIFICATES)}, got {certificate!r}")
+    run_tests = list(pooled)
+    for t in run_tests:
+        if not isinstance(t, TestOutcome):
+            raise TypeError(f"`pooled` must hold TestOutcome objects, got {type(t).__name__}")
+        if not isinstance(t.pvalue, (int, float)) or not 0.0 <= float(t.pvalue) <= 1.0:
+            raise ValueError(f"pooled test {t.name!r} has p-value {t.pvalue!r}, expected a number in [0, 1]")
     flat = [(ci, ti, t) for ci, c in enumerate(cases) for ti, t in enumerate(c.tests)]
+    flat += [(-1, ti, t) for ti, t in enumerate(run_tests)]
     pvalues = np.array([t.pvalue for _, _, t in flat], dtype=np.float64)
     qvalues = benjamini_hochberg(pvalues)
     primary_idx = [i for i, (_, _, t) in enumerate(flat) if t.primary]
     adjusted = dict(zip(primary_idx, holm(pvalues[primary_idx]).tolist()))
 
     filled: list[list[TestOutcome]] = [[] for _ in cases]
+    run_filled: list[TestOutcome] = []
     for i, (ci, _, t) in enumerate(flat):
-        filled[ci].append(dataclasses.replace(t, adjusted_pvalue=adjusted.get(i), qvalue=float(qvalues[i])))
+        done = dataclasses.replace(t, adjusted_pvalue=adjusted.get(i), qvalue=float(qvalues[i]))
+        (run_filled if ci < 0 else filled[ci]).append(done)
 
     decisions = []
     for case, tests in zip(cases, filled):
         decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, len(primary_idx), certificate))
-    return decisions
+    return decisions, _decide_pooled(tuple(run_filled), alpha)
+
+
+def _decide_pooled(tests: tuple[TestOutcome, ...], alpha: float) -> PooledDecision:
+    primary = [t for t in tests if t.primary and t.adjusted_pvalue is not None]
+    best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
+    if best is None or best.adjusted_pvalue > alpha:
+        return PooledDecision(tests=tests)
+    detail = f": {best.summary}" if best.summary else ""
+    return PooledDecision(tests=tests, rejects=True, reason=(
+        f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}: some case's candidate "
+        f"law differs from the baseline's (each case's own tests may miss it at this budget){detail}"))
 
 
 def _decide_case(
@@ -266,6 +313,10 @@ def _run_verdict_iv(decisions: object) -> list[CaseDecision]:
     return out
 
 
-def run_verdict(decisions: Sequence[CaseDecision]) -> str:
-    """``"shifted"`` if any case is shifted, else ``"inconclusive"`` if any is, else ``"equivalent"``."""
-    return worst_verdict(d.verdict for d in _run_verdict_iv(decisions))
+def run_verdict(decisions: Sequence[CaseDecision], pooled: PooledDecision | None = None) -> str:
+    """``"shifted"`` if any case is shifted or a pooled test rejects, else ``"inconclusive"`` if any
+    case is, else ``"equivalent"``."""
+    checked = _run_verdict_iv(decisions)
+    if pooled is not None and pooled.rejects:
+        return "shifted"
+    return worst_verdict(d.verdict for d in checked)

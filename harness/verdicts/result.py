@@ -27,6 +27,10 @@ def worst_verdict(verdicts: Iterable[str]) -> str:
         raise ValueError(f"unknown verdicts {sorted(unknown)}; expected some of {VERDICTS}")
     return next(v for v in VERDICTS_WORST_FIRST if v in seen or v == "equivalent")
 
+#: The ``case_id`` of the run-level pooled tests in :meth:`RunResult.to_dataframe` (no case has it: ids are
+#: names a cases file gives, and this one has spaces and parentheses).
+POOLED_CASE_ID = "(pooled over cases)"
+
 #: CLI / CI exit codes per run verdict; 2 is a usage or engine error.
 EXIT_CODES: dict[str, int] = {"equivalent": 0, "shifted": 1, "inconclusive": 3}
 EXIT_USAGE = 2
@@ -200,15 +204,20 @@ class RunResult:
     oracle: dict[str, Any] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    pooled_tests: tuple[TestOutcome, ...] = ()
+    pooled_reason: str = ""
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.verdict]
 
     def summary(self) -> str:
+        """One line: the run verdict, its cases' verdicts and, when one decided, the pooled test's reason."""
         counts = {v: sum(c.verdict == v for c in self.cases) for v in VERDICTS}
         parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, tolerance TV<{self.tolerance:g})"
+        pooled = f"; {self.pooled_reason}" if self.pooled_reason else ""
+        return (f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, "
+                f"tolerance TV<{self.tolerance:g}){pooled}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -219,7 +228,8 @@ class RunResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
-        return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ()))})
+        pooled = tuple(TestOutcome(**t) for t in d.get("pooled_tests", ()))
+        return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ())), "pooled_tests": pooled})
 
     @classmethod
     def from_json(cls, text: str) -> RunResult:
@@ -247,6 +257,11 @@ class RunResult:
                 rows.append({**base, "test": t.name, "family": t.family, "primary": t.primary,
                              "statistic": t.statistic, "pvalue": t.pvalue,
                              "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
+        for t in self.pooled_tests:  # run-level tests: no case of their own
+            rows.append({"case_id": POOLED_CASE_ID, "verdict": self.verdict if t.adjusted_pvalue is not None
+                         and t.adjusted_pvalue <= self.alpha else None, "test": t.name, "family": t.family,
+                         "primary": t.primary, "statistic": t.statistic, "pvalue": t.pvalue,
+                         "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
         return pd.DataFrame(rows)
 
 

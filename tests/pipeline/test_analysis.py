@@ -15,6 +15,7 @@ from speceq.inputs.cases import Case
 from speceq.pipeline.analysis import analyse_run
 from speceq.stats.scores import TokenScores
 from speceq.stats.synthetic import scores_from_probs
+from speceq.verdicts.result import POOLED_CASE_ID, RunResult
 
 VOCAB = 259
 EOS = 257
@@ -145,13 +146,13 @@ def test_oracle_tests_reject_a_candidate_off_the_target(monkeypatch: pytest.Monk
     assert bad.cases[0].verdict == "shifted" and oracle_rejects(bad), bad.cases[0].reason
     assert len(good.cases[0].pit_histogram) == 20
     # planted bug: every oracle test's p-value forced to 1 before the decision; still "shifted", but no oracle rejection
-    decide = analysis.decide_run
+    decide = analysis.decide_run_pooled
 
-    def blind(evidence, **kwargs):
+    def blind(evidence, pooled, **kwargs):
         return decide([dataclasses.replace(e, tests=tuple(dataclasses.replace(t, pvalue=1.0) if t.family.startswith("oracle")
-                                                          else t for t in e.tests)) for e in evidence], **kwargs)
+                                                          else t for t in e.tests)) for e in evidence], pooled, **kwargs)
 
-    monkeypatch.setattr(analysis, "decide_run", blind)
+    monkeypatch.setattr(analysis, "decide_run_pooled", blind)
     planted = run([c], {"oracle": base}, {"oracle": off}, oracle=ExactOracle(p))
     assert planted.cases[0].verdict == "shifted" and not oracle_rejects(planted)
 
@@ -375,3 +376,34 @@ def test_inconclusive_result_carries_the_rerun_command() -> None:
     assert cr.rerun_command == (f"speceq run --baseline baseline --candidate my.mod:engine --no-oracle "
                                 f"--samples {cr.required_n} --chunk-size 250 --seed 3 --alpha 0.001 --tolerance 0.05 "
                                 "--out 'out dir'")
+
+
+def test_a_small_shift_every_case_shares_is_caught_by_the_pooled_comparisons() -> None:
+    """Twelve cases, each candidate 15 % hotter: no case alone reaches the Holm level, the pooled
+    oracle comparisons do, and the run (not its cases) is shifted; the A/A run is not."""
+    p = law(0)
+    hot = p ** (1 / 1.15)
+    hot /= hot.sum()
+    cs = [case(f"c{i}") for i in range(12)]
+    base = {c.case_id: sample(p, 1, 500, 4, 10 + i) for i, c in enumerate(cs)}
+    cand = {c.case_id: sample(hot, 1, 500, 4, 40 + i) for i, c in enumerate(cs)}
+    r = run(cs, base, cand, oracle=ExactOracle(p), tolerance=0.5)
+    assert [c.verdict for c in r.cases] == ["equivalent"] * 12
+    assert r.verdict == "shifted" and r.exit_code == 1
+    pooled = {t.name: t for t in r.pooled_tests}
+    assert set(pooled) == {"pooled argmax comparison", "pooled log-likelihood comparison", "pooled PIT comparison"}
+    assert pooled["pooled log-likelihood comparison"].adjusted_pvalue < 1e-8
+    assert "pooled log-likelihood comparison rejects" in r.pooled_reason and r.pooled_reason in r.summary()
+    primary = [t for c in r.cases for t in c.tests if t.primary] + list(r.pooled_tests)
+    from speceq.stats import holm
+    expected = holm(np.array([t.pvalue for t in primary]))
+    assert [t.adjusted_pvalue for t in primary] == pytest.approx(expected.tolist())
+    again = RunResult.from_json(r.to_json())
+    assert again == r and again.pooled_tests == r.pooled_tests
+    frame = r.to_dataframe()
+    assert (frame["case_id"] == POOLED_CASE_ID).sum() == 3
+    same = {c.case_id: sample(p, 1, 500, 4, 40 + i) for i, c in enumerate(cs)}
+    aa = run(cs, base, same, oracle=ExactOracle(p), tolerance=0.5)
+    assert aa.verdict != "shifted" and aa.pooled_reason == "" and len(aa.pooled_tests) == 3
+    one = run(cs[:1], {"c0": base["c0"]}, {"c0": cand["c0"]}, oracle=ExactOracle(p), tolerance=0.5)
+    assert one.pooled_tests == ()  # one case: its own tests are the whole evidence

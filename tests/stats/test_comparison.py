@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from speceq.stats import compare_oracle_scores, paired_comparison, support_comparison
+from speceq.stats import (
+    compare_oracle_scores,
+    paired_comparison,
+    paired_score_differences,
+    pooled_comparison,
+    support_comparison,
+)
 from speceq.stats import comparison as cmp
 from speceq.stats.synthetic import MISMATCH_WORLDS, mismatch_world
 
@@ -239,3 +245,62 @@ def test_few_pairs_reach_a_holm_level_only_through_the_permutation_test() -> Non
     perm = cmp.permutation_comparison(base, cand, name="t", level=1e-4, rng=np.random.default_rng(1))
     assert flip.pvalue >= 2.0 ** -9 - 1e-12
     assert perm.pvalue <= 1e-4
+
+
+case_magnitudes = st.lists(st.lists(st.floats(0.0, 5.0, allow_subnormal=False), min_size=1, max_size=5),
+                           min_size=1, max_size=3).filter(lambda cs: sum(len(c) for c in cs) <= 11)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(case_magnitudes)
+def test_pooled_comparison_is_valid_given_every_cases_magnitudes(cases: list[list[float]]) -> None:
+    """Intersection null: every case's signs are fair coins given its |D|; P(pooled p <= a) <= a, enumerated."""
+    mags = [np.array(c) for c in cases]
+    sizes = [m.size for m in mags]
+    pvals = []
+    for signs in _all_signs(sum(sizes)):
+        parts = np.split(signs * np.concatenate(mags), np.cumsum(sizes)[:-1])
+        pvals.append(pooled_comparison(parts, name="t").pvalue)
+    pvals = np.array(pvals)
+    for a in LEVELS:
+        assert np.mean(pvals <= a) <= a + 1e-12, (a, np.mean(pvals <= a))
+
+
+def test_pooled_comparison_is_stouffer_of_the_cases_and_adds_up_a_shared_small_shift() -> None:
+    """Six cases each shifted by 0.05 sd: no case alone reaches a Holm level of 1e-3 / 60, the pool does."""
+    rng = np.random.default_rng(11)
+    parts = [rng.normal(0.05, 1.0, 3000) for _ in range(6)]
+    alone = [paired_comparison(np.zeros(3000), d, name="c") for d in parts]
+    pooled = pooled_comparison(parts, name="pooled")
+    z = [float(d.sum() / np.sqrt(d @ d)) for d in parts]
+    assert pooled.case_statistics == pytest.approx(z)
+    assert pooled.statistic == pytest.approx(sum(z) / math.sqrt(6))
+    assert pooled.n_cases == 6 and pooled.n_pairs == 18000
+    assert max(r.pvalue for r in alone) > 1e-3 / 60 and min(r.pvalue for r in alone) > 1e-7
+    assert pooled.pvalue < 1e-9
+    ci = pooled.confidence_interval()
+    assert ci.low < pooled.effect < ci.high and ci.low > 0
+
+
+def test_pooled_comparison_skips_silent_cases_and_validates() -> None:
+    d = np.random.default_rng(2).normal(0.0, 1.0, 200)
+    with_silent = pooled_comparison([d, np.zeros(50)], name="t")
+    assert with_silent.n_cases == 1 and with_silent.case_statistics[1] == 0.0
+    assert with_silent.pvalue == pytest.approx(paired_comparison(np.zeros(200), d, name="t").pvalue)
+    assert pooled_comparison([np.zeros(3)], name="t").method == "degenerate"
+    with pytest.raises(TypeError, match="sequence of arrays"):
+        pooled_comparison(np.zeros(3), name="t")
+    with pytest.raises(ValueError, match=r"differences\[1\]"):
+        pooled_comparison([d, np.array([np.nan])], name="t")
+
+
+def test_paired_score_differences_are_what_the_case_comparison_tests() -> None:
+    world = mismatch_world("temperature 1.04", seed=5)
+    rng = np.random.default_rng(6)
+    rows = np.zeros(400, dtype=np.int64)
+    sb, sc = (world.score(*world.sample(rng, 400, 4)) for _ in range(2))
+    diffs = paired_score_differences(sb, rows, sc, rows)
+    found = compare_oracle_scores(sb, rows, sc, rows)
+    for t in found.tests:
+        k = t.name.removesuffix(" comparison")
+        assert t.statistic == pytest.approx(float(diffs[k].sum() / np.sqrt(diffs[k] @ diffs[k])))

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import tail_calibration as tc  # noqa: E402
 
 from speceq.stats import chisquare_homogeneity  # noqa: E402
+from speceq.verdicts.result import POOLED_CASE_ID  # noqa: E402
 
 LEVEL = 1e-3
 #: Tolerated factor of the asymptotic tests' size over the level.
@@ -170,7 +171,7 @@ def _holm_spans_each_run(results: list) -> bool:
     from speceq.stats import holm
 
     for res in results:
-        primary = [t for c in res.cases for t in c.tests if t.primary]
+        primary = [t for c in res.cases for t in c.tests if t.primary] + [t for t in res.pooled_tests if t.primary]
         expected = holm(np.array([t.pvalue for t in primary]))
         if not np.allclose([t.adjusted_pvalue for t in primary], expected, rtol=1e-12, atol=0.0):
             return False
@@ -194,8 +195,12 @@ def test_the_pipeline_check_fails_holm_applied_per_case(monkeypatch: pytest.Monk
     """Planted bug: the decision run case by case, so Holm adjusts within each case only."""
     import speceq.pipeline.analysis as analysis
 
-    decide = analysis.decide_run
-    monkeypatch.setattr(analysis, "decide_run", lambda evidence, **kw: [d for e in evidence for d in decide([e], **kw)])
+    decide = analysis.decide_run_pooled
+
+    def per_case(evidence, pooled, **kw):
+        return [d for e in evidence for d in decide([e], (), **kw)[0]], decide([], pooled, **kw)[1]
+
+    monkeypatch.setattr(analysis, "decide_run_pooled", per_case)
     results: list = []
     tc.pipeline_aa(5, 100, (AA_ALPHA,), seed=3, models=_markov_models, results=results)
     assert not _holm_spans_each_run(results)
@@ -211,7 +216,8 @@ def test_pipeline_aa_names_the_test_behind_each_false_shift() -> None:
     ((shifted, _),) = tc.pipeline_aa(30, 200, (0.5,), seed=4, models=models, fired=fired).values()
     assert shifted >= 1 and len(fired) == shifted
     for _run, alpha, case, test, raw, adjusted in fired:
-        assert alpha == 0.5 and case.startswith("markov-") and test
+        assert alpha == 0.5 and test
+        assert case.startswith("markov-") or (case == POOLED_CASE_ID and test.startswith("pooled "))
         assert raw <= adjusted <= 0.5
 
 

@@ -10,7 +10,14 @@ from binomial_tail import rejection_limit, reps_to_catch
 from scipy import stats
 
 from speceq.stats import holm, required_n_equivalence_two_sample, required_n_two_sample, tv_upper_bound_two_sample
-from speceq.verdicts.decide import CaseDecision, CaseEvidence, GreedyEvidence, decide_run, run_verdict
+from speceq.verdicts.decide import (
+    CaseDecision,
+    CaseEvidence,
+    GreedyEvidence,
+    decide_run,
+    decide_run_pooled,
+    run_verdict,
+)
 from speceq.verdicts.result import TestOutcome as Outcome  # aliased: pytest would try to collect "Test*"
 
 
@@ -256,3 +263,24 @@ def test_pit_law_certificate_never_overrides_a_rejection() -> None:
     assert shifted[0].verdict == "shifted"
     with pytest.raises(ValueError, match="certificate"):
         decide_run([_pit_case("a", 0.01)], alpha=1e-3, tolerance=0.15, certificate="kl")
+
+
+def test_pooled_tests_join_the_holm_family_and_shift_the_run_only() -> None:
+    """A run-level pooled test shares Holm with the cases' tests; when it rejects the run is shifted,
+    the cases keep their verdicts; when it does not, nothing changes."""
+    cases = [_case("a", [0.01, 0.5]), _case("b", [0.02, 0.6])]
+    strong = _test("pooled x comparison", 1e-5)
+    decisions, pooled = decide_run_pooled(cases, [strong, _test("pooled y", 0.3, primary=False)], alpha=1e-3,
+                                          tolerance=0.05)
+    assert [d.verdict for d in decisions] == ["equivalent", "equivalent"]
+    assert pooled.tests[0].adjusted_pvalue == pytest.approx(5e-5)  # 5 primary tests in all
+    assert pooled.tests[1].adjusted_pvalue is None and pooled.tests[1].qvalue is not None
+    assert pooled.rejects and "pooled x comparison rejects" in pooled.reason
+    assert run_verdict(decisions, pooled) == "shifted" and run_verdict(decisions) == "equivalent"
+    # the cases' Holm p-values count the pooled test too
+    assert decisions[0].tests[0].adjusted_pvalue == pytest.approx(holm(np.array([0.01, 0.5, 0.02, 0.6, 1e-5]))[0])
+    weak, quiet = decide_run_pooled(cases, [_test("pooled x comparison", 4e-4)], alpha=1e-3, tolerance=0.05)
+    assert not quiet.rejects and quiet.reason == "" and run_verdict(weak, quiet) == "equivalent"
+    assert decide_run_pooled(cases, [], alpha=1e-3, tolerance=0.05)[0] == decide_run(cases, alpha=1e-3, tolerance=0.05)
+    with pytest.raises(TypeError, match="pooled"):
+        decide_run_pooled(cases, [0.1], alpha=1e-3, tolerance=0.05)

@@ -288,7 +288,10 @@ def _merge(fixed: RunResult, progress: Mapping[str, CaseProgress], k_tests: int)
                                          notes=(*c.notes, note), **extra))
     notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
                            f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
-    return dataclasses.replace(fixed, verdict=worst_verdict(c.verdict for c in cases), cases=tuple(cases), notes=notes)
+    # the fixed analysis's pooled tests looked at rows chosen along the way: shown, never deciding
+    pooled = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in fixed.pooled_tests)
+    return dataclasses.replace(fixed, verdict=worst_verdict(c.verdict for c in cases), cases=tuple(cases), notes=notes,
+                               pooled_tests=pooled, pooled_reason="")
 
 
 def samples_used(result: RunResult) -> dict[str, int]:
