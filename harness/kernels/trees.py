@@ -40,7 +40,7 @@ from speceq.kernels.outcomes import Violation, merge
 from speceq.kernels.processing import RequestParams, processed_law
 from speceq.kernels.reference import inverse_cdf
 from speceq.kernels.result import ScenarioSummary, decide
-from speceq.kernels.scenarios import ONE_MINUS_ULP
+from speceq.kernels.scenarios import ONE_MINUS_ULP, requests_per_call
 
 #: Tree shapes: parent of every node (node 0 is the root, parent -1), in sibling order.
 SHAPES: dict[str, tuple[int, ...]] = {
@@ -519,7 +519,9 @@ def _collect_tree_scenario(kern: Kernel, scn: TreeScenario, rng: np.random.Gener
     want = np.array([scn.copies(t) for t in scn.templates])
     have = np.zeros_like(want)
     tables = TreeTables(scn, dev, buffers, reuse=True)
-    per_call = max(1, min(4096, (1 << 24) // (scn.vocab_size * 8)) // len(scn.templates))
+    # every row of V values a request sends: N target rows, and N draft rows when the kernel takes the draft law
+    rows = tables.nodes * (2 if spec.takes_draft_probs else 1)
+    per_call = requests_per_call(scn.vocab_size, rows, len(scn.templates))
     ks = hs = kc = hc = 0.0
     calls = reqs = 0
     layout_take: np.ndarray | None = None
