@@ -9,11 +9,15 @@ ratio also counts the time the process waits for the CPU and for memory (first-t
 faults). Then the memory of the largest scenario (V = 256 000)
 in a fresh process (peak resident set; the ragged and then the padded reference in one
 process), against the bound the harness keeps: a call holds at most MAX_CELLS_PER_CALL logits
-cells (ragged: its target rows; padded: its target and draft rows).
+cells (ragged: its target rows; padded: its target and draft rows). With --tree-memory instead:
+the tree check's largest scenario (tree-v40000) alone with the multi-draft and then the
+target-only tree reference, each in a fresh process: the largest call's float32 rows (tree: N
+target rows per request, and N draft rows for multi-draft) and the peak resident set.
 
     python benchmarks/bench_kernel_check.py                    # reference kernels + transformers
     python benchmarks/bench_kernel_check.py --quick            # smaller budget, for a smoke run
     python benchmarks/bench_kernel_check.py --vllm-venv .venv-vllm   # add vLLM's CPU rejection sampler
+    python benchmarks/bench_kernel_check.py --tree-memory --scale 0.05   # the tree calls' memory only
 
 Prints a table and writes JSON with --json.
 """
@@ -53,6 +57,76 @@ def _row(name: str, result, seconds: float) -> dict:  # noqa: ANN001
                              for s in result.scenarios]}
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _tree_memory_child(args: argparse.Namespace) -> int:
+    """tree-v40000 alone with the ``args.tree_method`` tree reference: its largest call and peak RSS (JSON)."""
+    import threading
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from speceq.kernels import Kernel
+    from speceq.kernels.scenarios import MAX_CELLS_PER_CALL
+    from speceq.kernels.trees import check_tree, default_tree_scenarios, reference_tree_kernel
+
+    ref = reference_tree_kernel(args.tree_method)
+    calls: list[tuple[int, int]] = []  # (requests, bytes of the float32 rows of V values)
+
+    def sized(req):  # noqa: ANN001, ANN202 - the reference, with the size of every call's rows recorded
+        rows = [t for t in (req.target_probs, req.draft_probs) if t is not None]
+        calls.append((req.batch_size, sum(t.numel() * t.element_size() for t in rows)))
+        return ref(req)
+
+    scenarios = [s for s in default_tree_scenarios(ref.spec, scale=args.scale) if s.name == "tree-v40000"]
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mb())
+            done.wait(0.01)
+
+    before = _rss_mb()
+    peak[0] = before
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    r = check_tree(Kernel(sized, ref.spec), scenarios=scenarios)
+    done.set()
+    watcher.join()
+    largest = max(calls, key=lambda c: c[1])
+    print(json.dumps({"kernel": f"reference tree ({args.tree_method})", "scale": args.scale, "verdict": r.verdict,
+                      "calls": len(calls), "requests": sum(c[0] for c in calls),
+                      "largest_call_requests": largest[0], "largest_call_mb": round(largest[1] / 2**20, 1),
+                      "call_bound_mb": MAX_CELLS_PER_CALL * 4 / 2**20, "rss_before_mb": round(before, 1),
+                      "rss_peak_mb": round(peak[0], 1), "rss_added_mb": round(peak[0] - before, 1)}))
+    return 0
+
+
+def _tree_memory(args: argparse.Namespace) -> int:
+    """--tree-memory: the multi-draft and then the target-only tree reference, each in a fresh process."""
+    rows = []
+    for method in ("multi-draft", "target-only"):
+        proc = subprocess.run([sys.executable, __file__, "--tree-memory-child", method, "--scale", str(args.scale),
+                               "--threads", str(args.threads)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+            return 1
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} CPUs",
+                                               "date": time.strftime("%Y-%m-%d"), "tree_memory": rows,
+                                               "load_average": os.getloadavg()}, indent=1))
+    return 0
+
+
 def _memory_child(args: argparse.Namespace) -> int:
     import torch
 
@@ -63,13 +137,7 @@ def _memory_child(args: argparse.Namespace) -> int:
     from speceq.kernels.reference import reference_kernel
     from speceq.kernels.scenarios import default_scenarios
 
-    def rss_mb() -> float:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return float("nan")
-
+    rss_mb = _rss_mb
     k = reference_kernel("ragged")
     peak = [0.0]
     done = threading.Event()
@@ -114,11 +182,18 @@ def main() -> int:
     parser.add_argument("--vllm-venv", default=None)
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--tree-memory", action="store_true",
+                        help="only the tree calls' memory: tree-v40000, multi-draft and target-only (fresh processes)")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree-memory-child", default=None, dest="tree_method", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.scale = args.scale if args.scale is not None else (0.1 if args.quick else 1.0)
     if args.memory_child:
         return _memory_child(args)
+    if args.tree_method:
+        return _tree_memory_child(args)
+    if args.tree_memory:
+        return _tree_memory(args)
     import torch
 
     torch.set_num_threads(args.threads)

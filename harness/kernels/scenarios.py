@@ -36,6 +36,21 @@ DEFAULT_REPLICATES = 2000
 #: Most logits cells (rows x vocab) in one kernel call: bounds the memory of a call at large V.
 MAX_CELLS_PER_CALL = 1 << 24
 ONE_MINUS_ULP = float(np.nextafter(1.0, 0.0))
+#: Most requests in one kernel call, whatever the vocabulary.
+MAX_REQUESTS_PER_CALL = 4096
+
+
+def requests_per_call(vocab: int, rows_per_request: int, templates: int) -> int:
+    """Requests of each template in one call that mixes ``templates`` templates equally.
+
+    rows_per_request: every row of ``vocab`` values one request sends (target rows, plus draft
+    rows when the kernel is handed the draft law). A call of ``templates * result`` requests
+    then holds at most :data:`MAX_CELLS_PER_CALL` such cells (64 MiB of float32) and at most
+    :data:`MAX_REQUESTS_PER_CALL` requests, unless one request of every template is already
+    more (each call holds every template at least once).
+    """
+    most = min(MAX_REQUESTS_PER_CALL, MAX_CELLS_PER_CALL // max(int(vocab) * int(rows_per_request), 1))
+    return max(1, most // max(int(templates), 1))
 
 
 @dataclass(frozen=True, eq=False)

@@ -40,8 +40,10 @@ from speceq.kernels.outcomes import Violation, merge
 from speceq.kernels.processing import RequestParams, processed_law
 from speceq.kernels.reference import inverse_cdf
 from speceq.kernels.result import ScenarioSummary, decide
-from speceq.kernels.scenarios import ONE_MINUS_ULP
+from speceq.kernels.scenarios import ONE_MINUS_ULP, requests_per_call
 
+#: Requests whose outputs the collection reads and parses together (at most, and as many calls as fit).
+PARSE_ROWS = 1 << 14
 #: Tree shapes: parent of every node (node 0 is the root, parent -1), in sibling order.
 SHAPES: dict[str, tuple[int, ...]] = {
     "eagle8": (-1, 0, 0, 0, 1, 1, 2, 4),  # root: 3 children; node 1: 2; node 2: 1; node 4: 1
@@ -300,6 +302,26 @@ class TreeRecord:
     tokens: list[np.ndarray] = field(default_factory=list)  # [n, N] emitted tokens
 
 
+@dataclass(frozen=True)
+class PathTables:
+    """Lookup rows for reading tree outputs: row ``t * N + c`` describes node c of template t.
+
+    root_path int64 ``[T * N, N]``: the nodes from the root's child to c, then -1 (node 0: all
+    -1; a padded node: all -3, which no accepted path equals); columns: the same, -1 read as 0
+    (for gathers); depth: the length of that path; on_path bool ``[T * N, N]``: its columns;
+    parent_cells int64 ``[T * N, N]``: for each node on the path, the flat index (into law_flat)
+    of the start of the law its token is verified against (its parent's), 0 beyond the path;
+    law_flat: the float64 laws ``[T, N, V]`` flattened.
+    """
+
+    root_path: np.ndarray
+    columns: np.ndarray
+    depth: np.ndarray
+    on_path: np.ndarray
+    parent_cells: np.ndarray
+    law_flat: np.ndarray
+
+
 class TreeTables:
     """A scenario's templates as padded arrays (N = most nodes), for building and reading whole calls.
 
@@ -338,6 +360,33 @@ class TreeTables:
         self.reuse = reuse  # hand out the rows of a repeated call layout without copying them again
         self._templates = tpls
         self._draft_cdf: dict[int, np.ndarray] = {}
+        self._paths: PathTables | None = None
+
+    def path_tables(self) -> PathTables:
+        """The root path of every (template, node) as lookup rows (:class:`PathTables`; built once per scenario)."""
+        if self._paths is None:
+            t_count, n = self.first.shape
+            v = self.law.shape[2]
+            root_path = np.full((t_count * n, n), -3, np.int64)
+            parent_cells = np.zeros((t_count * n, n), np.int64)
+            depth = np.zeros(t_count * n, np.int64)
+            for t in range(t_count):
+                for c in range(int(self.m[t])):
+                    nodes = []
+                    at = c
+                    while at > 0:
+                        nodes.append(at)
+                        at = int(self.parents[t, at])
+                    nodes.reverse()
+                    row = t * n + c
+                    root_path[row] = -1
+                    root_path[row, : len(nodes)] = nodes
+                    parent_cells[row, : len(nodes)] = (t * n + np.array([0, *nodes[:-1]], np.int64)) * v
+                    depth[row] = len(nodes)
+            on_path = np.arange(n)[None, :] < depth[:, None]
+            self._paths = PathTables(root_path, np.maximum(root_path, 0), depth, on_path, parent_cells,
+                                     self.law.reshape(-1))
+        return self._paths
 
     def draft_cdf(self, t_index: int) -> np.ndarray:
         """Template ``t_index``'s draft laws as normalised CDFs [nodes, V] (float64; computed once per scenario)."""
@@ -392,23 +441,128 @@ def _pad_columns(a: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class TreeCall:
+    """One call's outputs, read (:func:`read_tree_outcome`) and not yet parsed, with its inputs' tokens and slots."""
+
+    tokens: np.ndarray  # int64 [B, >= 1]
+    accepted_nodes: np.ndarray  # int64 [B, *]
+    tokens_in: np.ndarray  # int64 [B, N]
+    slots: np.ndarray  # int64 [B]: each request's template
+
+
+def _as_int64(a) -> np.ndarray:  # noqa: ANN001 - a tensor or an array
+    """A fresh int64 copy of a kernel output (the kernel may reuse its output buffers)."""
+    return np.asarray(a.detach().cpu() if hasattr(a, "detach") else a).astype(np.int64)
+
+
 def parse_tree_outcome(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: TreeScenario, tables: TreeTables,
                 found: dict[tuple[str, str], list]) -> tuple[np.ndarray, np.ndarray]:
     """Per request: accepted path [B, N] and emitted tokens [B, N] (rows with a violation set to -2).
 
     A row's first broken invariant, in this order, is flagged: tree-path (the accepted nodes
     are not a -1-terminated root path of its tree), padding, id-range, draft-mismatch,
-    zero-probability. Vectorised over the call's requests.
+    zero-probability. One call's outputs; the collection reads several calls at once
+    (:func:`read_tree_outcome`, then :func:`parse_tree_calls`), with the same results.
     """
-    b, n = tokens_in.shape
-    tok = np.asarray(out.tokens.detach().cpu() if hasattr(out.tokens, "detach") else out.tokens).astype(np.int64)
-    path = np.asarray(out.accepted_nodes.detach().cpu() if hasattr(out.accepted_nodes, "detach")
-                      else out.accepted_nodes).astype(np.int64)
-    v = scn.vocab_size
+    path, tok, _ = parse_tree_calls([read_tree_outcome(out, tokens_in, slots)], scn, tables, found)
+    return path, tok
+
+
+def read_tree_outcome(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray) -> TreeCall:
+    """A call's outputs as fresh int64 arrays (the kernel may reuse its buffers), their shapes checked."""
+    b = tokens_in.shape[0]
+    tok, path = _as_int64(out.tokens), _as_int64(out.accepted_nodes)
     if tok.ndim != 2 or path.ndim != 2 or tok.shape[0] != b or path.shape[0] != b or tok.shape[1] < 1:
         raise EngineError(f"tree kernel returned tokens {tok.shape} and accepted_nodes {path.shape} for {b} requests")
-    width = max(n, tok.shape[1], path.shape[1] + 1)
-    tok, path = _pad_columns(tok, width), _pad_columns(path, width)
+    return TreeCall(tok, path, tokens_in, slots)
+
+
+def parse_tree_calls(calls: list[TreeCall], scn: TreeScenario, tables: TreeTables,
+                     found: dict[tuple[str, str], list]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`parse_tree_outcome` on several calls of a scenario at once: their rows' paths, tokens and slots.
+
+    The rows come in call order, each call's in its order, with the same values as call by
+    call, and ``found`` gets the same counts and examples in the same order (the examples name
+    a request by its row in its call). Two passes: every row is compared with what a valid row
+    of its template must be (:func:`_clean_rows`), over all the calls together; only the rows
+    that differ are read invariant by invariant (:func:`_flag_rows`), call by call.
+    """
+    n = tables.nodes
+    v = scn.vocab_size
+    toks = [_pad_columns(c.tokens, n) for c in calls]
+    paths = [_pad_columns(c.accepted_nodes, n) for c in calls]
+    if len(calls) == 1:
+        tok, path, tokens_in, slots = toks[0], paths[0], calls[0].tokens_in, calls[0].slots
+    else:
+        tw, pw = max(t.shape[1] for t in toks), max(q.shape[1] for q in paths)
+        tok = np.concatenate([_pad_columns(t, tw) for t in toks])
+        path = np.concatenate([_pad_columns(q, pw) for q in paths])
+        tokens_in = (np.concatenate([c.tokens_in for c in calls])
+                     if len({c.tokens_in.shape[1] for c in calls}) == 1 else np.zeros((0, 0), np.int64))
+        slots = np.concatenate([c.slots for c in calls])
+    b = slots.size
+    clean = (_clean_rows(tok, path, tokens_in, slots, tables, v) if b and tokens_in.shape == (b, n)
+             else np.zeros(b, bool))
+    start = 0
+    for c in calls:
+        rows = c.slots.size
+        suspect = np.flatnonzero(~clean[start:start + rows])
+        if suspect.size:
+            width = max(n, c.tokens.shape[1], c.accepted_nodes.shape[1] + 1)  # as the invariants read them
+            failed = _flag_rows(_pad_columns(c.tokens[suspect], width), _pad_columns(c.accepted_nodes[suspect], width),
+                                c.tokens_in[suspect], c.slots[suspect], suspect, scn, tables, found)
+            path[start + suspect[failed]] = -2
+            tok[start + suspect[failed]] = -2
+        start += rows
+    return path[:, :n], tok[:, :n], slots
+
+
+def _clean_rows(tok: np.ndarray, path: np.ndarray, tokens_in: np.ndarray, slots: np.ndarray, tables: TreeTables,
+                v: int) -> np.ndarray:
+    """The rows that break no invariant, for sure (``tok`` and ``path`` at least N wide).
+
+    A row is clean when its accepted nodes are exactly the root path of its largest accepted
+    node x in its template (then -1; the nodes of a root path are increasing, so x is its last
+    node), its tokens exactly that path's drafted tokens, one final token in [0, V) and -1 after,
+    and neither a drafted token on the path nor the final token has probability 0 under the law
+    it is verified against. Such a row passes every check of :func:`_flag_rows`; any other row
+    (a root path in another node order included) is read there.
+    """
+    b, n = tokens_in.shape
+    if tokens_in.size and not (0 <= int(tokens_in.min()) and int(tokens_in.max()) < v):
+        return np.zeros(b, bool)  # input ids out of range: every row is read invariant by invariant
+    lk = tables.path_tables()
+    key = slots * n + np.clip(path.max(axis=1), 0, n - 1)
+    clean = (path[:, :n] == lk.root_path[key]).all(axis=1)
+    if path.shape[1] > n:
+        clean &= (path[:, n:] == -1).all(axis=1)
+    on_path = lk.on_path[key]
+    at = lk.depth[key]
+    ar = np.arange(b)
+    drafted = np.take_along_axis(tokens_in, lk.columns[key], axis=1)
+    final = tok[ar, at]
+    emitted = np.where(on_path, drafted, -1)
+    emitted[ar, at] = final
+    clean &= (tok[:, :n] == emitted).all(axis=1) & (final >= 0) & (final < v)
+    if tok.shape[1] > n:
+        clean &= (tok[:, n:] == -1).all(axis=1)
+    zero = lk.law_flat[key * v + np.where(clean, final, 0)] == 0
+    zero |= ((lk.law_flat[lk.parent_cells[key] + drafted] == 0) & on_path).any(axis=1)
+    return clean & ~zero
+
+
+def _flag_rows(tok: np.ndarray, path: np.ndarray, tokens_in: np.ndarray, slots: np.ndarray, index: np.ndarray,
+               scn: TreeScenario, tables: TreeTables, found: dict[tuple[str, str], list]) -> np.ndarray:
+    """The invariants of :func:`parse_tree_outcome`, one after the other, on some of a call's rows.
+
+    tok, path: those rows, -1 padded to the call's width; index: their rows in the call (for the
+    examples). Adds the broken invariants to ``found``; returns the rows that broke one.
+    """
+    b = tok.shape[0]
+    n = tokens_in.shape[1]
+    width = tok.shape[1]
+    v = scn.vocab_size
     ar = np.arange(b)
     cols = np.arange(width)[None, :]
     nonneg = path >= 0
@@ -436,13 +590,14 @@ def parse_tree_outcome(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, s
     rest &= ~mismatch
     slot_col = slots[:, None]
     par = np.where(in_n & rest[:, None], tables.parents[slot_col, node_n], 0)
-    final_ok = np.where(rest, final, 0)
+    final_ok = np.where(rest, np.clip(final, 0, v - 1), 0)
+    drafted_ok = np.clip(drafted, 0, v - 1)
     zero = rest & ((tables.law[slots, last, final_ok] == 0)
-                   | (in_n & (tables.law[slot_col, par, drafted] == 0)).any(axis=1))
+                   | (in_n & (tables.law[slot_col, par, drafted_ok] == 0)).any(axis=1))
 
     def text(r: int) -> str:
         nodes = path[r][path[r] >= 0]
-        return f"request {r}: accepted nodes {nodes.tolist()}, tokens {tok[r, : nodes.size + 2].tolist()}"
+        return f"request {int(index[r])}: accepted nodes {nodes.tolist()}, tokens {tok[r, : nodes.size + 2].tolist()}"
 
     for kind, mask in (("tree-path", bad_path), ("padding", padding), ("id-range", id_bad),
                        ("draft-mismatch", mismatch), ("zero-probability", zero)):
@@ -456,10 +611,7 @@ def parse_tree_outcome(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, s
                 found[key][0] += int(count)
             else:
                 found[key] = [int(count), text(int(rows[i]))]
-    failed = bad_path | padding | id_bad | mismatch | zero
-    path[failed] = -2
-    tok[failed] = -2
-    return path[:, :n], tok[:, :n]
+    return bad_path | padding | id_bad | mismatch | zero
 
 
 @dataclass
@@ -510,6 +662,24 @@ def collect_tree(kern: Kernel, scenarios: list[TreeScenario], *, seed: int = 0,
     return out
 
 
+def _record_calls(pending: list[TreeCall], scn: TreeScenario, tables: TreeTables, found: dict[tuple[str, str], list],
+                  records: dict[str, TreeRecord]) -> None:
+    """Parse the pending calls together and add their rows to the templates' records, in call order.
+
+    A template's record is created when a call first holds it (by template index within a
+    call), as call by call.
+    """
+    path, tok, slots = parse_tree_calls(pending, scn, tables, found)
+    seen: list[int] = []
+    for c in pending:
+        seen += [t for t in np.unique(c.slots).tolist() if t not in seen]
+    for t_index in seen:
+        rows = np.flatnonzero(slots == t_index)
+        rec = records.setdefault(scn.templates[t_index].name, TreeRecord(scn.templates[t_index]))
+        rec.paths.append(path[rows])
+        rec.tokens.append(tok[rows])
+
+
 def _collect_tree_scenario(kern: Kernel, scn: TreeScenario, rng: np.random.Generator, dev: torch.device,
                            buffers: RowBuffers) -> TreeScenarioRecord:
     """One collection of ``scn`` (see :func:`collect_tree`); stops early when ``buffers.written`` is set."""
@@ -519,12 +689,15 @@ def _collect_tree_scenario(kern: Kernel, scn: TreeScenario, rng: np.random.Gener
     want = np.array([scn.copies(t) for t in scn.templates])
     have = np.zeros_like(want)
     tables = TreeTables(scn, dev, buffers, reuse=True)
-    per_call = max(1, min(4096, (1 << 24) // (scn.vocab_size * 8)) // len(scn.templates))
+    # every row of V values a request sends: N target rows, and N draft rows when the kernel takes the draft law
+    rows = tables.nodes * (2 if spec.takes_draft_probs else 1)
+    per_call = requests_per_call(scn.vocab_size, rows, len(scn.templates))
     ks = hs = kc = hc = 0.0
     calls = reqs = 0
     layout_take: np.ndarray | None = None
     slots = np.zeros(0, np.int64)
     plan = fixed_layout_plan(want, per_call)
+    pending: list[TreeCall] = []  # calls read and not yet parsed (parsed together: fewer, larger array operations)
     while (have < want).any():
         t0, c0 = time.perf_counter(), time.process_time()
         take = np.minimum(want - have, plan.pop(0) if plan else per_call)
@@ -540,17 +713,16 @@ def _collect_tree_scenario(kern: Kernel, scn: TreeScenario, rng: np.random.Gener
             raise EngineError(f"the kernel raised {type(exc).__name__}: {exc}", engine=kern.name,
                               case_id=scn.name) from exc
         t2, c2 = time.perf_counter(), time.process_time()
-        path, tok = parse_tree_outcome(out, toks, slots, scn, tables, found)
-        for t_index in np.unique(slots):
-            rec = records.setdefault(scn.templates[t_index].name, TreeRecord(scn.templates[t_index]))
-            rows = slots == t_index
-            rec.paths.append(path[rows])
-            rec.tokens.append(tok[rows])
+        pending.append(read_tree_outcome(out, toks, slots))
         have += np.bincount(slots, minlength=len(scn.templates))
         calls += 1
         reqs += slots.size
         ks += t2 - t1
         kc += c2 - c1
+        held = sum(c.slots.size for c in pending)
+        if buffers.written or held >= PARSE_ROWS or not (have < want).any():
+            _record_calls(pending, scn, tables, found, records)
+            pending = []
         if buffers.written:
             hs += (t1 - t0) + (time.perf_counter() - t2)
             hc += (c1 - c0) + (time.process_time() - c2)

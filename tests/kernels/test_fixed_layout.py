@@ -9,6 +9,7 @@ every kept call saw exactly the tables' rows.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import torch
 
 from speceq.kernels import Kernel, check
 from speceq.kernels.collect import RowBuffers, collect, fixed_layout_plan, run_scenario, same_bits
+from speceq.kernels.contract import Outcome
 from speceq.kernels.reference import reference_kernel
 from speceq.kernels.scenarios import MAX_CELLS_PER_CALL, default_scenarios
 from speceq.kernels.trees import check_tree, collect_tree, default_tree_scenarios, reference_tree_kernel
@@ -161,6 +163,33 @@ def test_padded_calls_hold_at_most_the_cell_bound_counting_every_row_sent() -> N
         assert cells == b * (2 * k + 1) * v
         assert cells <= max(MAX_CELLS_PER_CALL, by_v[v] * (2 * k + 1) * v)
     assert max(c for _, c, _ in sizes) > MAX_CELLS_PER_CALL / 2  # the bound is what sizes the calls
+
+
+
+@pytest.mark.parametrize("method", ["target-only", "multi-draft"])
+def test_tree_calls_hold_at_most_the_cell_bound_counting_every_row_sent(method: str) -> None:
+    """Every tensor a tree call sends (N target rows per request, N draft rows too for multi-draft) fits the bound."""
+    spec = reference_tree_kernel(method).spec
+    sizes: list[tuple[int, int, int]] = []  # (V, bytes of the V-wide rows, bytes of every tensor sent)
+
+    def cheap(req):  # noqa: ANN001, ANN202 - the sizes only (its outputs break invariants; not checked here)
+        sent = [getattr(req, f.name) for f in dataclasses.fields(req)]
+        rows = [t for t in (req.target_probs, req.draft_probs) if t is not None]
+        assert (req.draft_probs is not None) == (method == "multi-draft")
+        sizes.append((req.vocab_size, sum(t.numel() * t.element_size() for t in rows),
+                      sum(t.numel() * t.element_size() for t in sent if isinstance(t, torch.Tensor))))
+        b, n = req.tokens.shape
+        tokens = torch.full((b, n), -1, dtype=torch.int64)
+        tokens[:, 0] = req.target_probs[:, 0].argmax(dim=1)
+        return Outcome(tokens=tokens, accepted_nodes=torch.full((b, n), -1, dtype=torch.int64))
+
+    scenarios = default_tree_scenarios(spec, scale=0.05, seed=1)
+    collect_tree(Kernel(cheap, spec), scenarios, seed=1)
+    bound = MAX_CELLS_PER_CALL * 4  # bytes of float32
+    assert {v for v, _, _ in sizes} == {s.vocab_size for s in scenarios}
+    for v, rows, sent in sizes:
+        assert rows <= bound and sent <= bound, (v, rows / 2**20, sent / 2**20)
+    assert max(r for _, r, _ in sizes) > bound / 2  # the bound is what sizes the calls at V = 40 000
 
 
 def _inputs(req) -> list[torch.Tensor]:  # noqa: ANN001

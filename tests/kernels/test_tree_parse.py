@@ -1,10 +1,11 @@
 """The vectorised tree build and parse agree with the per-request versions they replaced.
 
-``parse_tree_outcome`` reads a whole call at once; ``per_request_parse`` below is the former
-loop over requests, kept as the oracle. Both read the same random, partly corrupted kernel
-outputs (paths off the tree, interleaved -1, ids out of range, tokens after the final one,
-tokens of probability 0) and must give the same accepted paths, tokens and violation counts
-and examples.
+``parse_tree_outcome`` reads a whole call at once (and ``parse_tree_calls`` several: the
+collection's way); ``per_request_parse`` below is the former loop over requests, kept as the
+oracle. Both read the same random, partly corrupted kernel outputs (paths off the tree,
+interleaved -1, ids out of range, tokens after the final one, tokens of probability 0), exactly
+[B, N] or wider with -1 padding, and must give the same accepted paths, tokens and violation
+counts and examples, in the same order.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from speceq.kernels.trees import (
     build_tree_request,
     children,
     default_tree_scenarios,
+    parse_tree_calls,
     parse_tree_outcome,
+    read_tree_outcome,
     reference_tree_kernel,
     tree_arrays,
 )
@@ -100,12 +103,23 @@ def corrupt(tok: np.ndarray, path: np.ndarray, v: int, n: int, rng: np.random.Ge
             tok[r, final] = v
 
 
+def _outputs(tok: np.ndarray, path: np.ndarray, shape: str) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's outputs as a kernel may return them: exactly [B, N], or wider, -1 padded."""
+    if shape == "exact":
+        return tok.copy(), path.copy()
+    if shape == "wide":  # tokens wider than N
+        return np.pad(tok, ((0, 0), (0, 2)), constant_values=-1), path.copy()
+    # both wider than N, and the path one column narrower than the tokens
+    return np.pad(tok, ((0, 0), (0, 3)), constant_values=-1), np.pad(path, ((0, 0), (0, 2)), constant_values=-1)
+
+
+@pytest.mark.parametrize("shape", ["exact", "wide", "both-wide"])
 @pytest.mark.parametrize("method", ["target-only", "multi-draft"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_vectorised_parse_equals_per_request(method: str, seed: int) -> None:
+def test_vectorised_parse_equals_per_request(method: str, seed: int, shape: str) -> None:
     kern = reference_tree_kernel(method)
     rng = np.random.default_rng(seed)
-    checked = 0
+    checked = clean = 0
     for scn in default_tree_scenarios(kern.spec, scale=0.05, seed=seed):
         if scn.vocab_size > 100:
             continue
@@ -113,19 +127,49 @@ def test_vectorised_parse_equals_per_request(method: str, seed: int) -> None:
         slots = rng.permutation(np.repeat(np.arange(len(scn.templates)), 40))
         req, toks = build_tree_request(scn, tables, slots, method, True, rng, torch.device("cpu"))
         out = kern(req)
-        tok = out.tokens.numpy().copy()
-        path = out.accepted_nodes.numpy().copy()
-        wide = np.pad(tok, ((0, 0), (0, 2)), constant_values=-1)  # wider outputs than N are allowed
-        corrupt(wide, path, scn.vocab_size, tables.nodes, rng)
+        tok, path = _outputs(out.tokens.numpy(), out.accepted_nodes.numpy(), shape)
+        corrupt(tok, path, scn.vocab_size, tables.nodes, rng)
         expected_found: dict = {}
         got_found: dict = {}
-        want = per_request_parse(wide.copy(), path.copy(), toks, slots, scn, expected_found)
-        got = parse_tree_outcome(Outcome(tokens=wide, accepted_nodes=path), toks, slots, scn, tables, got_found)
+        want = per_request_parse(tok.copy(), path.copy(), toks, slots, scn, expected_found)
+        got = parse_tree_outcome(Outcome(tokens=tok, accepted_nodes=path), toks, slots, scn, tables, got_found)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
-        assert got_found == expected_found
+        assert got[0].shape == got[1].shape == toks.shape
+        assert got_found == expected_found  # the same counts and examples
+        kinds = ["tree-path", "padding", "id-range", "draft-mismatch", "zero-probability"]
+        names = [f"{scn.name}/{t.name}" for t in scn.templates]
+        order = [(kinds.index(kind), names.index(tpl)) for kind, tpl in got_found]
+        assert order == sorted(order)  # by invariant, then by template, as the collection has always listed them
         checked += sum(count for count, _ in expected_found.values())
-    assert checked > 20  # the corruptions reached the invariants
+        clean += int((want[0][:, 0] != -2).sum())
+    assert checked > 20 and clean > 100  # the corruptions reached the invariants; most rows are clean
+
+
+@pytest.mark.parametrize("method", ["target-only", "multi-draft"])
+def test_parse_of_several_calls_equals_call_by_call(method: str) -> None:
+    """The collection parses calls together: the same rows, values and findings (in order) as one by one."""
+    kern = reference_tree_kernel(method)
+    rng = np.random.default_rng(11)
+    scn = default_tree_scenarios(kern.spec, scale=0.05, seed=4)[0]
+    tables = TreeTables(scn, torch.device("cpu"))
+    calls, outs = [], []
+    for i, (copies, shape) in enumerate([(30, "exact"), (7, "wide"), (30, "exact"), (1, "both-wide")]):
+        slots = rng.permutation(np.repeat(np.arange(len(scn.templates)), copies))[: 3 if i == 3 else None]
+        req, toks = build_tree_request(scn, tables, slots, method, True, rng, torch.device("cpu"))
+        o = kern(req)
+        tok, path = _outputs(o.tokens.numpy(), o.accepted_nodes.numpy(), shape)
+        corrupt(tok, path, scn.vocab_size, tables.nodes, rng)
+        outs.append((Outcome(tokens=tok, accepted_nodes=path), toks, slots))
+        calls.append(read_tree_outcome(*outs[-1]))
+    one_by_one: dict = {}
+    want = [parse_tree_outcome(o, toks, slots, scn, tables, one_by_one) for o, toks, slots in outs]
+    together: dict = {}
+    path, tok, slots = parse_tree_calls(calls, scn, tables, together)
+    np.testing.assert_array_equal(path, np.concatenate([w[0] for w in want]))
+    np.testing.assert_array_equal(tok, np.concatenate([w[1] for w in want]))
+    np.testing.assert_array_equal(slots, np.concatenate([s for _, _, s in outs]))
+    assert list(together.items()) == list(one_by_one.items()) and sum(c for c, _ in together.values()) > 5
 
 
 def test_build_matches_per_template_tables() -> None:
