@@ -83,8 +83,12 @@ def test_shared_prefix_oracle_matches_whole_rows(target, close_draft, mixed_prom
                                                                             max_batch_rows=4)
     assert np.array_equal(whole.row, shared.row) and np.array_equal(whole.token, shared.token)
     assert np.array_equal(whole.is_argmax, shared.is_argmax)
-    for name in ("logp", "logp_mean", "draft_llr", "raw_top2_margin"):
+    for name in ("logp", "logp_mean", "draft_llr"):
         np.testing.assert_allclose(getattr(shared, name), getattr(whole, name), rtol=0, atol=1e-5, err_msg=name)
+    # the raw top-2 margin is a difference of two logits, each under the 1e-5 contract: 2e-5
+    # (seen: 1.24e-5 on one CPU whose float32 kernels round the two graphs differently)
+    np.testing.assert_allclose(shared.raw_top2_margin, whole.raw_top2_margin, rtol=0, atol=2e-5,
+                               err_msg="raw_top2_margin")
     # probabilities <= 1 inherit the log-probability contract: |dp| <= p |d log p| <= 1e-5
     for name in ("prob", "cdf_before", "argmax_prob", "draft_tv"):
         np.testing.assert_allclose(getattr(shared, name), getattr(whole, name), rtol=0, atol=1e-5, err_msg=name)
