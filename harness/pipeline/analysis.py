@@ -218,7 +218,7 @@ def pooled_tests(differences: Sequence[Mapping[str, np.ndarray]]) -> tuple[TestO
     """The run-level primary tests: each row score's paired comparison pooled over the cases that have it.
 
     differences: per sampling case with an oracle, its pair differences per row score
-    (:func:`speceq.stats.paired_score_differences`). A score is pooled over the cases that
+    (``differences`` of :func:`speceq.stats.compare_oracle_scores`). A score is pooled over the cases that
     have it when they are at least POOLED_MIN_CASES (a single case's own test already counts).
     """
     out = []
@@ -420,8 +420,6 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     scores = oracle.score(case.prompts, cand, params)
     found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index),
                                         rng=rng, level=mc_level)
-    differences = stats.paired_score_differences(base_scores, np.asarray(base.prompt_index), scores,
-                                                 np.asarray(cand.prompt_index))
     tests = [_outcome(t.name, "oracle comparison", True, t) for t in found.tests]
     sup = found.support
     tests.append(_outcome("support comparison", "oracle comparison", True, sup))
@@ -479,7 +477,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         pit_u[own], scores.position[own], rows=rows, positions=params.max_new_tokens, alpha=alpha)
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), notes=tuple(notes),
                           histogram=tuple(int(h) for h in pit.histogram), z_paths=tuple(martingale_paths(scores)),
-                          test_bins=bins, pit_law=pit_law, differences=differences)
+                          test_bins=bins, pit_law=pit_law, differences=found.differences)
 
 
 def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[np.ndarray, np.ndarray]:

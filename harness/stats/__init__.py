@@ -10,7 +10,7 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
   :func:`pit_uniformity`, the martingale z-tests, :func:`support_violations`, :func:`chisquare_gof`
 - oracle, candidate vs baseline (valid under any shared oracle error): :func:`paired_comparison`,
   :func:`support_comparison`, :func:`compare_oracle_scores`; over the cases of a run
-  :func:`pooled_comparison` of :func:`paired_score_differences`
+  :func:`pooled_comparison` of each case's ``OracleComparisons.differences``
 - effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds; the coarser
   certificate a large vocabulary affords, :func:`pit_law_bound` (and :func:`required_n_pit_law`)
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
@@ -46,7 +46,6 @@ from speceq.stats.oracle_rows import (
     SequentialComparisons,
     compare_oracle_scores,
     impossible_rows,
-    paired_score_differences,
     row_scores,
     sequential_oracle_comparisons,
 )
@@ -94,7 +93,7 @@ __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
     "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "pooled_comparison", "row_sums", "support_comparison",
-    "COMPARISONS", "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "paired_score_differences", "row_scores",
+    "COMPARISONS", "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
     "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",

@@ -38,7 +38,8 @@ Support: rows holding a token of probability 0 under the oracle, compared exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -111,10 +112,16 @@ def impossible_rows(scores: TokenScores, n_rows: int) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OracleComparisons(_Result):
-    """The comparisons of one case: one sign-flip test per row score, and the support comparison."""
+    """The comparisons of one case: one sign-flip test per row score, and the support comparison.
+
+    differences: per row score, the pair differences candidate - baseline the tests were built
+    from (within each prompt, collection order): what :func:`speceq.stats.pooled_comparison`
+    pools over the cases of a run.
+    """
 
     tests: tuple[ComparisonResult, ...]
     support: SupportComparisonResult
+    differences: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def summary(self) -> str:
         parts = "; ".join(f"{t.name} p={t.pvalue:.3g}" for t in self.tests)
@@ -143,18 +150,7 @@ def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, ca
         tests = tuple(paired_comparison(wb[k][ib], wc[k][ic], name=f"{k} comparison") for k in names)
     support = support_comparison(impossible_rows(baseline, bp.size), impossible_rows(candidate, cp.size),
                                  baseline_strata=bp, candidate_strata=cp)
-    return OracleComparisons(tests=tests, support=support)
-
-
-def paired_score_differences(baseline: TokenScores, baseline_prompt: np.ndarray, candidate: TokenScores,
-                             candidate_prompt: np.ndarray) -> dict[str, np.ndarray]:
-    """Per row score present in both engines: the pair differences candidate - baseline, pairs as in
-    :func:`compare_oracle_scores` (within each prompt, collection order). What
-    :func:`speceq.stats.pooled_comparison` pools over the cases of a run."""
-    bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
-    wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
-    ib, ic = pair_rows_by_prompt(bp, cp)
-    return {k: wc[k][ic] - wb[k][ib] for k in COMPARISONS if k in wb and k in wc}
+    return OracleComparisons(tests=tests, support=support, differences={k: wc[k][ic] - wb[k][ib] for k in names})
 
 
 #: Name of the support comparison in sequential mode.

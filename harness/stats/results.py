@@ -10,7 +10,7 @@ like scipy's: ``statistic, pvalue = result``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,12 @@ def _fmt_p(p: float) -> str:
 def _to_builtin(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _to_builtin(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _to_builtin(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return [_to_builtin(v) for v in value]
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0) > 0:  # numpy array
+        return value.tolist()
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalar
         return value.item()
     return value
