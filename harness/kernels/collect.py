@@ -486,8 +486,9 @@ def _collect_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generat
         batch = min(256, 8 * len(tpls))
     elif spec.layout == "padded":  # every request sends k + 1 target rows and k draft rows, whatever its draft count
         batch = scenario.calls_batch(spec.max_draft + 1 + (spec.max_draft if spec.takes_draft_probs else 0))
-    else:
-        batch = scenario.calls_batch()
+    else:  # ragged: the target rows (drafts + bonus), and the draft rows when the kernel is handed draft probs
+        draft_rows = scenario.draft_rows_per_request if spec.takes_draft_probs else 0.0
+        batch = scenario.calls_batch(scenario.rows_per_request + draft_rows)
     per_call = max(1, batch // len(tpls))
     violations: list[Violation] = []
     kernel_s = harness_s = kernel_cpu = harness_cpu = 0.0

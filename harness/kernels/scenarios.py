@@ -107,14 +107,22 @@ class Scenario:
 
     @property
     def rows_per_request(self) -> float:
+        """Mean target rows (drafts + bonus) of one request over the templates."""
         return float(np.mean([t.n_draft + 1 for t in self.templates]))
+
+    @property
+    def draft_rows_per_request(self) -> float:
+        """Mean draft rows of one request over the templates (what a kernel handed draft probs also gets)."""
+        return float(np.mean([t.n_draft for t in self.templates]))
 
     def calls_batch(self, rows_per_request: float | None = None) -> int:
         """Requests per call: every template at least once, at most MAX_CELLS_PER_CALL logits cells.
 
         rows_per_request: the rows of V values a request sends (default :attr:`rows_per_request`, the
-        mean template's target rows, as the ragged layout sends them; the padded layout passes its
-        fixed k + 1 target and k draft rows).
+        mean template's target rows; the ragged layout adds :attr:`draft_rows_per_request` when the
+        kernel takes draft probs, the padded layout passes its fixed k + 1 target and k draft rows).
+        Every call holds the templates in equal numbers (fewer once some are done), so its cells
+        are at most this many requests times the mean.
         """
         rows = self.rows_per_request if rows_per_request is None else float(rows_per_request)
         per_request = rows * self.vocab_size

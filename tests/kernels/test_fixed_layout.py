@@ -166,6 +166,26 @@ def test_padded_calls_hold_at_most_the_cell_bound_counting_every_row_sent() -> N
 
 
 
+def test_ragged_calls_hold_at_most_the_cell_bound_counting_the_draft_rows_sent() -> None:
+    """A ragged call's target logits and draft probs together fit the bound (it counted target rows only: 1.5x)."""
+    ref = reference_kernel("ragged")
+    assert ref.spec.takes_draft_probs
+    sizes: list[tuple[int, int]] = []  # (V, bytes of the V-wide rows sent)
+
+    def sized(req):  # noqa: ANN001, ANN202 - the reference, with every call's V-wide rows measured
+        rows = [t for t in (req.target_logits, req.draft_probs) if t is not None]
+        sizes.append((req.vocab_size, sum(t.numel() * t.element_size() for t in rows)))
+        return ref(req)
+
+    scenarios = [s for s in default_scenarios(ref.spec, scale=0.05) if s.vocab_size > 1000]
+    collect(Kernel(sized, ref.spec), scenarios)
+    bound = MAX_CELLS_PER_CALL * 4  # bytes of float32
+    assert {v for v, _ in sizes} == {s.vocab_size for s in scenarios}
+    for v, sent in sizes:
+        assert sent <= bound, (v, sent / 2**20)
+    assert max(b for _, b in sizes) > bound * 0.75  # the bound is what sizes the calls
+
+
 @pytest.mark.parametrize("method", ["target-only", "multi-draft"])
 def test_tree_calls_hold_at_most_the_cell_bound_counting_every_row_sent(method: str) -> None:
     """Every tensor a tree call sends (N target rows per request, N draft rows too for multi-draft) fits the bound."""
