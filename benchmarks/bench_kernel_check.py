@@ -9,7 +9,7 @@ ratio also counts the time the process waits for the CPU and for memory (first-t
 faults). Then the memory of the largest scenario (V = 256 000)
 in a fresh process (peak resident set; the ragged and then the padded reference in one
 process), against the bound the harness keeps: a call holds at most MAX_CELLS_PER_CALL logits
-cells (ragged: its target rows; padded: its target and draft rows). With --tree-memory instead:
+cells (ragged and padded: its target and draft rows). With --tree-memory instead:
 the tree check's largest scenario (tree-v40000) alone with the multi-draft and then the
 target-only tree reference, each in a fresh process: the largest call's float32 rows (tree: N
 target rows per request, and N draft rows for multi-draft) and the peak resident set.
@@ -160,6 +160,15 @@ def _memory_child(args: argparse.Namespace) -> int:
                          Kernel(null_kernel, KernelSpec(layout="ragged", params=True, name="null"))),
                         ("reference ragged kernel", k), ("reference padded kernel", padded)):
         large = [s for s in default_scenarios(kern.spec, scale=args.scale) if s.name.startswith("large")]
+        sent: list[int] = []  # bytes of the V-wide rows (target logits or probs, draft probs) of every call
+
+        def sized(req, fn=kern.fn, sent=sent):  # noqa: ANN001, ANN202 - the kernel, with each call's V-wide rows measured
+            target = "target_probs" if hasattr(req, "target_probs") else "target_logits"  # never compute the logits
+            rows = [getattr(req, f) for f in (target, "draft_probs")]
+            sent.append(sum(t.numel() * t.element_size() for t in rows if isinstance(t, torch.Tensor)))
+            return fn(req)
+
+        kern = Kernel(sized, kern.spec)
         before = rss_mb()
         peak[0] = before
         done.clear()
@@ -169,7 +178,8 @@ def _memory_child(args: argparse.Namespace) -> int:
         done.set()
         watcher.join()
         out[label] = {"requests": sum(s.requests for s in r.scenarios), "rss_before_mb": round(before, 1),
-                      "rss_peak_mb": round(peak[0], 1), "rss_added_mb": round(peak[0] - before, 1)}
+                      "rss_peak_mb": round(peak[0], 1), "rss_added_mb": round(peak[0] - before, 1),
+                      "calls": len(sent), "largest_call_mb": round(max(sent) / 2**20, 1)}
     print(json.dumps(out))
     return 0
 
