@@ -16,7 +16,15 @@ import pytest
 import torch
 
 from speceq.kernels import Kernel, check
-from speceq.kernels.collect import RowBuffers, collect, fixed_layout_plan, run_scenario, same_bits
+from speceq.kernels.collect import (
+    DIRECT_RUN_BYTES,
+    RowBuffers,
+    collect,
+    fixed_layout_plan,
+    rows_equal_in_place,
+    run_scenario,
+    same_bits,
+)
 from speceq.kernels.contract import Outcome
 from speceq.kernels.reference import reference_kernel
 from speceq.kernels.scenarios import MAX_CELLS_PER_CALL, default_scenarios
@@ -65,6 +73,26 @@ def test_a_buffer_handed_out_once_needs_no_compare_and_copy_mode_always_copies()
         got.fill_(7.0)
     assert bufs.copies == 5 and bufs.reuses == 0 and bufs.verify()
     assert torch.equal(bufs.gather("t", table, np.array([0]), reuse=True), table[[0]])
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_the_in_place_compare_of_long_row_runs_finds_a_write_anywhere(where: str) -> None:
+    # rows in runs of consecutive table rows (the tree layout: a request's N node rows), 64 KiB each:
+    # compared in place, run by run, and a write in any byte of any run is found
+    width = DIRECT_RUN_BYTES // 4
+    table = torch.rand(12, width)
+    rows = np.array([4, 5, 6, 0, 1, 2, 9, 10, 11])
+    assert rows_equal_in_place(table[torch.from_numpy(rows)], table, rows, width) is True
+    assert rows_equal_in_place(table[:1].clone(), table, np.array([0]), 4) is None  # 16-byte runs: the scratch path
+    bufs = RowBuffers()
+    bufs.gather("t", table, rows, reuse=True)
+    held = bufs.gather("t", table, rows, reuse=True)
+    assert bufs.verify() and bufs.compares == 1
+    bufs.gather("t", table, rows, reuse=True)
+    held = bufs.gather("t", table, rows, reuse=True)
+    cell = (3, 0) if where == "first" else (8, width - 1)  # the first byte of the second run; the last of all
+    held[cell] = torch.nextafter(held[cell], torch.tensor(2.0))
+    assert not bufs.verify() and bufs.written
 
 
 def test_the_compare_is_bit_for_bit_nan_and_signed_zero() -> None:
