@@ -61,7 +61,7 @@ def as_token_array(tokens: object, batch: int, where: str) -> np.ndarray:
     arr = np.asarray(arr)
     if arr.ndim == 1 and batch == 1:
         arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[0] != batch or not np.issubdtype(arr.dtype, np.integer):
+    if arr.ndim != 2 or arr.shape[0] != batch or arr.dtype.kind not in "iu":  # signed or unsigned integers
         raise ValueError(f"{where}: expected integer tokens of shape [{batch}, width], got {arr.dtype} {arr.shape}")
     return arr.astype(np.int64)
 
