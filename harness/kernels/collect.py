@@ -23,6 +23,7 @@ kernel that writes into them makes the check copy every call's inputs (see
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -137,7 +138,7 @@ class RowBuffers:
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         count = int(rows.size)
         row_shape = tuple(table.shape[1:])
-        cells = count * int(np.prod(row_shape, dtype=np.int64))
+        cells = count * math.prod(row_shape)
         key = (name, table.dtype, table.device)
         held = self._held.pop(key, None)
         if held is not None and reuse and not self.copy_every_call and held.table is table \

@@ -355,12 +355,20 @@ class TreeTables:
             q32[i * n:i * n + m] = t.draft32
         self.law32 = torch.from_numpy(law32).to(device)
         self.q32 = torch.from_numpy(q32).to(device)
-        self.boundary = [t.boundary for t in tpls]
+        self.boundary_templates = np.array([i for i, t in enumerate(tpls) if t.boundary], np.int64)  # fixed uniforms
         self.buffers = buffers if buffers is not None else RowBuffers()
         self.reuse = reuse  # hand out the rows of a repeated call layout without copying them again
         self._templates = tpls
         self._draft_cdf: dict[int, np.ndarray] = {}
         self._paths: PathTables | None = None
+        self._node_rows: tuple[np.ndarray, np.ndarray] | None = None
+
+    def node_rows(self, slots: np.ndarray) -> np.ndarray:
+        """The table rows of every node of every request, ``[B * N]`` (kept while a call layout's slots are kept)."""
+        if self._node_rows is None or self._node_rows[0] is not slots:
+            n = self.nodes
+            self._node_rows = (slots, (slots[:, None] * n + np.arange(n)[None, :]).ravel())
+        return self._node_rows[1]
 
     def path_tables(self) -> PathTables:
         """The root path of every (template, node) as lookup rows (:class:`PathTables`; built once per scenario)."""
@@ -403,7 +411,7 @@ def build_tree_request(scn: TreeScenario, tables: TreeTables, slots: np.ndarray,
     b = slots.size
     n = tables.nodes
     v = scn.vocab_size
-    rows_all = (slots[:, None] * n + np.arange(n)[None, :]).ravel()
+    rows_all = tables.node_rows(slots)
     first = tables.first[slots]
     nxt = tables.nxt[slots]
     law = tables.buffers.gather("target", tables.law32, rows_all, reuse=tables.reuse).view(b, n, v)
@@ -411,9 +419,14 @@ def build_tree_request(scn: TreeScenario, tables: TreeTables, slots: np.ndarray,
     u = rng.random((b, n))
     su = rng.random(b)
     tokens = tables.fixed[slots] if method == "target-only" else np.zeros((b, n), np.int64)
-    for t_index in np.unique(slots):  # per template in index order: the random stream of the per-request build
+    # per template in index order (the random stream of the per-request build); a target-only tree
+    # draws nothing here, so only its templates with fixed uniforms are visited
+    todo = np.unique(slots) if method != "target-only" else tables.boundary_templates
+    for t_index in todo:
         t = tpls[t_index]
         rows = np.flatnonzero(slots == t_index)
+        if rows.size == 0:
+            continue
         if method != "target-only":
             cdf = tables.draft_cdf(int(t_index))
             for c in range(1, t.num_nodes):
