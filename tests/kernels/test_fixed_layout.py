@@ -84,13 +84,16 @@ def test_the_in_place_compare_of_long_row_runs_finds_a_write_anywhere(where: str
     rows = np.array([4, 5, 6, 0, 1, 2, 9, 10, 11])
     assert rows_equal_in_place(table[torch.from_numpy(rows)], table, rows, width) is True
     assert rows_equal_in_place(table[:1].clone(), table, np.array([0]), 4) is None  # 16-byte runs: the scratch path
-    bufs = RowBuffers()
+    cell = (3, 0) if where == "first" else (8, width - 1)  # the first value of the second run; the last of all
+    written = table[torch.from_numpy(rows)]
+    written[cell] = torch.nextafter(written[cell], torch.tensor(2.0))
+    assert rows_equal_in_place(written, table, rows, width) is False  # found by the in-place path itself
+    bufs = RowBuffers()  # and through the buffers that use it
     bufs.gather("t", table, rows, reuse=True)
-    held = bufs.gather("t", table, rows, reuse=True)
+    bufs.gather("t", table, rows, reuse=True)
     assert bufs.verify() and bufs.compares == 1
     bufs.gather("t", table, rows, reuse=True)
     held = bufs.gather("t", table, rows, reuse=True)
-    cell = (3, 0) if where == "first" else (8, width - 1)  # the first byte of the second run; the last of all
     held[cell] = torch.nextafter(held[cell], torch.tensor(2.0))
     assert not bufs.verify() and bufs.written
 
