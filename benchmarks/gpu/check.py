@@ -35,27 +35,10 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _import_speceq_from_checkout() -> None:
-    """Make ``import speceq`` work on a machine where the package is not installed.
+sys.path.insert(0, str(REPO))  # tools/ of this checkout
+from tools.checkout_import import import_speceq_from_checkout  # noqa: E402
 
-    The library lives in the checkout's ``harness/`` folder (installed as ``speceq``); a bare
-    checkout (no ``pip install``, e.g. an accelerator machine without registry access) gets
-    ``speceq`` mapped onto that folder. An installed ``speceq`` is used as it is.
-    """
-    import importlib.util
-
-    if importlib.util.find_spec("speceq") is not None:
-        return
-    init = REPO / "harness" / "__init__.py"
-    spec = importlib.util.spec_from_file_location("speceq", init, submodule_search_locations=[str(init.parent)])
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load speceq from {init}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["speceq"] = module
-    spec.loader.exec_module(module)
-
-
-_import_speceq_from_checkout()
+import_speceq_from_checkout()  # a bare checkout (no pip install) maps speceq onto harness/
 
 from speceq.core.defaults import NEAR_TIE_NATS  # noqa: E402
 from speceq.core.params import SamplingParams  # noqa: E402

@@ -14,26 +14,12 @@ suite runs it so, tests/benchmarks/test_gpu_kernel_check.py).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _import_speceq_from_checkout() -> None:
-    """``import speceq`` from this checkout's ``harness/`` when the package is not installed."""
-    if importlib.util.find_spec("speceq") is not None:
-        return
-    init = REPO / "harness" / "__init__.py"
-    spec = importlib.util.spec_from_file_location("speceq", init, submodule_search_locations=[str(init.parent)])
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load speceq from {init}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["speceq"] = module
-    spec.loader.exec_module(module)
 
 
 def main() -> int:
@@ -44,7 +30,10 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None, help="run only these kernels (names as in the report)")
     parser.add_argument("--max-vocab", type=int, default=None, help="cap the scenarios' vocabulary (a quick dry run)")
     args = parser.parse_args()
-    _import_speceq_from_checkout()
+    sys.path.insert(0, str(REPO))  # tools/ of this checkout
+    from tools.checkout_import import import_speceq_from_checkout
+
+    import_speceq_from_checkout()
     import torch
 
     from speceq.kernels import check

@@ -23,7 +23,6 @@ verdict is as expected (shifted: exit 1; not-shifted: exit 0 or 3), else 1.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pickle
@@ -37,19 +36,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 
-def _speceq_from_checkout() -> None:
-    """Map ``speceq`` onto this checkout's ``harness/`` (the vLLM venv does not install it)."""
-    init = REPO / "harness" / "__init__.py"
-    spec = importlib.util.spec_from_file_location("speceq", init, submodule_search_locations=[str(init.parent)])
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load speceq from {init}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["speceq"] = module
-    spec.loader.exec_module(module)
-
-
 def worker(args: argparse.Namespace) -> int:
-    _speceq_from_checkout()
+    sys.path.insert(0, str(REPO))  # tools/ of this checkout (the vLLM venv does not install speceq)
+    from tools.checkout_import import import_speceq_from_checkout
+
+    import_speceq_from_checkout(prefer_installed=False)
     if args.patch:
         sys.path.insert(0, str(HERE))
         import vllm_expand_fix
