@@ -17,8 +17,8 @@ measures the sizes of
 - the same comparisons (and the one-sample z-tests, for contrast) in the three worlds of
   issue #22 where both engines share a slightly wrong oracle (speceq.stats.synthetic);
 - the run-level pooled comparisons (speceq.stats.pooled_comparison) in the same worlds, over
-  cases that all share the world's error: each case's differences scaled by 1 / ||D_c||, the
-  size given those magnitudes exact as above.
+  cases that all share the world's error: every case's differences as they are (each pair
+  weighing the same), the size given those magnitudes exact as above.
 
 Usage::
 
@@ -343,8 +343,8 @@ def pooled_world_sizes(name: str, outer: int, rows: int, cases: int,
 
     Every case is an independent draw of ``rows`` rows per engine from the world, so all cases
     share the same error with the oracle (the worst case for pooling: the offsets line up).
-    The pooled test is the sign-flip test of the concatenated D_c / ||D_c||, as in
-    :func:`speceq.stats.pooled_comparison`, so its size given the magnitudes is exact.
+    The pooled test is the sign-flip test of the concatenated D_c (every pair weighing the
+    same), as in :func:`speceq.stats.pooled_comparison`, so its size given the magnitudes is exact.
     """
     world = mismatch_world(name)
     res: dict[str, list[np.ndarray]] = {}
@@ -357,9 +357,8 @@ def pooled_world_sizes(name: str, outer: int, rows: int, cases: int,
             for k in COMPARISONS:
                 if k in wb:
                     d = wc[k] - wb[k]
-                    norm = math.sqrt(float(d @ d))
-                    if norm > 0:
-                        parts.setdefault(k, []).append(d / norm)
+                    if float(d @ d) > 0:
+                        parts.setdefault(k, []).append(d)
         for k, ds in parts.items():
             res.setdefault(f"pooled {k} comparison", []).append(cmp.conditional_size(np.concatenate(ds), LEVELS))
     return {k: (np.mean(v, axis=0), np.std(v, axis=0, ddof=1) / math.sqrt(len(v))) for k, v in res.items()}

@@ -38,8 +38,8 @@ case, greedy or not, is decided in :func:`speceq.verdicts.decide.decide_run_pool
 :class:`CaseEvidence` built here.
 
 Run level: with two or more sampling cases scored by the oracle, every row-score comparison is
-also pooled over the cases (:func:`pooled_tests`, Stouffer-weighted, exact under "no case
-shifted"); those tests join the one Holm family, and one rejecting makes the run ``shifted``
+also pooled over the cases (:func:`pooled_tests`, every pair weighing the same, exact under "no
+case shifted"); those tests join the one Holm family, and one rejecting makes the run ``shifted``
 while each case keeps its own verdict.
 """
 

@@ -198,12 +198,15 @@ def pooled_comparison(differences: Sequence[np.ndarray], *, name: str,
     """One row score's paired differences of several cases, tested together: is any case's score shifted?
 
     differences[c]: the pair differences D = candidate - baseline of case c (one row score,
-    pairs as for :func:`paired_comparison`). Each case is weighted 1 / ||D_c||, so the statistic
-    is Stouffer's sum_c z_c / sqrt(C) of the cases' own Z; the weights depend on the
-    magnitudes only, so given every |D| the signs are still i.i.d. fair coins under the
-    intersection null (no case shifted) and the sign-flip p-value of the weighted pairs is
-    valid at every level, whatever the oracle's error. A bug that moves every case a little
-    in the same direction adds up here while no single case reaches the Holm level.
+    pairs as for :func:`paired_comparison`). The test is the sign-flip test of every case's
+    pairs at once, each pair weighing the same: Z = sum of all D / ||all D||, i.e. the cases'
+    own z_c combined with weights ||D_c|| (a case with more pairs, more tokens per row or a
+    larger score spread weighs more). The weights depend on the magnitudes only, so given
+    every |D| the signs are still i.i.d. fair coins under the intersection null (no case
+    shifted) and the p-value is valid at every level, whatever the oracle's error. A bug
+    that moves every generated token a little in the same direction adds up here while no
+    single case reaches the Holm level; with the same drift and spread per token, equal
+    weight per pair is the most powerful such combination (the most informative case counts most).
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"`name` must be a non-empty string, got {name!r}")
@@ -221,7 +224,7 @@ def pooled_comparison(differences: Sequence[np.ndarray], *, name: str,
             zs.append(0.0)
             continue
         zs.append(float(d.sum()) / norm)
-        parts.append(d / norm)
+        parts.append(d)
     if not parts:
         return PooledComparisonResult(name=name, statistic=0.0, pvalue=1.0, n_cases=0, n_pairs=pairs,
                                       case_statistics=tuple(zs), method="degenerate", alternative=alternative)

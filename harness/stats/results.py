@@ -334,14 +334,13 @@ class ComparisonResult(_Test):
 class PooledComparisonResult(_Test):
     """One row score's paired comparison pooled over the cases of a run (:func:`speceq.stats.pooled_comparison`).
 
-    statistic: Z = sum_c z_c / sqrt(C) over the C cases with informative pairs, z_c = sum D / ||D||
-    of case c (Stouffer's combination, each case weighted 1 / ||D_c||, a function of the
-    magnitudes only); pvalue: the exact sign-flip p of that weighted sum (or its
-    Bentkus-Dzindzalieta bound), valid at every level under the intersection null "no case's
-    score is shifted", whatever the oracle's error. case_statistics: z_c per case, in input
-    order (0 for a case without informative pairs). effect: the mean z_c over the C cases (a
-    shift that moves every case alike moves each z_c by about sqrt(n_c) x its standardised
-    mean difference).
+    statistic: Z = sum D / ||D|| over every pair of every case (each pair weighs the same; the
+    cases' own z_c = sum D_c / ||D_c|| combined with weights ||D_c||, functions of the magnitudes
+    only); pvalue: the exact sign-flip p of that sum (or its Bentkus-Dzindzalieta bound), valid
+    at every level under the intersection null "no case's score is shifted", whatever the
+    oracle's error. case_statistics: z_c per case, in input order (0 for a case without
+    informative pairs), showing where the pooled shift leans. effect: the standardised mean
+    difference over all pairs, mean D / rms D = Z / sqrt(n_pairs).
     """
 
     name: str
@@ -359,18 +358,18 @@ class PooledComparisonResult(_Test):
 
     @property
     def effect(self) -> float:
-        return self.statistic / self.n_cases ** 0.5 if self.n_cases else 0.0
+        return self.statistic / self.n_pairs ** 0.5 if self.n_cases else 0.0
 
     def confidence_interval(self, level: float = 0.95) -> ConfidenceInterval:
-        """Approximate interval for the mean z_c: effect +- x / sqrt(C), c* (1 - Phi(x)) = (1 - level) / 2.
+        """Approximate interval for mean D / rms D: effect +- x / sqrt(n_pairs), c* (1 - Phi(x)) = (1 - level) / 2.
 
-        Each z_c has variance about 1 under a location shift, so this is the sign-flip bound's
-        interval on the standardised scale; it is exact only as C x n_c grows.
+        Z has variance about 1 under a small location shift, so this is the sign-flip bound's
+        interval on the standardised scale; it is exact only as n_pairs grows.
         """
         if self.n_cases == 0:
             return ConfidenceInterval(low=-float("inf"), high=float("inf"), level=level)
         x = float(optimize.brentq(lambda t: BD_CONSTANT * stats.norm.sf(t) - (1.0 - level) / 2.0, 0.0, 40.0))
-        half = x / self.n_cases ** 0.5
+        half = x / self.n_pairs ** 0.5
         return ConfidenceInterval(low=self.effect - half, high=self.effect + half, level=level)
 
     def summary(self) -> str:

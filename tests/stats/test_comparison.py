@@ -265,20 +265,44 @@ def test_pooled_comparison_is_valid_given_every_cases_magnitudes(cases: list[lis
         assert np.mean(pvals <= a) <= a + 1e-12, (a, np.mean(pvals <= a))
 
 
-def test_pooled_comparison_is_stouffer_of_the_cases_and_adds_up_a_shared_small_shift() -> None:
+def test_pooled_comparison_weighs_every_pair_alike_and_adds_up_a_shared_small_shift() -> None:
     """Six cases each shifted by 0.05 sd: no case alone reaches a Holm level of 1e-3 / 60, the pool does."""
     rng = np.random.default_rng(11)
     parts = [rng.normal(0.05, 1.0, 3000) for _ in range(6)]
     alone = [paired_comparison(np.zeros(3000), d, name="c") for d in parts]
     pooled = pooled_comparison(parts, name="pooled")
     z = [float(d.sum() / np.sqrt(d @ d)) for d in parts]
+    norms = [float(np.sqrt(d @ d)) for d in parts]
+    everything = np.concatenate(parts)
     assert pooled.case_statistics == pytest.approx(z)
-    assert pooled.statistic == pytest.approx(sum(z) / math.sqrt(6))
+    assert pooled.statistic == pytest.approx(everything.sum() / np.sqrt(everything @ everything))
+    assert pooled.statistic == pytest.approx(np.dot(norms, z) / np.sqrt(np.dot(norms, norms)))
+    assert pooled.pvalue == pytest.approx(paired_comparison(np.zeros(18000), everything, name="all").pvalue)
     assert pooled.n_cases == 6 and pooled.n_pairs == 18000
     assert max(r.pvalue for r in alone) > 1e-3 / 60 and min(r.pvalue for r in alone) > 1e-7
     assert pooled.pvalue < 1e-9
     ci = pooled.confidence_interval()
+    assert pooled.effect == pytest.approx(everything.mean() / np.sqrt(np.mean(everything ** 2)))
     assert ci.low < pooled.effect < ci.high and ci.low > 0
+    assert ci.low < 0.05 < ci.high
+
+
+def test_pooled_comparison_lets_the_case_with_more_tokens_count_more() -> None:
+    """Per-token drift: a 1-token case that the bug cannot reach no longer dilutes a 4-token case that it moves.
+
+    Equal weight per case (Stouffer) would give (z_long + z_short) / sqrt(2); each pair weighing
+    the same gives the long case its weight ||D_long|| > ||D_short||.
+    """
+    rng = np.random.default_rng(5)
+    long_rows = rng.normal(0.02, 1.0, (3000, 4)).sum(axis=1)  # 4 tokens per row, each drifted by 0.02 sd
+    short_rows = rng.normal(0.0, 1.0, 3000)  # 1 token per row, not drifted
+    pooled = pooled_comparison([long_rows, short_rows], name="t")
+    z_long, z_short = pooled.case_statistics
+    stouffer = (z_long + z_short) / math.sqrt(2)
+    assert pooled.statistic > stouffer
+    w = np.array([np.linalg.norm(long_rows), np.linalg.norm(short_rows)])
+    assert w[0] > 1.8 * w[1]
+    assert pooled.statistic == pytest.approx(np.dot(w, [z_long, z_short]) / np.linalg.norm(w))
 
 
 def test_pooled_comparison_skips_silent_cases_and_validates() -> None:
