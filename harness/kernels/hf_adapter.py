@@ -5,8 +5,8 @@ candidate_length, new_logits, assistant_ensemble_weight=None)`` (transformers 5.
 private function of that library, the verification step of assisted generation) takes one
 request: the candidate ids (prompt then k drafts), the draft logits ``[1, k, V]`` and the target
 logits ``[1, k + 1, V]``, softmaxes both, accepts when ``r <= p/q`` (5.24; ``r < p/q`` from 5.25)
-with ``r = torch.rand_like``, draws the
-recovered token from ``clamp(p - q, 0)`` normalised or the bonus from p, and returns
+with ``r = torch.rand_like``, draws the recovered token from ``clamp(p - q, 0)`` normalised or
+the bonus from p, and returns
 ``(valid_tokens [1, n + 1], n_matches)``. speceq hands it the log of the probabilities it
 builds (-inf at exact zeros) and seeds torch's global generator of the request's device from
 the request before each call (the function draws from it; see :func:`seed_global_generator`).
