@@ -39,8 +39,9 @@ case, greedy or not, is decided in :func:`speceq.verdicts.decide.decide_run_pool
 
 Run level: with two or more sampling cases scored by the oracle, every row-score comparison is
 also pooled over the cases (:func:`pooled_tests`, every pair weighing the same, exact under "no
-case shifted"); those tests join the one Holm family, and one rejecting makes the run ``shifted``
-while each case keeps its own verdict.
+case shifted"); those tests join the one Holm family (weighted: together they hold
+:data:`speceq.verdicts.decide.POOLED_ALPHA_SHARE` of it), and one rejecting makes the run
+``shifted`` while each case keeps its own verdict.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ScoreRequest
 from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
-from speceq.verdicts.decide import CaseDecision, decide_run_pooled, run_verdict
+from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.result import (
     CaseResult,
@@ -717,12 +718,12 @@ def analyse_run(
     greedy near-tie threshold (top-2 margin, nats). ``support_margin_nats``: the numerics margin
     of the support hard failure (:func:`robust_support_failures`; 0: exact oracle). ``certificate``: what an ``equivalent`` verdict
     rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). Monte Carlo p-values are sized to
-    alpha / (planned number of primary tests of the run), the first step of Holm.
+    the first Holm step of a case test (alpha / planned primary tests, or the cases' weighted share
+    when pooled tests are planned: :func:`speceq.verdicts.decide.first_step_levels`).
     """
     tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
     planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
-    planned += planned_pooled_tests(cases, oracle=oracle is not None)
-    mc_level = alpha / max(1, planned)
+    mc_level = first_step_levels(alpha, planned, planned_pooled_tests(cases, oracle=oracle is not None))[0]
     evidence: list[CaseEvidence] = []
     details: list[CaseDetails] = []
     differences: list[Mapping[str, np.ndarray]] = []

@@ -3,7 +3,10 @@
 Every verdict, greedy ones included, is decided here and only here:
 
 - Holm across ALL primary tests of the run, so the family-wise error of "shifted" verdicts
-  is at most alpha under any dependence between tests and cases.
+  is at most alpha under any dependence between tests and cases. When the run also has
+  run-level pooled tests, Holm is weighted: the pooled tests share
+  :data:`POOLED_ALPHA_SHARE` of the weight and the cases' tests the rest, each share split
+  equally (:func:`first_step_levels`).
 - Benjamini-Hochberg q-values across all tests of the run (diagnostic only).
 - Per case: ``shifted`` iff a hard failure occurred (candidate rows with tokens the oracle
   calls impossible where the baseline has none, significant at the first Holm step; a greedy
@@ -22,7 +25,8 @@ Every verdict, greedy ones included, is decided here and only here:
 
 The required n of an inconclusive case (samples per engine) is the larger of (a) the size
 at which the case's chi-square detects a TV shift of ``tolerance`` with power 0.9 at the
-Bonferroni level alpha / (number of primary tests), the first step of Holm, and (b) the size
+level of a case test's first Holm step (alpha / (number of primary tests), or its weighted
+share when pooled tests run), and (b) the size
 at which the TV upper bound falls below ``tolerance`` with probability 0.9 when the engines
 truly agree (speceq.stats.sample_size); both use an upper estimate of the bin count.
 """
@@ -44,9 +48,15 @@ from speceq.verdicts.result import TestOutcome, worst_verdict
 
 #: Power of detection, and probability of certification, at the required sample size.
 DESIGN_POWER = 0.9
+#: Share of the Holm weight (of alpha at the first step) that the run-level pooled tests hold
+#: together when a run has them; the cases' primary tests hold the rest. Half to the tests of
+#: the global null "no case shifted", half to the cases: a bug that shifts every case a little
+#: (an acceptance rule slightly off) is seen only by the pooled tests, while a bug of one case
+#: loses little (at 56 case tests and alpha 1e-3 a case test's first step goes from z 4.31 to 4.44).
+POOLED_ALPHA_SHARE = 0.5
 
-__all__ = ["DESIGN_POWER", "CaseDecision", "CaseEvidence", "GreedyEvidence", "PooledDecision", "decide_run",
-           "decide_run_pooled", "run_verdict"]
+__all__ = ["DESIGN_POWER", "POOLED_ALPHA_SHARE", "CaseDecision", "CaseEvidence", "GreedyEvidence", "PooledDecision",
+           "decide_run", "decide_run_pooled", "first_step_levels", "run_verdict"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,8 +114,20 @@ def _case_iv(case: CaseEvidence) -> None:
             raise ValueError(f"{where}: test {t.name!r} has p-value {t.pvalue!r}, expected a number in [0, 1]")
 
 
-def _required_n(case: CaseEvidence, alpha: float, tolerance: float, primary_count: int) -> int:
-    level = alpha / max(1, primary_count)
+def first_step_levels(alpha: float, case_tests: int, pooled_tests: int) -> tuple[float, float]:
+    """Levels (case test, pooled test) at which the run's weighted Holm tests each first.
+
+    case_tests / pooled_tests: primary tests of the cases and of the run-level pooled family.
+    With both present the pooled tests share :data:`POOLED_ALPHA_SHARE` of alpha, else every
+    test gets alpha / (number of tests), plain Holm. The family-wise error stays at most alpha.
+    """
+    if case_tests > 0 and pooled_tests > 0:
+        return (alpha * (1.0 - POOLED_ALPHA_SHARE) / case_tests, alpha * POOLED_ALPHA_SHARE / pooled_tests)
+    level = alpha / max(1, case_tests + pooled_tests)
+    return level, level
+
+
+def _required_n(case: CaseEvidence, alpha: float, tolerance: float, level: float) -> int:
     bins = max(2, math.ceil(case.effective_support))
     detect = required_n_two_sample(tolerance, bins, level, DESIGN_POWER)
     certify = required_n_equivalence_two_sample(tolerance, float(case.effective_support), case.bound_alpha or alpha,
@@ -147,8 +169,9 @@ def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOut
 
     pooled: tests of the intersection null "no case shifted" (e.g. a row score's comparison
     pooled over the cases, :func:`speceq.stats.pooled_comparison`); their primary ones join
-    the Holm family of the cases' primary tests, so the family-wise error of every ``shifted``
-    (a case's or the run's) stays at most alpha.
+    the Holm family of the cases' primary tests, weighted to hold :data:`POOLED_ALPHA_SHARE` of
+    it together, so the family-wise error of every ``shifted`` (a case's or the run's) stays at
+    most alpha.
     """
     cases, alpha, tolerance = _decide_run_iv(evidence, alpha, tolerance)
     if certificate not in CERTIFICATES:
@@ -164,7 +187,14 @@ def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOut
     pvalues = np.array([t.pvalue for _, _, t in flat], dtype=np.float64)
     qvalues = benjamini_hochberg(pvalues)
     primary_idx = [i for i, (_, _, t) in enumerate(flat) if t.primary]
-    adjusted = dict(zip(primary_idx, holm(pvalues[primary_idx]).tolist()))
+    n_pooled = sum(1 for i in primary_idx if flat[i][0] < 0)
+    case_level, pooled_level = first_step_levels(alpha, len(primary_idx) - n_pooled, n_pooled)
+    if case_level == pooled_level:  # no pooled tests (or no case tests): plain Holm
+        adjusted_primary = holm(pvalues[primary_idx])
+    else:
+        weights = np.array([pooled_level if flat[i][0] < 0 else case_level for i in primary_idx])
+        adjusted_primary = holm(pvalues[primary_idx], weights)
+    adjusted = dict(zip(primary_idx, adjusted_primary.tolist()))
 
     filled: list[list[TestOutcome]] = [[] for _ in cases]
     run_filled: list[TestOutcome] = []
@@ -174,7 +204,7 @@ def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOut
 
     decisions = []
     for case, tests in zip(cases, filled):
-        decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, len(primary_idx), certificate))
+        decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, case_level, certificate))
     return decisions, _decide_pooled(tuple(run_filled), alpha)
 
 
@@ -190,7 +220,7 @@ def _decide_pooled(tests: tuple[TestOutcome, ...], alpha: float) -> PooledDecisi
 
 
 def _decide_case(
-    case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float, primary_count: int,
+    case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float, first_level: float,
     certificate: str = "tv",
 ) -> CaseDecision:
     common = dict(case_id=case.case_id, tests=tests, tv_estimate=case.tv_estimate, tv_upper_bound=case.tv_upper_bound)
@@ -219,7 +249,7 @@ def _decide_case(
                     f"this {CERTIFIES}"),
             **common,
         )
-    required = _required_n(case, alpha, tolerance, primary_count)
+    required = _required_n(case, alpha, tolerance, first_level)
     now = _current_n(case)
     why = "no TV upper bound was computed" if bound is None else f"TV upper bound {bound:.4f} >= tolerance {tolerance:g}"
     if required > now:

@@ -394,9 +394,12 @@ def test_a_small_shift_every_case_shares_is_caught_by_the_pooled_comparisons() -
     assert set(pooled) == {"pooled argmax comparison", "pooled log-likelihood comparison", "pooled PIT comparison"}
     assert pooled["pooled log-likelihood comparison"].adjusted_pvalue < 1e-8
     assert "pooled log-likelihood comparison rejects" in r.pooled_reason and r.pooled_reason in r.summary()
-    primary = [t for c in r.cases for t in c.tests if t.primary] + list(r.pooled_tests)
+    case_primary = [t for c in r.cases for t in c.tests if t.primary]
+    primary = case_primary + list(r.pooled_tests)
     from speceq.stats import holm
-    expected = holm(np.array([t.pvalue for t in primary]))
+    from speceq.verdicts.decide import POOLED_ALPHA_SHARE
+    weights = [(1 - POOLED_ALPHA_SHARE) / len(case_primary)] * len(case_primary) + [POOLED_ALPHA_SHARE / 3] * 3
+    expected = holm(np.array([t.pvalue for t in primary]), np.array(weights))
     assert [t.adjusted_pvalue for t in primary] == pytest.approx(expected.tolist())
     again = RunResult.from_json(r.to_json())
     assert again == r and again.pooled_tests == r.pooled_tests

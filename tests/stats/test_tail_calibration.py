@@ -167,12 +167,18 @@ AA_RUNS = reps_to_catch(AA_ALPHA, 3.0, 1.0)
 
 
 def _holm_spans_each_run(results: list) -> bool:
-    """Every primary test's adjusted p-value is Holm's over ALL primary tests of its run."""
+    """Every primary test's adjusted p-value is Holm's over ALL primary tests of its run (weighted
+    as the decision weighs them: the pooled tests hold their share, the cases' tests the rest)."""
     from speceq.stats import holm
+    from speceq.verdicts.decide import first_step_levels
 
     for res in results:
-        primary = [t for c in res.cases for t in c.tests if t.primary] + [t for t in res.pooled_tests if t.primary]
-        expected = holm(np.array([t.pvalue for t in primary]))
+        case_tests = [t for c in res.cases for t in c.tests if t.primary]
+        pooled = [t for t in res.pooled_tests if t.primary]
+        primary = case_tests + pooled
+        case_level, pooled_level = first_step_levels(res.alpha, len(case_tests), len(pooled))
+        weights = np.array([case_level] * len(case_tests) + [pooled_level] * len(pooled))
+        expected = holm(np.array([t.pvalue for t in primary]), weights)
         if not np.allclose([t.adjusted_pvalue for t in primary], expected, rtol=1e-12, atol=0.0):
             return False
     return True

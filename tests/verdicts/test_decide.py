@@ -273,14 +273,43 @@ def test_pooled_tests_join_the_holm_family_and_shift_the_run_only() -> None:
     decisions, pooled = decide_run_pooled(cases, [strong, _test("pooled y", 0.3, primary=False)], alpha=1e-3,
                                           tolerance=0.05)
     assert [d.verdict for d in decisions] == ["equivalent", "equivalent"]
-    assert pooled.tests[0].adjusted_pvalue == pytest.approx(5e-5)  # 5 primary tests in all
+    # the one pooled primary test holds POOLED_ALPHA_SHARE = 1/2 of the weight, the 4 case tests 1/8 each
+    assert pooled.tests[0].adjusted_pvalue == pytest.approx(2e-5)
     assert pooled.tests[1].adjusted_pvalue is None and pooled.tests[1].qvalue is not None
     assert pooled.rejects and "pooled x comparison rejects" in pooled.reason
     assert run_verdict(decisions, pooled) == "shifted" and run_verdict(decisions) == "equivalent"
-    # the cases' Holm p-values count the pooled test too
-    assert decisions[0].tests[0].adjusted_pvalue == pytest.approx(holm(np.array([0.01, 0.5, 0.02, 0.6, 1e-5]))[0])
-    weak, quiet = decide_run_pooled(cases, [_test("pooled x comparison", 4e-4)], alpha=1e-3, tolerance=0.05)
+    # the cases' Holm p-values count the pooled test too: 0.01 x (1/2) / (1/8) once the pooled test is rejected
+    weighted = holm(np.array([0.01, 0.5, 0.02, 0.6, 1e-5]), np.array([1.0, 1.0, 1.0, 1.0, 4.0]))
+    assert decisions[0].tests[0].adjusted_pvalue == pytest.approx(weighted[0]) == pytest.approx(0.04)
+    weak, quiet = decide_run_pooled(cases, [_test("pooled x comparison", 6e-4)], alpha=1e-3, tolerance=0.05)
     assert not quiet.rejects and quiet.reason == "" and run_verdict(weak, quiet) == "equivalent"
     assert decide_run_pooled(cases, [], alpha=1e-3, tolerance=0.05)[0] == decide_run(cases, alpha=1e-3, tolerance=0.05)
     with pytest.raises(TypeError, match="pooled"):
         decide_run_pooled(cases, [0.1], alpha=1e-3, tolerance=0.05)
+
+
+def test_the_pooled_tests_hold_half_of_alpha_whatever_the_number_of_case_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """56 case tests and 5 pooled ones (the default job's family): a pooled p of 9e-5 rejects at
+    alpha 1e-3 (first step 1e-4 = alpha / 2 / 5), which plain Holm over 61 tests (1.6e-5) would not;
+    a case test's first step is alpha / 2 / 56, and an inconclusive case asks for the n of that level."""
+    import speceq.verdicts.decide as decide
+    from speceq.verdicts.decide import POOLED_ALPHA_SHARE, first_step_levels
+
+    levels: list[float] = []
+    detect = decide.required_n_two_sample
+    monkeypatch.setattr(decide, "required_n_two_sample", lambda tol, k, level, power: levels.append(level) or detect(
+        tol, k, level, power))
+    cases = [_case(f"c{i}", [1.0] * 8, upper=0.3) for i in range(7)]
+    pooled = [_test("pooled a comparison", 9e-5)] + [_test(f"pooled {x} comparison", 1.0) for x in "bcde"]
+    decisions, run = decide_run_pooled(cases, pooled, alpha=1e-3, tolerance=0.05)
+    assert POOLED_ALPHA_SHARE == 0.5 and run.rejects
+    assert run.tests[0].adjusted_pvalue == pytest.approx(9e-4)
+    assert holm(np.array([9e-5] + [1.0] * 60))[0] > 1e-3
+    case_level, pooled_level = first_step_levels(1e-3, 56, 5)
+    assert case_level == pytest.approx(1e-3 / 2 / 56) and pooled_level == pytest.approx(1e-4)
+    assert first_step_levels(1e-3, 56, 0) == (pytest.approx(1e-3 / 56),) * 2
+    assert all(d.verdict == "inconclusive" for d in decisions)
+    assert levels == [pytest.approx(case_level)] * 7  # each inconclusive case sized at its own first step
+    levels.clear()
+    decide_run(cases, alpha=1e-3, tolerance=0.05)
+    assert levels == [pytest.approx(1e-3 / 56)] * 7
