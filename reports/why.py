@@ -15,6 +15,7 @@ from scipy import stats
 from speceq.reports import svg
 from speceq.reports.format import fmt_p
 from speceq.verdicts import reasons
+from speceq.verdicts.decide import first_step_levels
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Pointwise coverage of the uniform band drawn on PIT histograms (the report's PIT section uses it too).
@@ -47,11 +48,20 @@ class ZView:
 
 
 def holm_level(test: TestOutcome, run: RunResult) -> float:
-    """The level Holm compares ``test``'s raw p with: alpha / (m - r), m primary tests in the run,
-    r of them with a smaller raw p (the step at which Holm reaches this test)."""
-    primary = [t.pvalue for c in run.cases for t in c.tests if t.primary]
-    smaller = sum(p < test.pvalue for p in primary)
-    return run.alpha / max(1, len(primary) - smaller)
+    """The level the run's (weighted) Holm compares ``test``'s raw p with at the step it reaches it.
+
+    Every primary test u of the run, the cases' and the pooled ones, has its first-step level
+    l_u (:func:`speceq.verdicts.decide.first_step_levels`; plain Holm: alpha / m); ``test`` is
+    reached once those with a smaller p_u / l_u are rejected, and is compared at
+    alpha l_t / (sum of l_u over the rest). Plain Holm gives alpha / (m - r), r tests with a smaller p.
+    """
+    case_tests = [t for c in run.cases for t in c.tests if t.primary]
+    pooled = [t for t in run.pooled_tests if t.primary]
+    case_level, pooled_level = first_step_levels(run.alpha, len(case_tests), len(pooled))
+    levels = [(t.pvalue, case_level) for t in case_tests] + [(t.pvalue, pooled_level) for t in pooled]
+    own = pooled_level if any(t is test for t in pooled) else case_level
+    rest = sum(level for p, level in levels if not p / level < test.pvalue / own)
+    return run.alpha * own / rest if rest > 0 else run.alpha
 
 
 def z_views(case: CaseResult, run: RunResult, deciding: TestOutcome | None) -> list[ZView]:

@@ -43,7 +43,8 @@ class TestOutcome:
     name: e.g. ``"chi2 position 0"``, ``"PIT Anderson-Darling"``, ``"z argmax leak"``.
     family: ``"two-sample"``, ``"oracle"`` or ``"sequence"``.
     primary: whether it is one of the primary tests fixed before the data (Holm family).
-    adjusted_pvalue: Holm-adjusted over every primary test of the run (primary only).
+    adjusted_pvalue: Holm-adjusted over every primary test of the run, the pooled ones included
+    (weighted: :func:`speceq.verdicts.decide.first_step_levels`; primary only).
     qvalue: Benjamini-Hochberg q-value over every test of the run (diagnostic).
     prompt / position: for a test of one generated position (``chi2 prompt j position t``),
     which prompt of the batch and which position, so that faces never parse the name back.

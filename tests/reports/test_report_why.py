@@ -145,3 +145,27 @@ def test_function_engine_is_named_by_its_spec_in_the_engine_table(mutant_result:
     assert not any("_wrap" in v for v in cand.values())
     table = parse(render_report(result)).find("table", "engines")[0].text
     assert "my_engine.py:sample" in table and "_wrap" not in table
+
+
+def test_the_band_level_is_the_weighted_holm_step_of_the_test(mutant_result: RunResult) -> None:
+    """With pooled tests in the run, a case test is compared at the cases' share of alpha, and
+    the level at its step counts the pooled tests that Holm reaches after it."""
+    from speceq.stats import holm
+    from speceq.verdicts.decide import first_step_levels
+    from speceq.verdicts.result import TestOutcome
+
+    case_tests = [t for c in mutant_result.cases for t in c.tests if t.primary]
+    weak = TestOutcome(name="pooled x comparison", family="oracle", primary=True, statistic=0.0, pvalue=1.0)
+    run = replace(mutant_result, pooled_tests=(weak,))
+    case_level, pooled_level = first_step_levels(run.alpha, len(case_tests), 1)
+    assert case_level < run.alpha / (len(case_tests) + 1) < pooled_level
+    first = min(case_tests, key=lambda t: t.pvalue)
+    assert holm_level(first, run) == case_level  # the first step: the whole weight remains
+    plain = run.alpha / len(case_tests)
+    assert holm_level(first, mutant_result) == plain  # no pooled test: plain Holm
+    # each case test's weighted step level rejects exactly what weighted Holm's adjusted p rejects
+    weights = [case_level] * len(case_tests) + [pooled_level]
+    adjusted = holm([t.pvalue for t in case_tests] + [1.0], weights)
+    for t, adj in zip(case_tests, adjusted):
+        if adj <= run.alpha and t.pvalue > 0:
+            assert t.pvalue <= holm_level(t, run) * (1 + 1e-12)
