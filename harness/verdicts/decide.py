@@ -189,7 +189,7 @@ def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOut
     primary_idx = [i for i, (_, _, t) in enumerate(flat) if t.primary]
     n_pooled = sum(1 for i in primary_idx if flat[i][0] < 0)
     case_level, pooled_level = first_step_levels(alpha, len(primary_idx) - n_pooled, n_pooled)
-    if case_level == pooled_level:  # no pooled tests (or no case tests): plain Holm
+    if case_level == pooled_level:  # equal weights (no pooled tests, or none of the cases): plain Holm, the same values
         adjusted_primary = holm(pvalues[primary_idx])
     else:
         weights = np.array([pooled_level if flat[i][0] < 0 else case_level for i in primary_idx])
