@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,14 @@ def _deciding(result: Any) -> str:
     return min(tests, key=lambda t: t.adjusted_pvalue).name if tests else "?"
 
 
-def fixed_runs(world: MismatchWorld, runs: int, samples: int, seed: int, power: bool) -> tuple[int, Counter]:
+def _every_tenth(runs: int, r: int, shifted: int, progress: Callable[[str], None] | None, label: str) -> None:
+    """Report progress after every tenth of the runs (long sweeps run for an hour or more)."""
+    if progress is not None and (r + 1) % max(1, runs // 10) == 0:
+        progress(f"{label}: {r + 1}/{runs} runs, {shifted} shifted")
+
+
+def fixed_runs(world: MismatchWorld, runs: int, samples: int, seed: int, power: bool,
+               progress: Callable[[str], None] | None = None) -> tuple[int, Counter]:
     """False (or, with power, true) `shifted` runs of the fixed-size analysis, and what decided them."""
     from speceq.pipeline.analysis import analyse_run
 
@@ -134,10 +141,12 @@ def fixed_runs(world: MismatchWorld, runs: int, samples: int, seed: int, power: 
         if res.verdict == "shifted":
             shifted += 1
             why[_deciding(res)] += 1
+        _every_tenth(runs, r, shifted, progress, f"{world.name}, fixed-size")
     return shifted, why
 
 
-def sequential_runs(world: MismatchWorld, runs: int, samples: int, seed: int, power: bool) -> tuple[int, Counter]:
+def sequential_runs(world: MismatchWorld, runs: int, samples: int, seed: int, power: bool,
+                    progress: Callable[[str], None] | None = None) -> tuple[int, Counter]:
     """False (or true) `shifted` runs of the real sequential run, the world's oracle in place of the model's."""
     from speceq.pipeline import runner
     from speceq.pipeline.config import RunConfig
@@ -159,6 +168,7 @@ def sequential_runs(world: MismatchWorld, runs: int, samples: int, seed: int, po
             if res.verdict == "shifted":
                 shifted += 1
                 why[_deciding(res)] += 1
+            _every_tenth(runs, r, shifted, progress, f"{world.name}, sequential")
     finally:
         runner.make_oracle, runner.check_oracle_matches, runner.oracle_sources = saved
     return shifted, why
@@ -180,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in [w.strip() for w in args.worlds.split(",") if w.strip()]:
         world = mismatch_world(name)
         fn = fixed_runs if args.mode == "fixed" else sequential_runs
-        k, why = fn(world, args.runs, args.samples, args.seed, args.power)
+        k, why = fn(world, args.runs, args.samples, args.seed, args.power,
+                    progress=lambda msg: print(f"[{time.time() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True))
         band = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / args.runs)
         tail = float(sps.binom.sf(k - 1, args.runs, ALPHA)) if k else 1.0
         decided = "; ".join(f"{n}: {c}" for n, c in why.most_common(4)) or "—"
