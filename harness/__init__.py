@@ -26,7 +26,7 @@ the same law as the baseline, so the run comes out ``equivalent``.
 import importlib as _importlib
 import typing as _typing
 
-__version__ = "0.1.0"
+from speceq.core.package import __version__
 
 #: public name -> module that defines it (imported lazily by :func:`__getattr__`).
 _PUBLIC: dict[str, str] = {

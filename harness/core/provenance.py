@@ -29,7 +29,7 @@ def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str
         except metadata.PackageNotFoundError:
             out[name] = None
     if out.get("speceq") is None:  # running from a checkout that is not pip-installed
-        from speceq import __version__
+        from speceq.core.package import __version__
 
         out["speceq"] = f"{__version__} (not installed)"
     return out
