@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from speceq.errors import SpeceqError, StoreError
-from speceq.verdicts.result import EXIT_USAGE, RunResult
+from speceq.verdicts.result import RunResult
+from speceq.verdicts.verdict import EXIT_USAGE, Verdict
 
 EXIT_INTERRUPTED = 130
 AddArguments = Callable[[argparse.ArgumentParser], None]
@@ -315,7 +316,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
 
     from speceq.verdicts import reasons
 
-    style = {"equivalent": "green", "shifted": "bold red", "inconclusive": "yellow"}
+    style = {Verdict.EQUIVALENT: "green", Verdict.SHIFTED: "bold red", Verdict.INCONCLUSIVE: "yellow"}
     table = Table()
     table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
@@ -354,7 +355,7 @@ def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
     """'to decide: <command>' for the inconclusive cases ('' when there is none or no command line)."""
     from speceq.verdicts import reasons
 
-    need = [c for c in result.cases if c.verdict == "inconclusive" and c.required_n is not None]
+    need = [c for c in result.cases if c.verdict == Verdict.INCONCLUSIVE and c.required_n is not None]
     if not need:
         return ""
     n = max(c.required_n for c in need if c.required_n is not None)
@@ -373,7 +374,7 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    mark = {"equivalent": "✅ equivalent", "shifted": "❌ shifted", "inconclusive": "⚠️ inconclusive"}
+    mark = {Verdict.EQUIVALENT: "✅ equivalent", Verdict.SHIFTED: "❌ shifted", Verdict.INCONCLUSIVE: "⚠️ inconclusive"}
     lines = [
         f"### speceq: {result.verdict.upper()}",
         "",

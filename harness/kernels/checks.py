@@ -28,10 +28,11 @@ from speceq.kernels.collect import ScenarioRecord, collect
 from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
 from speceq.kernels.diagnosis import Finding
 from speceq.kernels.evidence import plan, run_tests
-from speceq.kernels.result import DEFAULT_ALPHA, EXIT_CODES, KernelCheckResult, ScenarioSummary, decide
+from speceq.kernels.result import DEFAULT_ALPHA, KernelCheckResult, ScenarioSummary, decide
 from speceq.kernels.scenarios import Scenario, default_scenarios
+from speceq.verdicts.verdict import Verdict
 
-__all__ = ["DEFAULT_ALPHA", "EXIT_CODES", "KernelCheckResult", "analyse", "check", "planned_tests", "solo_findings"]
+__all__ = ["DEFAULT_ALPHA", "KernelCheckResult", "analyse", "check", "planned_tests", "solo_findings"]
 
 
 
@@ -58,7 +59,7 @@ def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Sc
     records = collect(kern, chosen, seed=seed, device=device)
     result = analyse(kern, chosen, records, alpha=alpha, tolerance=tolerance, start=start, device=str(device),
                      seed=seed)
-    if solo and result.verdict == "shifted" and kern.spec.layout in ("ragged", "padded"):
+    if solo and result.verdict == Verdict.SHIFTED and kern.spec.layout in ("ragged", "padded"):
         extra = solo_findings(kern, chosen, result, seed=seed, device=device, alpha=alpha)
         result = replace(result, findings=result.findings + tuple(extra), seconds=time.perf_counter() - start)
     return result
