@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from speceq.core.defaults import DEFAULT_ALPHA
+from speceq.core.defaults import DEFAULT_ALPHA, PYTEST_TOLERANCE
 
 #: What ``--speceq-inconclusive`` may say: fail the test, skip it, or let it pass. The default
 #: is skip: an inconclusive check found no shift (a shift fails the test) but could not
@@ -227,7 +227,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                     "every speceq_budget marker (the suites' budgets)."),
     OptionSpec(name="alpha", default=DEFAULT_ALPHA, convert=_probability(upper_inclusive=False, what="a level in (0, 1)"),
                metavar="A", help="family-wise false-alarm level of each check (Holm over its tests)."),
-    OptionSpec(name="tolerance", default=0.05,
+    OptionSpec(name="tolerance", default=PYTEST_TOLERANCE,
                convert=_probability(upper_inclusive=True, what="a total-variation distance in (0, 1]"),
                metavar="EPS", help="TV distance below which a case may be called equivalent."),
     OptionSpec(name="seed", default=0, convert=_int_at_least(0), metavar="N",
