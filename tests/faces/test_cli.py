@@ -105,6 +105,32 @@ def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
     assert "run_seed: stored 0, now 5" in err and "--fresh discards the stored samples" in err
 
 
+def test_fresh_discards_a_symlinked_chunks_folder_and_never_reports_reuse(tmp_path, capsys):
+    first = main(fake_run(tmp_path))
+    assert first in (0, 3)  # a verdict, not an error
+    out = tmp_path / "out"
+    (out / "chunks").rename(tmp_path / "kept-elsewhere")
+    (out / "chunks").symlink_to(tmp_path / "kept-elsewhere", target_is_directory=True)
+    capsys.readouterr()
+    assert main(fake_run(tmp_path, "--fresh")) == first
+    err = capsys.readouterr().err
+    assert "chunks: 0 reused from the store, 8 sampled" in err, err
+
+
+def test_an_unreadable_chunk_is_reported_and_recorded_when_it_is_sampled_again(tmp_path, capsys):
+    first = main(fake_run(tmp_path))
+    assert first in (0, 3)
+    broken = sorted((tmp_path / "out" / "chunks").rglob("slice-*.npz"))[0]
+    broken.write_bytes(b"not a chunk")
+    capsys.readouterr()
+    assert main(fake_run(tmp_path)) == first
+    err = capsys.readouterr().err
+    assert f"chunk file {broken} is unreadable" in err and "drawn again" in err
+    assert "chunks: 7 reused from the store, 1 sampled" in err
+    chunks = json.loads((tmp_path / "out" / "provenance.json").read_text())["chunks"]
+    assert [d["path"] for d in chunks["discarded_unreadable"]] == [str(broken)]
+
+
 def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
     assert main(fake_run(tmp_path, "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
     err = capsys.readouterr().err

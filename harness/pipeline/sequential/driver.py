@@ -160,7 +160,8 @@ class SequentialLoop:
         finally:
             collector.store.release_writer_lock()
         provenance = prepared.completed({
-            "chunks": {"reused": collector.reused, "sampled": collector.sampled},
+            "chunks": {"reused": collector.reused, "sampled": collector.sampled,
+                       "discarded_unreadable": list(collector.store.discarded)},
             "executor": prepared.session.executor(pending=0).description,  # the open parallel one, else serial
             "sequential": {"tests": k_tests, "level_per_test": level, "schedule": SCHEDULE,
                            "cases": {cid: {"verdict": p.verdict, "looks": p.looks, "n": p.n}
