@@ -1,8 +1,9 @@
 """The ``speceq`` command line: ``run``, ``report``, ``engines`` (and commands other modules plug in).
 
 Exit codes: 0 every case equivalent, 1 some case shifted, 3 inconclusive and none shifted,
-2 usage, configuration or engine error (one line on stderr; ``--debug`` shows the
-traceback), 130 interrupted (finished chunks are kept; rerun to resume).
+2 usage, configuration or engine error, or an unexpected crash (one line on stderr; ``--debug``
+adds the traceback and keeps the exit code), 130 interrupted (finished chunks are kept; rerun to
+resume).
 
 A new subcommand lives in its own module providing ``HELP`` (one line),
 ``add_arguments(parser)`` and ``handle(args) -> int``, registered by one line in
@@ -495,10 +496,10 @@ def _plugin_commands() -> dict[str, tuple[str, AddArguments, Handler]]:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    common.add_argument("--debug", action="store_true", help="show tracebacks of errors (the exit code stays 2)")
     parser = argparse.ArgumentParser(
         prog="speceq", description="Distribution-equivalence tests for speculative decoding.",
-        epilog="exit codes: 0 equivalent, 1 shifted, 3 inconclusive, 2 usage/engine error, 130 interrupted",
+        epilog="exit codes: 0 equivalent, 1 shifted, 3 inconclusive, 2 usage/engine error or crash, 130 interrupted",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, add_arguments, handler) in {**COMMANDS, **_plugin_commands()}.items():
@@ -527,11 +528,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nspeceq: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (SpeceqError, OSError) as e:
-        if args.debug:
-            raise
         message = os_error_message(e) if isinstance(e, OSError) and not isinstance(e, SpeceqError) else str(e)
-        print(f"speceq: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
+        return _error_exit(message, debug=args.debug)
+    except Exception as e:  # a bug in speceq, an engine or a library: an error, never a verdict's code
+        return _error_exit(f"unexpected {type(e).__name__}: {e} (a bug; --debug shows the traceback)", debug=args.debug)
+
+
+def _error_exit(message: str, *, debug: bool) -> int:
+    """Print the error line (after the traceback of the exception being handled, with ``--debug``); return 2.
+
+    ``--debug`` only adds the traceback: the exit code stays :data:`EXIT_USAGE`, so a CI gate never
+    reads a crash or a bad input as a verdict (exit 1 is *shifted*).
+    """
+    if debug:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+    print(f"speceq: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

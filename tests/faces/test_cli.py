@@ -13,7 +13,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parents[1]  # fake_engines.py (on sys.path through tests/conftest.py)
 
-from speceq.errors import EngineError  # noqa: E402
 from speceq.faces import cli  # noqa: E402
 from speceq.faces.cli import EXIT_INTERRUPTED, main  # noqa: E402
 from speceq.verdicts.result import CaseResult, RunResult  # noqa: E402
@@ -93,8 +92,40 @@ def test_engine_failure_exit_2_one_line_and_debug_shows_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("speceq: error: engine 'fake', case 'one': sample() failed on slice 1: RuntimeError")
     assert "Traceback" not in err
-    with pytest.raises(EngineError, match="simulated engine crash"):
-        main([*argv, "--debug"])
+    assert main([*argv, "--debug"]) == 2  # the same code: --debug only adds the traceback
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "simulated engine crash" in err
+    last = err.splitlines()[-1]  # the rerun resumes from the stored chunks, so another call fails
+    assert last.startswith("speceq: error: engine 'fake', case ") and "simulated engine crash" in last
+
+
+def test_debug_keeps_the_exit_code_of_a_malformed_cases_file(tmp_path):
+    """Through the interpreter, as CI runs it: exit 2 (never 1, which means shifted) with or without --debug."""
+    p = tmp_path / "bad.json"
+    p.write_text('{"cases": [{"id": "x", "prompt": "a",')
+    argv = fake_run(tmp_path)
+    argv[argv.index("--cases") + 1] = str(p)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    for extra, traceback in (([], False), (["--debug"], True)):
+        done = subprocess.run([sys.executable, "-m", "speceq", *argv, *extra], capture_output=True, text=True,
+                              env=env, timeout=120, check=False)
+        assert done.returncode == 2, done.stderr
+        assert ("Traceback" in done.stderr) is traceback
+        assert done.stderr.splitlines()[-1].startswith(f"speceq: error: {p}: malformed JSON")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unexpected_crash_exits_2_not_1_with_or_without_debug(tmp_path, capsys, monkeypatch, debug):
+    def crash(args):
+        raise ZeroDivisionError("division by zero in a bug")
+
+    help_text, add_arguments, _ = cli.COMMANDS["run"]
+    monkeypatch.setitem(cli.COMMANDS, "run", (help_text, add_arguments, crash))
+    assert main(fake_run(tmp_path, *(["--debug"] if debug else []))) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == ("speceq: error: unexpected ZeroDivisionError: division by zero in a bug "
+                                    "(a bug; --debug shows the traceback)")
+    assert ("Traceback" in err) is debug
 
 
 def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
