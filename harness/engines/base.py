@@ -149,7 +149,7 @@ def validate_batch(
         bad = np.argwhere(inside & ((tok < 0) | (tok >= engine.vocab_size)))[0]
         t = int(tok[bad[0], bad[1]])
         who = f"the {role}'s" if role else "the engine's"
-        fix = f"; {option_hint(role, 'vocab_size', '<the model vocabulary size>')}" if t >= 0 else ""
+        fix = f"; {option_hint(role, 'vocab_size', '<the model vocabulary size>', engine)}" if t >= 0 else ""
         raise fail(
             f"token {t} (row {bad[0]}, prompt index {int(request.rows()[bad[0]])}, position {bad[1]}) is outside "
             f"{who} vocabulary ({engine.vocab_size}{source_note(engine, 'vocab_size')}){fix}"
@@ -165,7 +165,7 @@ def validate_batch(
 
         eos_label = f"EOS id {eos}"
         default_note = " (the bundled byte model's default)" if source_note(engine, "eos_token_id") else ""
-        fix = option_hint(role, "eos_token_id", "<the model's EOS id>")
+        fix = option_hint(role, "eos_token_id", "<the model's EOS id>", engine)
         is_eos = (tok == eos) & inside
         if request.params.ignore_eos and is_eos.any():
             r, p = (int(x) for x in np.argwhere(is_eos)[0])
@@ -186,7 +186,7 @@ def validate_batch(
                 raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the "
                            f"{eos_label}{default_note} (its last token is {int(last[r])}): truncated output, or a "
                            f"different EOS id? (if {int(last[r])} is the model's EOS, "
-                           f"{option_hint(role, 'eos_token_id', int(last[r]))})")
+                           f"{option_hint(role, 'eos_token_id', int(last[r]), engine)})")
 
 
 def checked_prefixes(prefixes: Any, vocab_size: int, *, what: str, scorer: str) -> list[list[int]]:

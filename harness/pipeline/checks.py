@@ -57,7 +57,7 @@ def check_engines_comparable(engines: Mapping[str, Engine]) -> None:
             raise ConfigError(
                 f"the candidate {cand.name!r} has {what} {b}{note(cand)} but the baseline {base.name!r} "
                 f"has {a}{note(base)}: token ids of different vocabularies or tokenizers cannot be "
-                f"compared; {option_hint(role, attr, value)}",
+                f"compared; {option_hint(role, attr, value, engines[role])}",
                 where=f"engines.{attr}",
             )
 
@@ -74,7 +74,7 @@ def check_case_vocabularies(cases: Sequence[Case], engines: Mapping[str, Engine]
             except ConfigError as e:
                 raise ConfigError(
                     f"{e} ({role} engine {eng.name!r}, vocabulary {eng.vocab_size}{source_note(eng, 'vocab_size')}); "
-                    f"if the prompts are right, {option_hint(role, 'vocab_size', '<the model vocabulary size>')}"
+                    f"if the prompts are right, {option_hint(role, 'vocab_size', '<the model vocabulary size>', eng)}"
                 ) from None
 
 
