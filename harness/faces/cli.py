@@ -540,11 +540,13 @@ def _error_exit(message: str, *, debug: bool) -> int:
     ``--debug`` only adds the traceback: the exit code stays :data:`EXIT_USAGE`, so a CI gate never
     reads a crash or a bad input as a verdict (exit 1 is *shifted*).
     """
+    from speceq.core.credentials import redact_text
+
     if debug:
         import traceback
 
-        traceback.print_exc(file=sys.stderr)
-    print(f"speceq: error: {message}", file=sys.stderr)
+        print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
+    print(f"speceq: error: {redact_text(message)}", file=sys.stderr)
     return EXIT_USAGE
 
 

@@ -162,6 +162,21 @@ def test_an_unreadable_chunk_is_reported_and_recorded_when_it_is_sampled_again(t
     assert [d["path"] for d in chunks["discarded_unreadable"]] == [str(broken)]
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_credentials_in_an_openai_url_reach_neither_provenance_nor_the_error_line(tmp_path, capsys, debug):
+    url = "http://alice:PASSWORD-1@127.0.0.1:9/v1?api_key=QUERY-KEY-2"  # nothing listens on port 9
+    argv = ["run", "--candidate", "openai", "--candidate-option", f"base_url={url}", "--candidate-option",
+            "max_retries=0", "--cases", str(cases_file(tmp_path)), "--no-oracle", "--out", str(tmp_path / "out"),
+            "--no-progress", "--samples", "40", "--workers", "1", *(["--debug"] if debug else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "speceq: error: engine 'openai'" in err and "alice" not in err
+    written = "".join(p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert "127.0.0.1:9" in written  # the provenance names the server...
+    for secret in ("PASSWORD-1", "QUERY-KEY-2"):
+        assert secret not in err and secret not in written  # ...but not its credentials
+
+
 def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
     assert main(fake_run(tmp_path, "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
     err = capsys.readouterr().err
