@@ -342,7 +342,9 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
         print(f"note: {line}")
     rerun = rerun_line(result, argv)
     if rerun:
-        print(rerun)
+        from speceq.core.credentials import redact_text
+
+        print(redact_text(rerun))
     if out_dir is not None:
         print(f"result: {out_dir / 'result.json'}   samples and provenance: {out_dir}")
     for c in result.cases:  # sequential mode: say when each case was decided
@@ -369,17 +371,21 @@ def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
 
 
 def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
-    """A short Markdown verdict table (GitHub-flavoured) for a pull-request comment or a CI step summary."""
-    from speceq.verdicts import reasons
+    """A short Markdown verdict table (GitHub-flavoured) for a pull-request comment or a CI step summary.
 
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+    Every string that can hold user text (case ids, engine specs, reasons, the rerun command) is
+    escaped by :mod:`speceq.faces.markdown`, so it renders as text and never as HTML or Markdown.
+    """
+    from speceq.core.credentials import redact_text
+    from speceq.faces.markdown import code_block, code_span, plain_text
+    from speceq.verdicts import reasons
 
     mark = {Verdict.EQUIVALENT: "✅ equivalent", Verdict.SHIFTED: "❌ shifted", Verdict.INCONCLUSIVE: "⚠️ inconclusive"}
     lines = [
-        f"### speceq: {result.verdict.upper()}",
+        f"### speceq: {plain_text(result.verdict.upper())}",
         "",
-        f"`{cell(reasons.engine_label(result, 'candidate'))}` vs `{cell(reasons.engine_label(result, 'baseline'))}` · "
+        f"{code_span(reasons.engine_label(result, 'candidate'), table_cell=False)} vs "
+        f"{code_span(reasons.engine_label(result, 'baseline'), table_cell=False)} · "
         f"α = {result.alpha:g} · tolerance TV < {result.tolerance:g}",
         "",
         "| case | verdict | TV | TV bound | why |",
@@ -387,14 +393,14 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
     ]
     for c in result.cases:
         why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
-        lines.append(f"| `{cell(c.case_id)}` | {mark.get(c.verdict, c.verdict)} | {_fmt(c.tv_estimate)} | "
-                     f"{_fmt(c.tv_upper_bound)} | {cell(why)} |")
-    lines += ["", result.summary()]
+        lines.append(f"| {code_span(c.case_id)} | {mark.get(c.verdict, plain_text(c.verdict))} | "
+                     f"{_fmt(c.tv_estimate)} | {_fmt(c.tv_upper_bound)} | {plain_text(why)} |")
+    lines += ["", plain_text(result.summary(), table_cell=False)]
     for note in reasons.skipped_tests(result):
-        lines += ["", f"> note: {cell(note)}"]
+        lines += ["", f"> note: {plain_text(note)}"]
     rerun = rerun_line(result, argv)
     if rerun:
-        lines += ["", "To decide the inconclusive cases:", "", "```", rerun.removeprefix("to decide: "), "```"]
+        lines += ["", "To decide the inconclusive cases:", "", *code_block(redact_text(rerun.removeprefix("to decide: ")))]
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -352,6 +353,39 @@ def test_markdown_cells_escape_pipes_and_newlines():
                        cases=(case,))
     row = next(x for x in cli.summary_markdown(result).splitlines() if x.startswith("| `a"))
     assert "a\\|b" in row and "hard failure: token x\\|y at 3" in row and row.count(" | ") == 4
+
+
+HOSTILE_ID = "x`<img src=x onerror=alert(1)>`|y ``z"
+
+
+def test_summary_md_keeps_hostile_case_ids_and_reasons_as_text():
+    """A case id with backticks stays in its code span: no raw HTML reaches a PR comment (#47)."""
+    import html
+
+    from markdown_it import MarkdownIt  # rich's Markdown parser: CommonMark, plus GitHub's tables
+
+    case = CaseResult(case_id=HOSTILE_ID, case={"id": HOSTILE_ID, "params": {}}, verdict="shifted", reason="r",
+                      tolerance=0.05, n_baseline=10, n_candidate=10,
+                      hard_failures=("<b>bold</b> *em* [link](http://evil.example) `code`",))
+    result = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, cases=(case,),
+                       engines={"baseline": {}, "candidate": {}},
+                       provenance={"engines": {"candidate": {"spec": "my`<script>`.py:fn"}}})
+    text = cli.summary_markdown(result)
+    rendered = MarkdownIt("commonmark").enable("table").render(text)
+    for tag in ("<img", "<b>", "<script", "<a ", "<em>"):
+        assert tag not in rendered, (tag, text)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", rendered)
+    assert len(cells) == 5, rendered  # the row still has its five cells
+    assert cells[0] == f"<code>{html.escape(HOSTILE_ID, quote=False)}</code>"
+    assert html.unescape(re.sub(r"<[^>]+>", "", cells[4])).endswith(
+        "<b>bold</b> *em* [link](http://evil.example) `code`")
+    assert f"<code>{html.escape('my`<script>`.py:fn', quote=False)}</code>" in rendered
+
+
+def test_summary_md_fences_a_rerun_command_that_holds_backticks():
+    from speceq.faces.markdown import code_block
+
+    assert code_block("speceq run --cases 'a```b.json'") == ["````", "speceq run --cases 'a```b.json'", "````"]
 
 
 # ---- everything that can fail is checked before sampling ------------------------------------------
