@@ -24,6 +24,7 @@ from typing import Any
 
 from speceq.core.params import SamplingParams, validate_params
 from speceq.errors import ConfigError
+from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_folder
 
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos")
 #: Fields a case or the ``defaults`` section may set.
@@ -187,7 +188,8 @@ class _Tokenizers:
 
     def get(self, name: Any, where: str) -> Encoder:
         if not isinstance(name, str) or not name:
-            raise ConfigError(f"expected {BYTES_TOKENIZER!r} or a path to a tokenizer.json, got {name!r}", where=where)
+            raise ConfigError(f"expected a tokenizer name ({', '.join(TOKENIZER_NAMES)}) or a path to a "
+                              f"tokenizer.json, got {name!r}", where=where)
         if name not in self._cache:
             self._cache[name] = self._load(name, where)
         return self._cache[name]
@@ -204,6 +206,12 @@ class _Tokenizers:
         return self._chats[name]
 
     def _file(self, name: str, where: str) -> Path:
+        try:
+            named = named_tokenizer_folder(name)  # a portable name (bpe, smollm2) wins over a path
+        except ConfigError as e:
+            raise ConfigError(f"tokenizer {name!r}: {e}", where=where) from None
+        if named is not None:
+            return named / "tokenizer.json"
         path = Path(name)
         if not path.is_absolute() and self.base_dir is not None:
             path = self.base_dir / path
@@ -221,7 +229,8 @@ class _Tokenizers:
             path = path / "tokenizer.json"
         if not path.is_file():
             raise ConfigError(
-                f"tokenizer {name!r} is neither {BYTES_TOKENIZER!r} nor an existing tokenizer.json (looked at {path})",
+                f"tokenizer {name!r} is neither a name ({', '.join(TOKENIZER_NAMES)}) nor an existing tokenizer.json "
+                f"(looked at {path})",
                 where=where,
             )
         return path

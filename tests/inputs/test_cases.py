@@ -129,7 +129,7 @@ CASE_ERRORS = [
     ({"id": "c", "prompt": "a", "companions": [3]}, "companions[0]", r"expected a text, a list of token ids or a chat \(list of messages\), got int"),
     ({"id": "c", "prompt": "a", "companions": ["x", ""]}, "companions[1]", r"empty prompt"),
     ({"id": "c", "prompt": "a", "companions": [[1, True]]}, "companions[0][1]", r"expected an integer >= 0, got a boolean"),
-    ({"id": "c", "prompt": "a", "tokenizer": "nope/missing"}, "tokenizer", r"neither 'bytes' nor an existing tokenizer.json"),
+    ({"id": "c", "prompt": "a", "tokenizer": "nope/missing"}, "tokenizer", r"neither a name \(bytes, bpe, smollm2\) nor an existing tokenizer.json"),
 ]
 
 
@@ -291,7 +291,8 @@ def test_the_examples_in_docs_cases_md_parse():
 
     text = (REPO / "docs" / "reference" / "cases.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```(json|toml)\n(.*?)```", text, re.S)
-    assert [fmt for fmt, _ in blocks] == ["json", "toml", "json"]  # the third, a chat: tests/inputs/test_chat_cases.py
+    # the third (a chat) and the fourth (named tokenizers) need a tokenizer: tests/docs/test_cases_reference.py
+    assert [fmt for fmt, _ in blocks] == ["json", "toml", "json", "json"]
     parsed = [parse_cases_text(body, fmt=fmt) for fmt, body in blocks[:2]]
     assert [c.case_id for c in parsed[1]] == [c.case_id for c in parsed[0]][:2]
 
