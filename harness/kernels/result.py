@@ -108,10 +108,11 @@ def decide(kern: Kernel, tests: Sequence[KernelTest], violations: Sequence[Viola
     spec = kern.spec
     if tests and not spec.lossy:
         adjusted = holm(np.array([t.pvalue for t in tests]))
-        tests = [_with(t, holm=float(a), rejected=bool(a <= alpha)) for t, a in zip(tests, adjusted)]
+        # a test that could not read every request ran on a subset the kernel chose: never a rejection (diagnosis)
+        tests = [_with(t, holm=float(a), rejected=bool(a <= alpha) and not t.unread) for t, a in zip(tests, adjusted)]
     tests = tuple(tests)
     rejected = [t for t in tests if t.rejected]
-    findings = tuple(diagnose(tests, violations, features)) + _inputs_written(summaries)
+    findings = tuple(diagnose(tests, violations, features, alpha=alpha)) + _inputs_written(summaries)
     # a declared-lossy method may emit tokens the target gives probability 0 (that is part of its loss)
     hard = [v for v in violations if not (spec.lossy and v.kind == "zero-probability")]
     n_viol = sum(v.count for v in hard)

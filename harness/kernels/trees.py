@@ -773,6 +773,8 @@ def tree_tests(records: list[TreeScenarioRecord], planned: list[tuple[TreeScenar
         path = np.concatenate(rec.paths)
         tok = np.concatenate(rec.tokens)
         ok = path[:, 0] != -2
+        copies = scn.copies(t)
+        unread = max(0, copies - int(np.count_nonzero(ok)))  # unreadable rows, and requests of raised calls
         if node == 0:
             reached = ok
             col = np.zeros(path.shape[0], np.int64)
@@ -783,7 +785,7 @@ def tree_tests(records: list[TreeScenarioRecord], planned: list[tuple[TreeScenar
         labels = tok[reached, col[reached]]
         features = {**t.features, "position": f"node {node}"}
         common = dict(scenario=scn.name, template=t.name, component="node", position=node, expected_n=expected,
-                      features=features)
+                      features=features, requests=copies, unread=unread)
         if labels.size == 0:
             tests.append(KernelTest(n=0, pvalue=1.0, statistic=0.0, tv=0.0, tv_upper=1.0, tv_lower=None,
                                     support_violations=0, **common))
