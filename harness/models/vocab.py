@@ -119,8 +119,8 @@ def option_hint(role: str | None, option: str, value: Any, engine: Any = None) -
                 f"model's tokenizer (the cases file's 'tokenizer'), or give it the model they were made for "
                 f"({_set_option(role, 'target', '<model folder>').removeprefix('set ')}, or --models bpe/smollm2 "
                 f"for a bundled one)")
-    return (f"this engine sets its {what} itself (it takes no {option} option): fix the prompts, or the "
-            f"engine's {option} attribute")
+    return (f"this engine declares its {what} itself (it takes no {option} option): correct the engine's "
+            f"{option} attribute if it is wrong")
 
 
 def _set_option(role: str | None, option: str, value: Any) -> str:

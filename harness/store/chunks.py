@@ -205,8 +205,9 @@ class SampleStore:
         """Delete every stored chunk (``--fresh``); return how many chunk files were deleted.
 
         Other files under ``root`` stay. A ``chunks`` folder that is a symbolic link keeps its link
-        and loses what it holds. Raises StoreError naming the path when something cannot be deleted
-        or a chunk file is left afterwards: discarding never fails silently.
+        and loses its ``baseline/`` and ``candidate/`` folders (the store's own); anything else in
+        the link's target is not the store's and stays. Raises StoreError naming the path when
+        something cannot be deleted or a chunk file is left afterwards: discarding never fails silently.
         """
         base = self.root / CHUNKS_DIR
         if base.is_symlink() and not base.exists():
@@ -218,22 +219,25 @@ class SampleStore:
             raise StoreError(f"{base} is not a folder, so its chunks cannot be discarded: remove it, or use another --out")
         failures: list[str] = []
         deleted = 0
-        # deepest first, so that every folder is empty when it is removed; links are removed, never followed
-        for path in sorted(base.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            try:
-                if path.is_dir() and not path.is_symlink():
-                    path.rmdir()
-                else:
-                    path.unlink()
-                    deleted += path.suffix == ".npz"
-            except OSError as e:
-                failures.append(f"{path}: {e.strerror or e}")
-        if not base.is_symlink():
-            try:
-                base.rmdir()
-            except OSError as e:
-                failures.append(f"{base}: {e.strerror or e}")
-        left = sorted(base.rglob("slice-*.npz")) if base.is_dir() else []
+        owned = [base / role for role in ROLES] if base.is_symlink() else [base]
+        for top in owned:
+            if top.is_symlink() or top.is_file():
+                paths = [top]
+            elif top.is_dir():
+                # deepest first, so that every folder is empty when it is removed; links are removed, never followed
+                paths = [*sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True), top]
+            else:
+                continue
+            for path in paths:
+                try:
+                    if path.is_dir() and not path.is_symlink():
+                        path.rmdir()
+                    else:
+                        path.unlink()
+                        deleted += path.suffix == ".npz"
+                except OSError as e:
+                    failures.append(f"{path}: {e.strerror or e}")
+        left = sorted(base.glob("*/*/slice-*.npz")) if base.is_dir() else []
         if failures or left:
             shown = "; ".join(failures[:3]) + (f"; and {len(failures) - 3} more" if len(failures) > 3 else "")
             raise StoreError(

@@ -228,8 +228,8 @@ def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': token 13 (row 0, prompt index 0, "
-                                  "position 0) is outside the candidate's vocabulary (8); set --candidate-option "
-                                  "vocab_size=")
+                                  "position 0) is outside the candidate's vocabulary (8); this engine declares its "
+                                  "vocabulary itself (it takes no vocab_size option)")
     assert "Traceback" not in proc.stderr
 
 
@@ -263,8 +263,8 @@ def test_table_and_report_of_a_run(tmp_path, capsys):
     first = (tmp_path / "out" / "result.json").read_text()
     assert main(one_case_run(tmp_path, 300, "--json")) == 3
     again, before = RunResult.from_json(capsys.readouterr().out), RunResult.from_json(first)
-    assert again.provenance["chunks"] == {"total": 2, "reused": 2, "sampled": 0}
-    assert before.provenance["chunks"] == {"total": 2, "reused": 0, "sampled": 2}
+    assert again.provenance["chunks"] == {"total": 2, "reused": 2, "sampled": 0, "discarded_unreadable": []}
+    assert before.provenance["chunks"] == {"total": 2, "reused": 0, "sampled": 2, "discarded_unreadable": []}
     assert dataclasses.replace(again, provenance={}) == dataclasses.replace(before, provenance={})
 
 
