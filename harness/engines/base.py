@@ -8,12 +8,13 @@ interleaved (prompt 0, prompt 1, ..., prompt 0, prompt 1, ...), then cut into ba
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from speceq.core.params import SamplingParams
+from speceq.core.params import EXTRA_DEFAULTS, PROFILES, SamplingParams
 from speceq.errors import ConfigError, EngineError
 
 #: Fill value of ``SampleBatch.tokens`` after the end of a row.
@@ -109,6 +110,41 @@ class Engine(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
     def sample(self, request: SampleRequest) -> SampleBatch: ...
+
+
+#: Every request field beyond temperature / top-k / top-p, in every processing order: what an engine that
+#: processes logits with :func:`speceq.core.processing.process_logits` itself declares as ``sampling_fields``.
+ALL_SAMPLING_FIELDS: Mapping[str, tuple[str, ...]] = {name: PROFILES for name in EXTRA_DEFAULTS}
+
+
+def sampling_fields(engine: Any) -> Mapping[str, tuple[str, ...]]:
+    """The request fields ``engine`` applies: field -> processing orders it applies it in.
+
+    An engine declares them as a ``sampling_fields`` attribute (a mapping like
+    :data:`ALL_SAMPLING_FIELDS`); an engine that declares nothing applies none of them, so a case
+    that sets one is refused rather than silently sampled without it.
+    """
+    declared = getattr(engine, "sampling_fields", None)
+    return dict(declared) if isinstance(declared, Mapping) else {}
+
+
+def check_sampling_support(engine: Any, params: SamplingParams, case_id: str, *, role: str | None = None) -> None:
+    """ConfigError naming the case, the field and the engine when ``engine`` cannot apply a field ``params``
+    sets (in ``params.processing``'s order). Called before any sampling."""
+    declared = sampling_fields(engine)
+    name = getattr(engine, "name", type(engine).__name__)
+    who = f"the {role} engine {name!r}" if role else f"engine {name!r}"
+    for field_name in params.extra_fields:
+        orders = declared.get(field_name, ())
+        if params.processing in orders:
+            continue
+        if orders:
+            msg = (f"{who} applies {field_name} only in the processing order(s) {', '.join(map(repr, orders))}, "
+                   f"not {params.processing!r}: set 'processing' or use another engine")
+        else:
+            msg = (f"{who} cannot apply {field_name} (it declares no such sampling field), so its rows would "
+                   "silently ignore it: drop the field from this case or use an engine that applies it")
+        raise ConfigError(msg, where=f"case {case_id!r}.{field_name}")
 
 
 def validate_batch(

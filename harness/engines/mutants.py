@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import process_logits
+from speceq.core.processing import TokenHistory, process_logits
 from speceq.engines._kv import SlotCache
 from speceq.engines._options import unknown_options_message
 from speceq.engines.reference import ReferenceSpeculativeEngine
@@ -99,8 +99,11 @@ class TargetWithoutTemperature(_Mutant):
 
     MUTANT = "target-no-temperature"
 
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, dataclasses.replace(params, temperature=1.0), eos_token_id=self.eos_token_id)
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, temperature=1.0), eos_token_id=self.eos_token_id,
+                              history=history)
 
 
 class TopKDraftOnly(_Mutant):
@@ -108,8 +111,11 @@ class TopKDraftOnly(_Mutant):
 
     MUTANT = "top-k-draft-only"
 
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, dataclasses.replace(params, top_k=0), eos_token_id=self.eos_token_id)
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, top_k=0), eos_token_id=self.eos_token_id,
+                              history=history)
 
 
 class TopPDraftOnly(_Mutant):
@@ -117,8 +123,11 @@ class TopPDraftOnly(_Mutant):
 
     MUTANT = "top-p-draft-only"
 
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, dataclasses.replace(params, top_p=1.0), eos_token_id=self.eos_token_id)
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, top_p=1.0), eos_token_id=self.eos_token_id,
+                              history=history)
 
 
 class GreedyAcceptance(_Mutant):
@@ -251,9 +260,11 @@ class DraftOtherTemperature(_Mutant):
     def mutant_options(self) -> dict[str, Any]:
         return {"draft_temperature": self.draft_temperature}
 
-    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    def process_draft(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
         other = dataclasses.replace(params, temperature=self.draft_temperature)
-        return process_logits(logits, other, eos_token_id=self.eos_token_id)
+        return process_logits(logits, other, eos_token_id=self.eos_token_id, history=history)
 
 
 class DraftUntruncated(_Mutant):
@@ -261,9 +272,11 @@ class DraftUntruncated(_Mutant):
 
     MUTANT = "draft-untruncated"
 
-    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    def process_draft(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
         plain = dataclasses.replace(params, top_k=0, top_p=1.0)
-        return process_logits(logits, plain, eos_token_id=self.eos_token_id)
+        return process_logits(logits, plain, eos_token_id=self.eos_token_id, history=history)
 
 
 class DraftIsTarget(_Mutant):

@@ -98,7 +98,7 @@ class Case:
         return [list(self.prompt_ids), *(list(c) for c in self.companions)]
 
     def check_vocab(self, vocab_size: int) -> None:
-        """Raise ConfigError when a token id (of a prompt or a ``logit_bias`` key) is outside ``[0, vocab_size)``."""
+        """Raise ConfigError when a token id (of a prompt, or a ``logit_bias`` key) is outside ``[0, vocab_size)``."""
         for t, _ in self.params.logit_bias:
             if t >= vocab_size:
                 raise ConfigError(f"key {t} is outside the vocabulary [0, {vocab_size})",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from speceq.engines.base import Engine
+from speceq.engines.base import Engine, check_sampling_support
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
 from speceq.pipeline.config import RunConfig
@@ -78,4 +78,13 @@ def check_case_vocabularies(cases: Sequence[Case], engines: Mapping[str, Engine]
                 ) from None
 
 
-__all__ = ["MIN_SAMPLES", "check_case_vocabularies", "check_cases", "check_engines_comparable", "check_sample_sizes"]
+def check_sampling_fields(cases: Sequence[Case], engines: Mapping[str, Engine]) -> None:
+    """Every request field a case sets (min_p, penalties, logit_bias) must be one both engines apply
+    (ConfigError naming the case, the field and the engine), so no field is silently dropped."""
+    for role in ROLES:
+        for case in cases:
+            check_sampling_support(engines[role], case.params, case.case_id, role=role)
+
+
+__all__ = ["MIN_SAMPLES", "check_case_vocabularies", "check_cases", "check_engines_comparable", "check_sample_sizes",
+           "check_sampling_fields"]

@@ -26,8 +26,8 @@ from speceq.oracles.hf import TargetOracle
 from speceq.pipeline.analysis import analyse_run
 from speceq.power.exact import exact_laws, exact_tv
 
-HOOKS = ("process_target", "process_draft", "effective_target", "accept_probs", "residual", "bonus_probs",
-         "position_ids", "rollback")
+HOOKS = ("process_target", "process_draft", "step_history", "block_history", "effective_target", "accept_probs",
+         "residual", "bonus_probs", "position_ids", "rollback")
 TOK = ByteTokenizer()
 PROMPT = tuple(TOK.encode(DEFAULT_PROMPTS[0]))
 COMPANIONS = (tuple(TOK.encode(DEFAULT_PROMPTS[7])), tuple(TOK.encode(DEFAULT_PROMPTS[8])))
