@@ -237,6 +237,10 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
     def _extra_kwargs(self) -> dict[str, Any]:
         """The generate() keywords that select the speculative method (assistant model, lookup)."""
 
+    def _start_row(self) -> None:  # noqa: B027 (an optional hook, not abstract)
+        """Reset state transformers carries from one generate call to the next (before every row), so
+        that a row's tokens depend only on its seed; nothing by default."""
+
     @contextlib.contextmanager
     def _counting(self) -> Iterator[_Counts | None]:
         """Count drafted/accepted tokens by wrapping the candidate generator that generate() builds.
@@ -285,6 +289,7 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
         started = time.perf_counter()
         for i, j in enumerate(prompt_of_row):
             ids = torch.tensor([request.prompts[int(j)]], dtype=torch.long, device=self.device)
+            self._start_row()
             with self._counting() as counts, self._seeded(derive_seed(request.seed, i)), torch.inference_mode():
                 out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
             rows.append(self._cut(out[0, ids.shape[1] :].cpu().tolist(), params, i))

@@ -20,7 +20,7 @@ from speceq.errors import ConfigError
 
 WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2")
 
-_TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "mutant:draft-is-target"}
+_TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "mutant:draft-is-target"}
 _TARGET_AND_DRAFT = {"reference", "hf-assisted"}
 
 

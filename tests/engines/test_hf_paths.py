@@ -1,0 +1,125 @@
+"""transformers' other speculative paths (speceq.engines.hf_paths): contract, options, and the verdict.
+
+Each path runs through ``speceq.pipeline.runner.run`` against ``hf-sample`` on a tiny seeded case
+and must not be ``shifted``; the same run with a planted q-mismatch (the draft logits that the
+verifier divides by, scaled while the drafts themselves are unchanged) must be ``shifted``, which
+shows that the comparison at that sample size can fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from speceq.core.params import SamplingParams
+from speceq.engines.base import SampleRequest, validate_batch
+from speceq.engines.hf import HFSampleEngine
+from speceq.engines.hf_paths import HFEarlyExitEngine
+from speceq.engines.registry import resolve_engine
+from speceq.errors import ConfigError
+from speceq.inputs.cases import Case
+from speceq.models.hf_utils import tiny_random_llama
+
+PROMPTS = ((10, 11, 12, 13, 10, 11), (40, 41, 42))
+#: samples per engine of the verdict runs: enough for the planted mismatch to be shifted (at seed 0)
+VERDICT_SAMPLES = 200
+
+
+@pytest.fixture(scope="module")
+def ee_target() -> torch.nn.Module:
+    """3 layers: layer 1 drafts differently enough from the whole model for a mismatch to show."""
+    return tiny_random_llama(3, init_std=0.5, layers=3)
+
+
+def request(params: SamplingParams, *, seed: int = 7, n: int = 4) -> SampleRequest:
+    return SampleRequest(prompts=PROMPTS, params=params, n=n, seed=seed, batch_size=4)
+
+
+@contextlib.contextmanager
+def scaled_draft_logits(engine: Any, factor: float) -> Iterator[None]:
+    """Within this block, the engine's candidate generators return their draft logits times ``factor``:
+    the verifier's q no longer matches the law the drafts were sampled from (a planted adapter bug)."""
+    counting = engine._counting
+
+    @contextlib.contextmanager
+    def planted() -> Iterator[Any]:
+        with counting() as counts:
+            inner = engine.target._get_candidate_generator
+
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                gen = inner(*args, **kwargs)
+                get = gen.get_candidates
+
+                def bad(input_ids: Any, **kw: Any) -> Any:
+                    ids, logits = get(input_ids, **kw)
+                    return ids, None if logits is None else logits * factor
+
+                gen.get_candidates = bad
+                return gen
+
+            engine.target._get_candidate_generator = wrapped
+            yield counts
+
+    engine._counting = planted
+    try:
+        yield
+    finally:
+        del engine._counting
+
+
+def verdict(baseline: Any, candidate: Any, tmp_path: Path, *, prompt: tuple[int, ...] = (10, 11, 12, 13)) -> Any:
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
+
+    case = Case(case_id="p", prompt_ids=prompt, batch_size=50,  # the row-loop candidate runs rows one by one anyway
+                params=SamplingParams(temperature=1.0, max_new_tokens=3, ignore_eos=True))
+    config = RunConfig(samples=VERDICT_SAMPLES, chunk_size=VERDICT_SAMPLES, alpha=1e-3, seed=0, workers=1,
+                       out_dir=tmp_path, progress=False)
+    return run(config, [case], engines={"baseline": baseline, "candidate": candidate}).cases[0]
+
+
+# ----- hf-early-exit --------------------------------------------------------------------------------------------
+def test_early_exit_contract_and_seeds(ee_target: torch.nn.Module) -> None:
+    engine = HFEarlyExitEngine(ee_target, exit_layer=1, num_assistant_tokens=3)
+    req = request(SamplingParams(temperature=0.9, top_k=40, max_new_tokens=6, ignore_eos=True))
+    a, b = engine.sample(req), engine.sample(req)
+    validate_batch(a, req, engine, role="candidate")
+    assert a.tokens.tolist() == b.tokens.tolist()
+    assert a.tokens.tolist() != engine.sample(request(req.params, seed=8)).tokens.tolist()
+    # every row drafts: 3 tokens a step, and at most as many accepted as drafted
+    assert a.drafted_tokens > 0 and 0 < a.accepted_tokens <= a.drafted_tokens
+    assert a.verify_steps >= len(a.tokens) * 6 // 4  # at most 3 accepted + 1 bonus per step
+    info = engine.describe()
+    assert (info["exit_layer"], info["decoder_layers"], info["num_assistant_tokens"]) == (1, 3, 3)
+
+
+def test_early_exit_greedy_equals_plain_greedy(ee_target: torch.nn.Module) -> None:
+    req = request(SamplingParams(temperature=0.0, max_new_tokens=6, ignore_eos=True), n=1)
+    plain = HFSampleEngine(ee_target).sample(req).tokens.tolist()
+    assert HFEarlyExitEngine(ee_target, exit_layer=1).sample(req).tokens.tolist() == plain
+
+
+def test_early_exit_default_layer_and_errors(ee_target: torch.nn.Module) -> None:
+    assert HFEarlyExitEngine(ee_target).exit_layer == 1  # 3 // 2
+    assert resolve_engine("hf-early-exit").describe()["exit_layer"] == 2  # the bundled target: 4 layers
+    with pytest.raises(ConfigError, match=r"exit_layer 3 must be below the target's 3 decoder layers \(1..2"):
+        HFEarlyExitEngine(ee_target, exit_layer=3)
+    with pytest.raises(ConfigError, match="expected an integer >= 1"):
+        HFEarlyExitEngine(ee_target, exit_layer="0")
+    with pytest.raises(ConfigError, match="early exit needs at least 2"):
+        HFEarlyExitEngine(tiny_random_llama(0, layers=1))
+
+
+def test_early_exit_is_not_shifted_and_a_planted_q_mismatch_is(ee_target: torch.nn.Module, tmp_path: Path) -> None:
+    baseline = HFSampleEngine(ee_target)
+    engine = HFEarlyExitEngine(ee_target, exit_layer=1, num_assistant_tokens=3)
+    honest = verdict(baseline, engine, tmp_path / "honest")
+    assert honest.verdict != "shifted", honest.reason
+    with scaled_draft_logits(engine, 0.3):
+        planted = verdict(baseline, engine, tmp_path / "planted")
+    assert planted.verdict == "shifted", planted.reason
