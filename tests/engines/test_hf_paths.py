@@ -18,7 +18,7 @@ import torch
 
 from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
-from speceq.engines.hf import HFSampleEngine
+from speceq.engines.hf import HFAssistedEngine, HFSampleEngine
 from speceq.engines.hf_paths import HFEarlyExitEngine
 from speceq.engines.registry import resolve_engine
 from speceq.errors import ConfigError
@@ -123,3 +123,65 @@ def test_early_exit_is_not_shifted_and_a_planted_q_mismatch_is(ee_target: torch.
     with scaled_draft_logits(engine, 0.3):
         planted = verdict(baseline, engine, tmp_path / "planted")
     assert planted.verdict == "shifted", planted.reason
+
+
+# ----- hf-assisted: draft-length schedules ------------------------------------------------------------------------
+def schedule_run(target: Any, draft: Any, **options: Any) -> Any:
+    engine = HFAssistedEngine(target, draft, **options)
+    req = request(SamplingParams(temperature=1.0, max_new_tokens=12, ignore_eos=True), n=3)
+    return engine, engine.sample(req), engine.sample(req)
+
+
+def test_heuristic_schedule_changes_draft_lengths_and_rows_stay_reproducible(target: Any, close_draft: Any) -> None:
+    _, constant, _ = schedule_run(target, close_draft, num_assistant_tokens=2)
+    engine, first, second = schedule_run(target, close_draft, num_assistant_tokens=2,
+                                         num_assistant_tokens_schedule="heuristic")
+    assert constant.drafted_tokens <= 2 * constant.verify_steps
+    assert first.drafted_tokens != constant.drafted_tokens  # (81 against 66 at these seeds)
+    # transformers writes the heuristic k back into the draft's config after each call (3 here) ...
+    assert engine.draft.generation_config.num_assistant_tokens != 2
+    # ... and the engine restores it before each row: the same request gives the same rows (not without the reset)
+    assert (first.tokens.tolist(), first.drafted_tokens) == (second.tokens.tolist(), second.drafted_tokens)
+    assert engine.describe()["num_assistant_tokens_schedule"] == "heuristic"
+
+
+def test_confidence_threshold_cuts_drafting_short(target: Any, close_draft: Any) -> None:
+    _, plain, _ = schedule_run(target, close_draft, num_assistant_tokens=6)
+    engine, cut, again = schedule_run(target, close_draft, num_assistant_tokens=6, assistant_confidence_threshold=0.9)
+    assert cut.drafted_tokens / cut.verify_steps < plain.drafted_tokens / plain.verify_steps
+    assert cut.tokens.tolist() == again.tokens.tolist()
+    assert engine.describe()["assistant_confidence_threshold"] == 0.9
+
+
+@pytest.mark.parametrize(
+    ("options", "where", "message"),
+    [
+        ({"num_assistant_tokens_schedule": "linear"}, "num_assistant_tokens_schedule",
+         "expected one of constant, heuristic, heuristic_transient, got 'linear'"),
+        ({"assistant_confidence_threshold": 1.5}, "assistant_confidence_threshold", "probability in [0, 1]"),
+        ({"assistant_confidence_threshold": "high"}, "assistant_confidence_threshold", "got 'high'"),
+        ({"num_assistant_tokens": 0}, "num_assistant_tokens", "expected an integer >= 1"),
+    ],
+)
+def test_schedule_options_are_validated(target: Any, close_draft: Any, options: dict, where: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        HFAssistedEngine(target, close_draft, **options)
+    assert e.value.where == where and message in str(e.value)
+
+
+def test_schedules_from_the_command_line_strings(target: Any, close_draft: Any) -> None:
+    engine = resolve_engine("hf-assisted", options={"target": target, "draft": close_draft, "num_assistant_tokens": "3",
+                                                   "num_assistant_tokens_schedule": "heuristic_transient",
+                                                   "assistant_confidence_threshold": "0.25"})
+    gc = engine.draft.generation_config
+    assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold) == (
+        3, "heuristic_transient", 0.25)
+
+
+def test_heuristic_schedule_with_a_threshold_is_not_shifted(ee_target: torch.nn.Module, tmp_path: Path) -> None:
+    from conftest import noisy_copy
+
+    engine = HFAssistedEngine(ee_target, noisy_copy(ee_target, 0.3), num_assistant_tokens=2,
+                              num_assistant_tokens_schedule="heuristic", assistant_confidence_threshold=0.3)
+    result = verdict(HFSampleEngine(ee_target), engine, tmp_path)
+    assert result.verdict != "shifted", result.reason
