@@ -40,6 +40,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "hf-assisted": "speceq.engines.hf:HFAssistedEngine",
     "hf-prompt-lookup": "speceq.engines.hf:HFPromptLookupEngine",
     "hf-early-exit": "speceq.engines.hf_paths:HFEarlyExitEngine",
+    "hf-universal": "speceq.engines.hf_paths:HFUniversalEngine",
     "openai": "speceq.engines.openai:OpenAICompletionsEngine",
 }
 

@@ -19,7 +19,7 @@ import torch
 from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.hf import HFAssistedEngine, HFSampleEngine
-from speceq.engines.hf_paths import HFEarlyExitEngine
+from speceq.engines.hf_paths import HFEarlyExitEngine, HFUniversalEngine
 from speceq.engines.registry import resolve_engine
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
@@ -185,3 +185,82 @@ def test_heuristic_schedule_with_a_threshold_is_not_shifted(ee_target: torch.nn.
                               num_assistant_tokens_schedule="heuristic", assistant_confidence_threshold=0.3)
     result = verdict(HFSampleEngine(ee_target), engine, tmp_path)
     assert result.verdict != "shifted", result.reason
+
+
+# ----- hf-universal: an assistant with another tokenizer -------------------------------------------------------
+@pytest.fixture(scope="module")
+def universal() -> HFUniversalEngine:
+    """The byte world's pair: the bundled byte target (259 tokens), the BPE draft (32 000 tokens); vocabularies
+    handed to transformers in id order (the workaround of the head-order defect, see below)."""
+    return HFUniversalEngine(vocab_order="id")
+
+
+def hash_ordered_tokenizer(folder: Path, seed: int) -> Any:
+    """The tokenizer of ``folder`` whose ``get_vocab()`` is in a seeded random order: a fixed stand-in for the
+    hash-map order a fast tokenizer gives, which changes from process to process."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    items = sorted(tok.get_vocab().items(), key=lambda item: item[1])
+    random.Random(seed).shuffle(items)
+    tok.get_vocab = lambda: dict(items)
+    return tok
+
+
+def test_universal_contract_seeds_and_vocabularies(universal: HFUniversalEngine) -> None:
+    req = SampleRequest(prompts=((256, 100, 101, 102, 32), (256, 105, 109)), n=3, seed=3, batch_size=2,
+                        params=SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=6, ignore_eos=True))
+    a, b = universal.sample(req), universal.sample(req)
+    validate_batch(a, req, universal, role="candidate")
+    assert a.tokens.tolist() == b.tokens.tolist()
+    # byte drafts of a BPE model are poor (acceptance ~0.03 per drafted token): count, do not expect many
+    assert a.drafted_tokens > 0 and 0 <= a.accepted_tokens <= a.drafted_tokens
+    info = universal.describe()
+    assert (info["vocab_size"], info["draft_vocab_strings"], info["shared_token_strings"]) == (259, 32000, 259)
+    assert not hasattr(universal, "draft")  # the oracle must not score a draft of another vocabulary
+    assert (info["vocab_order"], info["draft_head_in_id_order"]) == ("id", True)
+
+
+def test_universal_draft_head_is_in_id_order(universal: HFUniversalEngine) -> None:
+    """The pruned draft head keeps the shared tokens in ``get_vocab()`` order; a fast tokenizer's own order
+    changes from process to process (a Rust hash map), and with it the rows a seed gives."""
+    from transformers.generation.candidate_generator import AssistantVocabTranslatorCache
+
+    translator = AssistantVocabTranslatorCache.get_translator(
+        universal.target_tokenizer, universal.draft_tokenizer, universal.vocab_size)
+    kept = translator.assistant_overlap_token_ids.tolist()
+    assert len(kept) == 259 and kept == sorted(kept)
+
+
+def test_universal_errors_name_the_cause(ee_target: torch.nn.Module) -> None:
+    from speceq.models import DRAFT_DIR
+    from speceq.models.bpe import BPE_TARGET_DIR
+    from speceq.models.worlds import world_engine_options
+
+    with pytest.raises(ConfigError, match="tokenizer: an in-memory model needs its tokenizer"):
+        HFUniversalEngine(ee_target)
+    with pytest.raises(ConfigError, match="vocab_order: expected one of tokenizer, id, got 'hash'"):
+        HFUniversalEngine(vocab_order="hash")
+    # the bpe world's pairing: every byte-draft string is in the BPE vocabulary, which transformers cannot run
+    options = world_engine_options("bpe", "hf-universal", {})
+    assert options == {"target": str(BPE_TARGET_DIR), "draft": str(DRAFT_DIR)}
+    with pytest.raises(ConfigError, match=r"draft: every token string of the draft's tokenizer is in the target's"):
+        resolve_engine("hf-universal", options=options)
+
+
+def test_universal_is_not_shifted(universal: HFUniversalEngine, tmp_path: Path) -> None:
+    result = verdict(HFSampleEngine(), universal, tmp_path, prompt=(256, 100, 101, 102, 32))
+    assert result.verdict != "shifted", result.reason
+
+
+def test_universal_as_transformers_orders_the_draft_head_is_shifted(tmp_path: Path) -> None:
+    """transformers 5.25's defect, reproduced at a fixed order: the pruned draft head follows ``get_vocab()``
+    order, its logits are scattered in id order, so the verifier's q is permuted against the drafts."""
+    from speceq.models.bpe import BPE_DRAFT_DIR
+
+    engine = HFUniversalEngine(draft_tokenizer=hash_ordered_tokenizer(BPE_DRAFT_DIR, seed=0))
+    assert engine.describe()["draft_head_in_id_order"] is False
+    result = verdict(HFSampleEngine(), engine, tmp_path, prompt=(256, 100, 101, 102, 32))
+    assert result.verdict == "shifted", result.reason
