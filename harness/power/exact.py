@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.core.processing import process_logits
+from speceq.core.processing import TokenHistory, process_logits, token_history
 from speceq.engines.mutants import enumerable, make_mutant
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.errors import ConfigError
@@ -153,16 +153,18 @@ def _tv(a: np.ndarray, b: np.ndarray) -> float:
 def _second_position(
     engine: ReferenceSpeculativeEngine, params: Any, t2: torch.Tensor, d2: torch.Tensor, first: torch.Tensor,
     accepted: torch.Tensor, p1: torch.Tensor, k1: int, k2: int, eos_kw: dict[str, Any],
+    history: TokenHistory | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the joint laws (engine, target) ``[B, V + 1]`` for a block of first tokens.
 
     ``t2``/``d2``: raw logits ``[B, V]`` after prompt + x1 for the block's x1; ``first``,
-    ``accepted``, ``p1``: the block's entries of the first-position laws.
+    ``accepted``, ``p1``: the block's entries of the first-position laws; ``history``: the
+    penalty history ``[B, V]`` of prompt + x1 (None without a penalty).
     """
     B, V = t2.shape
-    p2 = _normalised(process_logits(t2, params, **eos_kw))  # [B, V]
-    p2_e = engine.process_target(t2, params)
-    q2_e = engine.process_draft(d2, params)
+    p2 = _normalised(process_logits(t2, params, **eos_kw, history=history))  # [B, V]
+    p2_e = engine.process_target(t2, params, history)
+    q2_e = engine.process_draft(d2, params, history)
     within = torch.stack([_step_law(engine, p2_e[x], q2_e[x], 1) for x in range(B)])
     bonus = torch.stack([_step_law(engine, p2_e[x], q2_e[x], 0) for x in range(B)])
     new_block = within if k2 >= 1 else bonus
@@ -201,9 +203,11 @@ def exact_laws(engine: ReferenceSpeculativeEngine, case: Case, positions: int = 
     else:
         t1, d1 = _prompt_logits(engine.model, prompt), _prompt_logits(engine.draft, prompt)
     with torch.inference_mode():
-        p1 = _normalised(process_logits(t1, params, **eos_kw))
-        p1_e = engine.process_target(t1[None], params)[0]
-        q1_e = engine.process_draft(d1[None], params)[0]
+        h1 = token_history([prompt], [[]], V) if params.uses_history else None  # [1, V]: the prompt only
+        p1 = _normalised(process_logits(t1, params, **eos_kw) if h1 is None else
+                         process_logits(t1[None], params, **eos_kw, history=h1)[0])
+        p1_e = engine.process_target(t1[None], params, h1)[0]
+        q1_e = engine.process_draft(d1[None], params, h1)[0]
         k1 = min(engine.k, L - 1)
         first = _step_law(engine, p1_e, q1_e, k1)
         accepted = _accepted_mass(engine, p1_e, q1_e)  # used only when k1 >= 1
@@ -226,8 +230,10 @@ def exact_laws(engine: ReferenceSpeculativeEngine, case: Case, positions: int = 
                 else:
                     t2, d2 = _extended_logits(engine.model, prompt, block), _extended_logits(engine.draft, prompt, block)
                 rows = slice(block.start, block.stop)
+                h2 = (token_history([prompt] * len(block), [[x] for x in block], V) if params.uses_history
+                      else None)  # [B, V]: prompt + each first token
                 part_e, part_t = _second_position(engine, params, t2, d2, first[rows], accepted[rows], p1[rows],
-                                                  k1, k2, eos_kw)
+                                                  k1, k2, eos_kw, h2)
                 if eos is not None and eos in block:
                     for part, law in ((part_e, first), (part_t, p1)):
                         part[eos - block.start, :] = 0.0

@@ -93,3 +93,32 @@ def verdict(models, name: str, n: int, *, reference: bool, seed: int = 202) -> s
 def test_a_case_with_the_field_is_shifted_for_the_mutant_and_not_for_the_reference(models, name) -> None:
     assert verdict(models, name, SAMPLES, reference=False) == "shifted"
     assert verdict(models, name, SAMPLES, reference=True) != "shifted"
+
+
+def test_exact_laws_of_a_penalty_case_match_the_reference_engines_samples(models) -> None:
+    """speceq power's enumeration gives the second position the history prompt + first token: its exact
+    law agrees with 2 000 reference rows (chi-square p > 1e-3), and the penalty-free law does not."""
+    from scipy import stats as sps
+
+    from speceq.power.exact import exact_laws
+
+    case = case_of("penalty-history-late", tokens=3)
+    engine = engine_of("penalty-history-late", models, reference=True)
+    laws = exact_laws(engine, case)
+    plain = exact_laws(engine, Case(case_id="plain", prompt_ids=PROMPT, params=SamplingParams(max_new_tokens=3)))
+    batch = engine.sample(SampleRequest(prompts=(PROMPT,), params=case.params, n=2000, seed=11, batch_size=256))
+    V = engine.vocab_size
+    second = batch.tokens[:, 1]
+    counts = np.bincount(np.where(second < 0, V, second), minlength=V + 1)
+
+    def pvalue(law: np.ndarray) -> float:
+        if counts[law == 0].sum() > 0:
+            return 0.0
+        big = 2000 * law >= 5
+        observed = np.append(counts[big], counts[~big].sum())
+        expected = np.append(2000 * law[big], 2000 * law[~big].sum())
+        return float(sps.chisquare(observed, expected / expected.sum() * observed.sum()).pvalue)
+
+    assert max(laws.tv) < 1e-6  # the reference engine is exact
+    assert pvalue(laws.target[1]) > 1e-3
+    assert pvalue(plain.target[1]) < 1e-6
