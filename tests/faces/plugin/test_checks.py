@@ -194,3 +194,21 @@ def test_store_folder_is_reused_on_a_rerun(project: pytest.Pytester) -> None:
     project.runpytest(*args).assert_outcomes(passed=1)
     provenance = json.loads(result_json.with_name("provenance.json").read_text())
     assert provenance["chunks"]["reused"] == provenance["chunks"]["total"] and provenance["chunks"]["sampled"] == 0
+
+
+def test_a_marker_with_request_fields_reaches_the_run_and_an_engine_that_cannot_apply_them_fails(
+    project: pytest.Pytester,
+) -> None:
+    """speceq_case(min_p=..., logit_bias={1: 2.0}) parses (int keys) and the toy function engines, which declare
+    no sampling fields, refuse it before sampling, naming the case, the field and the engine."""
+    project.makepyfile(test_fields="""
+        import pytest
+
+        @pytest.mark.speceq_case(id="biased", prompt_ids=[1, 2], max_new_tokens=2, logit_bias={1: 2.0}, min_p=0.1)
+        def test_fields(speceq):
+            assert speceq.marked_cases()[0].params.logit_bias == ((1, 2.0),)
+            speceq.check()
+    """)
+    result = project.runpytest(*TOY)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*case 'biased'.min_p: the baseline engine 'toy-baseline' cannot apply min_p*"])
