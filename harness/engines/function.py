@@ -113,7 +113,9 @@ class FunctionEngine:
 
     ``vocab_size`` / ``eos_token_id``: the option when given, else the function's attribute of
     that name, else the bundled byte model's 259 / 257 (``vocab_source`` / ``eos_source`` say
-    which: ``"option"``, ``"function attribute"`` or ``"default"``).
+    which: ``"option"``, ``"function attribute"`` or ``"default"``). ``sampling_fields``: the
+    function's attribute of that name (the request fields it applies, see
+    :func:`speceq.engines.base.sampling_fields`), else none.
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class FunctionEngine:
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        self.sampling_fields = dict(getattr(fn, "sampling_fields", None) or {})
 
     def describe(self) -> dict[str, Any]:
         return {

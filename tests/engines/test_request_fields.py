@@ -137,3 +137,17 @@ def test_the_server_oracle_refuses_the_fields_it_does_not_apply() -> None:
     case = Case(case_id="mp", prompt_ids=(1,), params=SamplingParams(min_p=0.1))
     with pytest.raises(ConfigError, match="case 'mp' \\(server oracle\\).*does not apply min_p"):
         check_server_cases([case], None, 300)
+
+
+def test_a_plain_function_declares_its_fields_as_an_attribute() -> None:
+    from speceq.engines.function import FunctionEngine
+
+    def sampler(prompt_ids, n, params, seed):  # noqa: ANN001, ANN202
+        return [[1]] * n
+
+    with pytest.raises(ConfigError, match="engine 'sampler' cannot apply min_p"):
+        check_sampling_support(FunctionEngine(sampler), SamplingParams(min_p=0.1), "c")
+    sampler.sampling_fields = {"min_p": ("vllm",)}
+    check_sampling_support(FunctionEngine(sampler), SamplingParams(min_p=0.1), "c")
+    with pytest.raises(ConfigError, match="engine 'sampler' cannot apply logit_bias"):
+        check_sampling_support(FunctionEngine(sampler), SamplingParams(min_p=0.1, logit_bias={1: 1.0}), "c")
