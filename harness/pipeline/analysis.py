@@ -65,8 +65,10 @@ from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ScoreRequest
 from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
+from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -90,10 +92,12 @@ _ORACLE_PRIMARY_TESTS = 6
 #: Sampling cases with an oracle needed before the row-score comparisons are also pooled over the run's cases.
 POOLED_MIN_CASES = 2
 #: The one-sample z diagnostics and the comparison each one is read against.
-_Z_DIAGNOSTICS = (("z argmax leak", stats.argmax_leak_z, "argmax comparison"),
-                  ("z temperature drift", stats.temperature_drift_z, "log-likelihood comparison"),
-                  ("z draft ratio", stats.draft_ratio_z, "draft ratio comparison"),
-                  ("z draft drift", stats.draft_drift_z, "draft log-ratio comparison"))
+_Z_DIAGNOSTICS = ((TestKind.Z_ARGMAX_LEAK, stats.argmax_leak_z, "argmax comparison"),
+                  (TestKind.Z_TEMPERATURE_DRIFT, stats.temperature_drift_z, "log-likelihood comparison"),
+                  (TestKind.Z_DRAFT_RATIO, stats.draft_ratio_z, "draft ratio comparison"),
+                  (TestKind.Z_DRAFT_DRIFT, stats.draft_drift_z, "draft log-ratio comparison"))
+#: The normal quantile of the z-tests' two-sided EFFECT_LEVEL interval.
+_Z_975 = 1.959963984540054
 
 
 def case_rng(seed: int, case_id: str, stream: int) -> np.random.Generator:
@@ -145,8 +149,41 @@ class CaseDetails:
     test_bins: tuple[Any, ...] = ()
 
 
-def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | None = None) -> TestOutcome:
+#: Level of the effects' two-sided confidence intervals (a chi-square's TV keeps its own one-sided level).
+EFFECT_LEVEL = 0.95
+
+
+def _effect(res: Any) -> Effect | None:
+    """The effect size of a test result with its confidence interval, or None (a uniformity statistic has none)."""
+    if isinstance(res, (stats.HomogeneityResult, stats.GoodnessOfFitResult)):
+        return Effect(name="TV", unit="total variation distance", estimate=float(res.tv), low=0.0,
+                      high=float(res.tv_upper_bound), level=1.0 - float(res.tv_alpha))
+    if isinstance(res, stats.ComparisonResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return Effect(name="row score difference", unit="candidate minus baseline row score (score units per row)",
+                      estimate=float(res.mean_difference), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.PooledComparisonResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return Effect(name="standardised row score difference", unit="mean over rms of the pair differences",
+                      estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.SupportComparisonResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return Effect(name="row rate difference", unit="candidate minus baseline share of rows holding a token of "
+                      "oracle probability 0", estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.ZTestResult):
+        half = None
+        if res.summed_variance is not None and res.summed_variance > 0 and res.n > 0:
+            half = float(_Z_975 * math.sqrt(res.summed_variance) / res.n)  # the martingale CLT's normal interval
+        return Effect(name="per-token excess", unit="mean of f minus its mean under the oracle (f's units per token)",
+                      estimate=float(res.effect), low=None if half is None else res.effect - half,
+                      high=None if half is None else res.effect + half, level=None if half is None else EFFECT_LEVEL)
+    return None
+
+
+def _outcome(name: str, family: str, primary: bool, res: Any, kind: TestKind) -> TestOutcome:
     stat = float(res.statistic)
+    effect = _effect(res)
+    summary = res.summary(effect=False) if effect is not None and effect.name == "TV" else res.summary()
     return TestOutcome(
         name=name,
         family=family,
@@ -155,7 +192,9 @@ def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | Non
         pvalue=float(res.pvalue),
         dof=float(res.dof) if getattr(res, "dof", None) is not None else None,
         n=int(res.n) if getattr(res, "n", None) is not None else None,
-        summary=summary if summary is not None else res.summary(),
+        summary=summary,
+        kind=kind,
+        effect=effect,
     )
 
 
@@ -228,7 +267,7 @@ def pooled_tests(differences: Sequence[Mapping[str, np.ndarray]]) -> tuple[TestO
         if len(parts) < POOLED_MIN_CASES:
             continue
         res = stats.pooled_comparison(parts, name=f"pooled {k} comparison")
-        out.append(_outcome(res.name, "pooled oracle comparison", True, res))
+        out.append(_outcome(res.name, "pooled oracle comparison", True, res, TestKind.POOLED_COMPARISON))
     return tuple(out)
 
 
@@ -272,7 +311,7 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
             labels, ca, cb = stats.paired_counts(sa, sb)
             res = chi2(ca, cb, tv_alpha=tv_alpha)
             primary = t == 0 or not oracle_mode
-            tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res),
+            tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res, TestKind.CHI2_POSITION),
                                              prompt=j, position=t))
             if primary and res.pvalue <= alpha:
                 bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
@@ -283,14 +322,14 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
     if L >= 2:
         labels, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
         res = chi2(ca, cb)
-        tests.append(_outcome("chi2 joint first 2", "two-sample", True, res))
+        tests.append(_outcome("chi2 joint first 2", "two-sample", True, res, TestKind.CHI2_JOINT))
         if res.pvalue <= alpha:
             pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
             bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
     if not case.params.ignore_eos and L >= 2:
         labels, ca, cb = stats.paired_counts(la, lb)
         res = chi2(ca, cb)
-        tests.append(_outcome("chi2 length", "sequence", True, res))
+        tests.append(_outcome("chi2 length", "sequence", True, res, TestKind.CHI2_LENGTH))
         if res.pvalue <= alpha:
             bins.append(chi2_bins("chi2 length", [f"{int(x)} tokens" for x in labels], ca, cb))
     return tests, per_position, bins
@@ -421,9 +460,9 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     scores = oracle.score(case.prompts, cand, params)
     found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index),
                                         rng=rng, level=mc_level)
-    tests = [_outcome(t.name, "oracle comparison", True, t) for t in found.tests]
+    tests = [_outcome(t.name, "oracle comparison", True, t, TestKind(t.name)) for t in found.tests]
     sup = found.support
-    tests.append(_outcome("support comparison", "oracle comparison", True, sup))
+    tests.append(_outcome("support comparison", "oracle comparison", True, sup, TestKind.SUPPORT_COMPARISON))
     failures, notes = robust_support_failures(case, base, base_scores, cand, scores, tok, support_margin_nats)
     if not failures and sup.baseline_clean and sup.candidate_flagged and sup.pvalue <= mc_level:
         # impossible tokens only in the candidate, significantly more than chance at the first Holm step
@@ -435,19 +474,20 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     pit = stats.pit_uniformity(pit_u)
     base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
     tests += [
-        _outcome("PIT Anderson-Darling", "oracle", False, pit.anderson_darling),
-        _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks),
-        _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises),
-        _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2),
-        _outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit),
+        _outcome("PIT Anderson-Darling", "oracle", False, pit.anderson_darling, TestKind.PIT_UNIFORMITY),
+        _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks, TestKind.PIT_UNIFORMITY),
+        _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises, TestKind.PIT_UNIFORMITY),
+        _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2, TestKind.PIT_UNIFORMITY),
+        _outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit, TestKind.PIT_UNIFORMITY),
     ]
     by_name = {t.name: t for t in tests}
-    for name, fn, comparison in _Z_DIAGNOSTICS:
+    for kind, fn, comparison in _Z_DIAGNOSTICS:
         try:
             zc, zb = fn(scores), fn(base_scores)
         except ValueError:  # the oracle lacks the fields (top-K law, no draft): the test is not run
             continue
-        tests += [_outcome(name, "oracle", False, zc), _outcome(f"baseline {name}", "oracle", False, zb)]
+        name = kind.value
+        tests += [_outcome(name, "oracle", False, zc, kind), _outcome(f"baseline {name}", "oracle", False, zb, kind)]
         reading = offset_reading(name, zb, zc, by_name.get(comparison), alpha)
         if reading:
             notes.append(reading)
@@ -456,7 +496,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         counts = np.bincount(scores.token[first], minlength=first_probs.size)
         # a diagnostic: its Monte Carlo p-value is sized to alpha, not to the Holm level of the primary tests
         gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=alpha)
-        tests.append(_outcome("chi2 GOF first token", "oracle", False, gof))
+        tests.append(_outcome("chi2 GOF first token", "oracle", False, gof, TestKind.CHI2_FIRST_TOKEN_GOF))
     base_sup = stats.support_violations(base_scores)
     if base_sup.failed:
         count = f"{base_sup.statistic} token{'s' if base_sup.statistic != 1 else ''}"

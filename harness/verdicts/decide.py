@@ -44,6 +44,7 @@ from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.pit_law import required_n_pit_law
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
 from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
+from speceq.verdicts.reasons import effect_bound
 from speceq.verdicts.result import TestOutcome, worst_verdict
 
 #: Power of detection, and probability of certification, at the required sample size.
@@ -230,7 +231,8 @@ def _decide_case(
     primary = [t for t in tests if t.primary]
     best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
-        detail = f": {best.summary}" if best.summary else f" (statistic {best.statistic:.4g})"
+        detail = f": {'; '.join(x for x in (best.summary, effect_bound(best)) if x)}" if best.summary \
+            else f" (statistic {best.statistic:.4g})"
         return CaseDecision(
             verdict="shifted",
             reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}",

@@ -5,27 +5,23 @@ summary and the HTML report.
   smallest Holm-adjusted p-value, as :mod:`speceq.verdicts.decide` picks it), or None when a
   hard failure or a greedy mismatch decided it.
 - :func:`decided_by`: one short line naming it, its adjusted p and its effect.
+- :func:`effect` / :func:`effect_bound`: a test's effect in words, from its ``kind`` and ``effect`` fields.
 - :func:`meaning`: one sentence on what the deciding test says about the candidate engine.
 - :func:`skipped_tests`: primary tests that did not run, and how to enable them.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 
 #: Said wherever a fixed-size rerun with more samples is advised.
 SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spend up to k x alpha; "
                "--sequential stays valid however often it looks")
-
-_TV = re.compile(r"\bTV=([0-9.eE+-]+)")
-_MEAN_F = re.compile(r"mean f (\S+) vs expected (\S+?)[ (;]")
-_ROW_DIFF = re.compile(r"\(difference ([0-9.eE+-]+);")
-
 
 def deciding_test(case: CaseResult, alpha: float) -> TestOutcome | None:
     """The primary test that rejects with the smallest Holm-adjusted p (ties: smaller raw p); None if none rejects."""
@@ -39,22 +35,35 @@ def _fmt_p(p: float | None) -> str:
     return "0 (underflow)" if p == 0 else f"{p:.2g}"
 
 
+def test_kind(test: TestOutcome) -> TestKind | None:
+    """The test's kind; for a result written before kinds were stored, the kind whose value is exactly its name."""
+    if test.kind is not None:
+        return test.kind
+    return next((k for k in TestKind if k.value == test.name), None)
+
+
 def effect(test: TestOutcome) -> str:
-    """The test's effect in its own units, from its stored summary: TV for chi-square tests, the
-    mean row-score difference for comparisons, per-token excess of f for z-tests, the statistic otherwise."""
-    d = _ROW_DIFF.search(test.summary)
-    if test.name.endswith(" comparison") and d:
-        return f"Z={test.statistic:+.3g}, candidate minus baseline row score {float(d.group(1)):+.3g}"
-    m = _MEAN_F.search(test.summary + " ")
-    if test.name.startswith("z ") and m:
-        try:
-            return f"Z={test.statistic:+.3g}, per-token excess {float(m.group(1)) - float(m.group(2)):+.3g}"
-        except ValueError:
-            pass
-    tv = _TV.search(test.summary)
-    if tv and test.name.startswith("chi2"):
-        return f"TV={tv.group(1)}"
+    """The test's effect in its own units, from its ``kind`` and ``effect`` fields: TV for chi-square tests,
+    the mean row-score difference for row-score comparisons, the per-token excess of f for z-tests, the
+    statistic otherwise (and for results written before effects were stored)."""
+    kind, e = test_kind(test), test.effect
+    if kind is not None and e is not None:
+        if kind.is_row_comparison:
+            return f"Z={test.statistic:+.3g}, candidate minus baseline row score {e.estimate:+.3g}"
+        if kind.is_z_test:
+            return f"Z={test.statistic:+.3g}, per-token excess {e.estimate:+.3g}"
+        if kind.is_chi2:
+            return f"TV={e.estimate:.4f}"
     return f"statistic {test.statistic:.4g}"
+
+
+def effect_bound(test: TestOutcome) -> str:
+    """The test's TV with its own upper bound and level (``"TV=0.0415 <= 0.0754 (confidence 1-0.001)"``), or ''
+    when its effect is not a bounded TV."""
+    e = test.effect
+    if e is None or e.name != "TV" or e.high is None or e.level is None:
+        return ""
+    return f"TV={e.estimate:.4f} <= {e.high:.4f} (confidence 1-{1.0 - e.level:.2g})"
 
 
 def decided_by(case: CaseResult, alpha: float) -> str:
@@ -82,50 +91,50 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     if test is None:
         return f"{case.reason}."
     up = test.statistic > 0
-    name = test.name
+    kind = test_kind(test)
     same = "than the baseline's do, both scored by the same oracle"
-    if name in ("draft ratio comparison", "draft log-ratio comparison"):
+    if kind in (TestKind.DRAFT_RATIO_COMPARISON, TestKind.DRAFT_LOG_RATIO_COMPARISON):
         return (f"{engine}'s tokens are ones its draft model favours {'more' if up else 'less'} often {same}: its output "
                 f"leans {'toward' if up else 'away from'} the draft, the signature of a wrong accept/resample rule.")
-    if name == "argmax comparison":
+    if kind is TestKind.ARGMAX_COMPARISON:
         return (f"{engine} emits the target's most likely token {'more' if up else 'less'} often than the baseline does: "
                 f"{'some draws behave greedily' if up else 'probability moved off the top token'}.")
-    if name == "log-likelihood comparison":
+    if kind is TestKind.LOG_LIKELIHOOD_COMPARISON:
         return (f"{engine}'s tokens are {'likelier' if up else 'less likely'} under the target {same}: its distribution "
                 f"is {'sharper (a lower temperature or extra truncation)' if up else 'flatter (a higher temperature or missing truncation)'} "
                 "than the baseline's.")
-    if name == "PIT comparison":
+    if kind is TestKind.PIT_COMPARISON:
         return (f"{engine}'s tokens sit {'lower' if up else 'higher'} in the target's ranking {same}: mass moved toward the "
                 f"target's {'unlikely' if up else 'likely'} tokens.")
-    if name == "support comparison":
+    if kind is TestKind.SUPPORT_COMPARISON:
         return (f"{engine} emits tokens the processed target gives probability 0 (outside its top-k/top-p) in more rows "
                 "than the baseline: a correct speculative sampler never does that more often than plain sampling.")
-    if name == "z draft drift":
+    if kind is TestKind.Z_DRAFT_DRIFT:
         return (f"{engine} emits the tokens its draft model favours {'more' if up else 'less'} often than the target "
                 f"allows: its output leans {'toward' if up else 'away from'} the draft, the signature of a wrong "
                 "accept/resample rule.")
-    if name == "z argmax leak":
+    if kind is TestKind.Z_ARGMAX_LEAK:
         return (f"{engine} emits the target's most likely token {'more' if up else 'less'} often than the target's "
                 f"probability allows: {'some draws behave greedily' if up else 'probability moved off the top token'}.")
-    if name == "z temperature drift":
+    if kind is TestKind.Z_TEMPERATURE_DRIFT:
         return (f"{engine}'s tokens are {'likelier' if up else 'less likely'} under the target than sampling from it "
                 f"gives: its distribution is {'sharper (a lower temperature or extra truncation)' if up else 'flatter (a higher temperature or missing truncation)'} "
                 "than the target's.")
-    if name.startswith("PIT"):
+    if kind is TestKind.PIT_UNIFORMITY:
         return (f"{engine}'s tokens do not fall where the target's probabilities put them: mass moved between the "
                 "target's likely and unlikely tokens.")
-    if name == "chi2 GOF first token":
+    if kind is TestKind.CHI2_FIRST_TOKEN_GOF:
         return f"{engine}'s first token does not follow the target's exact next-token probabilities."
-    if name == "chi2 length":
+    if kind is TestKind.CHI2_LENGTH:
         return f"{engine}'s outputs stop (EOS) at different lengths than the baseline's."
-    if name.startswith("chi2 joint"):
+    if kind is TestKind.CHI2_JOINT:
         return (f"{engine} produces the pairs of first two tokens at different rates than the baseline: the law of the "
                 "sequence changed, not only of one token.")
     if test.position is not None:
         prompt = f" of prompt {test.prompt}" if test.prompt is not None else ""
         return (f"At generated position {test.position}{prompt}, {engine} picks tokens at different rates than the "
                 "baseline (the bars show which tokens moved).")
-    return f"{name} rejects: {engine} does not sample the baseline's distribution."
+    return f"{test.name} rejects: {engine} does not sample the baseline's distribution."
 
 
 def samples_needed(case: CaseResult) -> str:

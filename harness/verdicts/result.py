@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from speceq.stats.results import Effect
+from speceq.verdicts.kinds import TestKind
+
 VERDICTS: tuple[str, ...] = ("equivalent", "shifted", "inconclusive")
 #: The verdicts from worst to best: a run (or a session of runs) takes the worst of its cases'.
 VERDICTS_WORST_FIRST: tuple[str, ...] = ("shifted", "inconclusive", "equivalent")
@@ -48,6 +51,9 @@ class TestOutcome:
     qvalue: Benjamini-Hochberg q-value over every test of the run (diagnostic).
     prompt / position: for a test of one generated position (``chi2 prompt j position t``),
     which prompt of the batch and which position, so that faces never parse the name back.
+    kind: what test it is (None in results written before kinds were stored). effect: its effect
+    size with a confidence interval, in its own units (None when the test has none, or in older results);
+    faces word the effect from these fields, never from ``summary``.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -64,6 +70,15 @@ class TestOutcome:
     summary: str = ""
     prompt: int | None = None
     position: int | None = None
+    kind: TestKind | None = None
+    effect: Effect | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TestOutcome:
+        """The outcome of ``to_dict`` / ``result.json`` (older files without ``kind`` or ``effect`` read as None)."""
+        kind, effect = d.get("kind"), d.get("effect")
+        return cls(**{**d, "kind": None if kind is None else TestKind(kind),
+                      "effect": None if effect is None else Effect(**effect)})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,7 +244,7 @@ class RunResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
-        pooled = tuple(TestOutcome(**t) for t in d.get("pooled_tests", ()))
+        pooled = tuple(TestOutcome.from_dict(t) for t in d.get("pooled_tests", ()))
         return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ())), "pooled_tests": pooled})
 
     @classmethod
@@ -274,7 +289,7 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
     return CaseResult(
         **{
             **d,
-            "tests": tuple(TestOutcome(**t) for t in d.get("tests", ())),
+            "tests": tuple(TestOutcome.from_dict(t) for t in d.get("tests", ())),
             "top_tokens": tuple(TokenFrequency(**t) for t in d.get("top_tokens", ())),
             "pit_histogram": tuple(d.get("pit_histogram", ())),
             "greedy": greedy,

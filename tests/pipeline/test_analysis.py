@@ -253,6 +253,49 @@ def test_result_round_trips_through_json() -> None:
     assert set(df["case_id"]) == {"json"} and df["pvalue"].between(0, 1).all()
 
 
+def test_every_test_carries_its_kind_and_effect_and_they_round_trip_through_result_json() -> None:
+    import json
+
+    from speceq.verdicts.kinds import TestKind
+
+    p = law(0)
+    cases = [case("a", companions=((5, 6),)), case("b")]
+    r = run(cases, {"a": sample(p, 2, 500, 4, 1), "b": sample(p, 1, 500, 4, 3)},
+            {"a": sample(law(0, shift=0.05), 2, 500, 4, 2), "b": sample(p, 1, 500, 4, 4)}, oracle=ExactOracle(p))
+    tests = [t for c in r.cases for t in c.tests] + list(r.pooled_tests)
+    assert r.pooled_tests and all(isinstance(t.kind, TestKind) for t in tests)
+    by_kind = {t.kind for t in tests}
+    assert {TestKind.CHI2_POSITION, TestKind.CHI2_JOINT, TestKind.ARGMAX_COMPARISON, TestKind.SUPPORT_COMPARISON,
+            TestKind.POOLED_COMPARISON, TestKind.PIT_UNIFORMITY, TestKind.Z_ARGMAX_LEAK} <= by_kind
+    for t in tests:
+        if t.kind is TestKind.PIT_UNIFORMITY:
+            assert t.effect is None  # a uniformity statistic is no effect size
+            continue
+        e = t.effect
+        assert e is not None and e.name and e.unit, t.name
+        if e.low is not None:
+            assert e.low <= e.estimate <= e.high and 0 < e.level < 1, t.name
+        if t.kind.is_chi2:  # the TV of the test's own counts, with its bound at its own level
+            assert e.name == "TV" and e.low == 0.0 and 0 <= e.estimate <= e.high <= 1 and "TV=" not in t.summary
+    shifted = next(t for t in r.cases[0].tests if t.name == "chi2 prompt 0 position 0")
+    assert shifted.effect.estimate > 0.02  # 5 % of the mass moved to one token
+    data = json.loads(r.to_json())
+    stored = data["cases"][0]["tests"][0]
+    assert stored["kind"] == "chi2 position" and set(stored["effect"]) == {"name", "unit", "estimate", "low", "high", "level"}
+    back = RunResult.from_json(r.to_json())
+    assert back == r
+    assert [(t.kind, t.effect) for c in back.cases for t in c.tests] == [(t.kind, t.effect) for c in r.cases for t in c.tests]
+    assert all(type(t.kind) is TestKind for c in back.cases for t in c.tests)
+
+
+def test_a_result_json_written_before_kinds_and_effects_still_reads() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "reports" / "data" / "result-reference-equivalent.json").read_text()
+    old = RunResult.from_json(text)
+    assert old.cases and all(t.kind is None and t.effect is None for c in old.cases for t in c.tests)
+
+
 def first_token_batch(counts: list[int], tokens: list[int]) -> SampleBatch:
     """One-token rows with ``counts[i]`` rows of ``tokens[i]`` (shuffled by a fixed seed)."""
     col = np.repeat(np.array(tokens, dtype=np.int64), counts)

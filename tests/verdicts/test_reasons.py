@@ -7,12 +7,15 @@ import shlex
 
 import pytest
 
+from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseEvidence, decide_run
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.reasons import (
     argv_rerun_command,
     decided_by,
     deciding_test,
     effect,
+    effect_bound,
     engine_label,
     meaning,
     samples_needed,
@@ -23,8 +26,15 @@ from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 ALPHA = 1e-3
 
 
-def _test(name: str, p: float, stat: float = 5.0, summary: str = "") -> TestOutcome:
-    return TestOutcome(name=name, family="oracle", primary=True, statistic=stat, pvalue=p, summary=summary)
+#: Kinds of the test names used here whose kind is not their name.
+_KINDS = {"PIT Anderson-Darling": TestKind.PIT_UNIFORMITY, "chi2 joint first 2": TestKind.CHI2_JOINT,
+          "chi2 prompt 2 position 3": TestKind.CHI2_POSITION}
+
+
+def _test(name: str, p: float, stat: float = 5.0, summary: str = "", effect: Effect | None = None) -> TestOutcome:
+    kind = _KINDS.get(name) or TestKind(name)
+    return TestOutcome(name=name, family="oracle", primary=True, statistic=stat, pvalue=p, summary=summary,
+                       kind=kind, effect=effect)
 
 
 def _case(tests, **kw) -> CaseResult:
@@ -37,7 +47,9 @@ def _case(tests, **kw) -> CaseResult:
 
 
 def test_deciding_test_is_the_one_the_reason_names() -> None:
-    case = _case([_test("z draft drift", 1e-9, 6.1, "z drift toward draft Z=6.1, p=1e-09; mean f -0.1 vs expected -0.2 (n=900)"),
+    excess = Effect(name="per-token excess", unit="f units per token", estimate=0.1, low=0.07, high=0.13, level=0.95)
+    case = _case([_test("z draft drift", 1e-9, 6.1, "z drift toward draft Z=6.1, p=1e-09; mean f -0.1 vs expected -0.2 (n=900)",
+                        excess),
                   _test("PIT Anderson-Darling", 1e-6), _test("chi2 length", 0.3)])
     assert case.verdict == "shifted"
     test = deciding_test(case, ALPHA)
@@ -79,12 +91,38 @@ def test_meaning_follows_the_test_and_its_sign(name: str, stat: float, phrase: s
     assert phrase in meaning(case, ALPHA, "E")
 
 
-def test_effect_reads_tv_and_z_excess_from_the_summary() -> None:
+def test_effect_is_worded_from_the_kind_and_effect_fields_not_the_summary() -> None:
+    tv = Effect(name="TV", unit="total variation distance", estimate=0.1234, low=0.0, high=0.2, level=0.999)
     chi2 = TestOutcome(name="chi2 prompt 0 position 0", family="two-sample", primary=True, statistic=50.0, pvalue=1e-9,
-                       summary="chi2 homogeneity X2=50, dof=4, p=1e-09 (asymptotic; 5 bins, 0 merged); "
-                               "TV=0.1234 <= 0.2000 (confidence 1-0.001); n=100+100")
+                       summary="a summary that says TV=0.9999 and (difference 7;) and mean f 1 vs expected 2 ",
+                       kind=TestKind.CHI2_POSITION, effect=tv)
     assert effect(chi2) == "TV=0.1234"
+    assert effect_bound(chi2) == "TV=0.1234 <= 0.2000 (confidence 1-0.001)"
+    diff = Effect(name="row score difference", unit="score units per row", estimate=-0.0456, low=-0.06, high=-0.03,
+                  level=0.95)
+    assert effect(_test("draft ratio comparison", 1e-9, -4.87, "(difference +9.9; 10 pairs)", diff)) == (
+        "Z=-4.87, candidate minus baseline row score -0.0456")
+    # no effect field (a uniformity statistic, or a result written before effects were stored): the statistic
     assert effect(_test("PIT Anderson-Darling", 1e-9, 12.5)) == "statistic 12.5"
+    old = dataclasses.replace(chi2, kind=None, effect=None)
+    assert effect(old) == "statistic 50" and effect_bound(old) == ""
+
+
+def test_reasons_has_no_regular_expressions() -> None:
+    """The faces word evidence from data: nothing in the library parses a test's summary back with a regex."""
+    import ast
+    from pathlib import Path
+
+    import speceq.verdicts.reasons as reasons_module
+
+    root = Path(__file__).resolve().parents[2]
+    checked = [Path(reasons_module.__file__), root / "harness" / "pipeline" / "analysis.py",
+               root / "harness" / "verdicts" / "decide.py", *sorted((root / "reports").glob("*.py"))]
+    for path in checked:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "re" not in imported, f"{path.relative_to(root)} imports re: faces word evidence from data fields"
 
 
 @pytest.mark.parametrize("argv", [
