@@ -68,7 +68,9 @@ from speceq.pipeline.pictures import chi2_bins, martingale_paths
 from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
+from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.reasons import TokenLabels, failure_line, failure_lines, support_rule
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -121,7 +123,7 @@ class OracleFindings:
     """Oracle tests of one case: the comparisons (primary), the one-sample diagnostics, their reading."""
 
     tests: tuple[TestOutcome, ...]
-    support_failures: tuple[str, ...]
+    support_failures: tuple[HardFailure, ...]
     histogram: tuple[int, ...]
     notes: tuple[str, ...] = ()
     z_paths: tuple[Any, ...] = ()
@@ -209,29 +211,6 @@ def _tokens_per_s(batch: SampleBatch) -> float | None:
     return float(batch.lengths.sum()) / batch.wall_time_s
 
 
-class _Tok:
-    """Token labels for display: ByteTokenizer for the bundled vocabulary, ids otherwise."""
-
-    def __init__(self, vocab_size: int) -> None:
-        from speceq.models import VOCAB_SIZE, ByteTokenizer
-
-        self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
-
-    def _bytes(self, ids: Sequence[int]) -> bool:
-        # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
-        return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
-
-    def token(self, t: int) -> str:
-        if t == stats.END:
-            return "<END>"
-        if t < 0:
-            return "<ended>"
-        return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
-
-    def text(self, ids: Sequence[int]) -> str:
-        return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
-
-
 def score_requests(cases: Sequence[Case], baseline: Mapping[str, SampleBatch],
                    candidate: Mapping[str, SampleBatch]) -> list[ScoreRequest]:
     """The ``oracle.score`` requests :func:`analyse_run` makes, in its order, so they can be scored ahead.
@@ -284,7 +263,7 @@ def planned_primary_tests(case: Case, *, oracle: bool) -> int:
 
 def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float,
                 mc_level: float, rng: np.random.Generator,
-                tok: _Tok) -> tuple[list[TestOutcome], list[PositionComparison], list[Any]]:
+                tok: TokenLabels) -> tuple[list[TestOutcome], list[PositionComparison], list[Any]]:
     """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt.
 
     Also the largest bins of every primary test with raw p <= alpha (one that may decide the
@@ -335,7 +314,7 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
     return tests, per_position, bins
 
 
-def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
+def _top_tokens(per_position: Sequence[PositionComparison], tok: TokenLabels,
                 first_probs: np.ndarray | None) -> tuple[TokenFrequency, ...]:
     out = []
     for pc in per_position:
@@ -353,35 +332,39 @@ def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
     return tuple(out)
 
 
-def _impossible_tokens(case: Case, batch: SampleBatch, scores: stats.TokenScores, tok: _Tok) -> list[str]:
-    """Up to 5 descriptions of tokens of probability 0 under the oracle, with their prefixes."""
+def _prefix(case: Case, batch: SampleBatch, row: int, position: int) -> tuple[int, ...]:
+    """The prompt's ids then the row's tokens before ``position``: what the token at ``position`` followed."""
+    return tuple(int(i) for i in (*case.prompts[int(batch.prompt_index[row])], *batch.row_tokens(row)[:position]))
+
+
+def _impossible_tokens(case: Case, batch: SampleBatch, scores: stats.TokenScores,
+                       tok: TokenLabels) -> list[HardFailure]:
+    """Up to 5 tokens of probability 0 under the oracle, with their prefixes."""
     sup = stats.support_violations(scores)
     out = []
     for idx in sup.indices[:5]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
-        pj = int(batch.prompt_index[r])
-        prefix = tok.text(list(case.prompts[pj]) + batch.row_tokens(r)[:t])
-        out.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} has probability 0 "
-                   f"under the processed target after {prefix[-40:]!r}")
+        out.append(HardFailure(kind=FailureKind.ZERO_PROBABILITY, prompt=int(batch.prompt_index[r]), position=t,
+                               token=int(scores.token[idx]), prefix=_prefix(case, batch, r, t),
+                               vocab_size=tok.vocab_size, row=r))
     return out
 
 
-def _describe_outside(case: Case, batch: SampleBatch, scores: stats.TokenScores, mask: np.ndarray, tok: _Tok,
-                      limit: int) -> list[str]:
+def _outside(case: Case, batch: SampleBatch, scores: stats.TokenScores, mask: np.ndarray, tok: TokenLabels,
+             limit: int, margin_nats: float) -> list[HardFailure]:
     out = []
     for idx in np.flatnonzero(mask)[:limit]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
-        pj = int(batch.prompt_index[r])
-        prefix = tok.text(list(case.prompts[pj]) + batch.row_tokens(r)[:t])
-        margin = float(np.asarray(scores.exclusion_margin)[idx])
-        far = "no finite logit error admits it" if math.isinf(margin) else f"its exclusion margin {margin:.3g} nats"
-        out.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} after "
-                   f"{prefix[-40:]!r} ({far})")
+        out.append(HardFailure(kind=FailureKind.OUTSIDE_MARGIN, prompt=int(batch.prompt_index[r]), position=t,
+                               token=int(scores.token[idx]), prefix=_prefix(case, batch, r, t),
+                               vocab_size=tok.vocab_size, row=r,
+                               margin_nats=float(np.asarray(scores.exclusion_margin)[idx]), threshold_nats=margin_nats))
     return out
 
 
 def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
-                            scores: stats.TokenScores, tok: _Tok, margin_nats: float) -> tuple[list[str], list[str]]:
+                            scores: stats.TokenScores, tok: TokenLabels,
+                            margin_nats: float) -> tuple[list[HardFailure], list[str]]:
     """(hard failures, notes) of the one-sided support check with a numerics margin.
 
     A candidate token is a hard failure when every law whose raw logits are within
@@ -397,26 +380,23 @@ def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.To
         return [], []
     cand_out = stats.outside_margin(scores, margin_nats)
     base_out = stats.outside_margin(base_scores, margin_nats)
-    rule = (f"every law whose logits are within {margin_nats:g} nats of the oracle's excludes it"
-            if margin_nats > 0 else "the oracle (taken as exact: --support-margin-nats 0) gives it probability 0")
     if cand_out is None or base_out is None:
         if np.any(np.asarray(scores.prob) <= 0):
             return [], ["the oracle cannot bound the processed support of the laws near its own (only top-K "
                         "log-probabilities): tokens outside its support are judged by the support comparison alone"]
         return [], []
     if base_out.any():
-        eg = _describe_outside(case, base, base_scores, base_out, tok, 1)[0]
+        eg = failure_line(_outside(case, base, base_scores, base_out, tok, 1, margin_nats)[0])
         return [], [f"the baseline emits {int(base_out.sum())} token(s) outside the processed support by more than the "
-                    f"numerics margin ({rule}), e.g. {eg}: the engines' logits are further from the oracle's than "
-                    f"--support-margin-nats {margin_nats:g} (or the baseline is not correct); no support hard "
-                    "failure, the support comparison decides"]
+                    f"numerics margin ({support_rule(margin_nats)}), e.g. {eg}: the engines' logits are further from "
+                    f"the oracle's than --support-margin-nats {margin_nats:g} (or the baseline is not correct); no "
+                    "support hard failure, the support comparison decides"]
     if not cand_out.any():
         return [], []
-    rows = int(np.unique(np.asarray(scores.row)[cand_out]).size)
-    shown = _describe_outside(case, cand, scores, cand_out, tok, 5)
-    lead = (f"{rows} candidate row(s) hold a token outside the processed target's support beyond the numerics margin "
-            f"({rule}; the baseline's {base.rows} rows none)")
-    return [f"{lead}: {shown[0]}", *shown[1:]], []
+    shown = _outside(case, cand, scores, cand_out, tok, 5, margin_nats)
+    shown[0] = dataclasses.replace(shown[0], rows_flagged=int(np.unique(np.asarray(scores.row)[cand_out]).size),
+                                   baseline_rows=base.rows)
+    return shown, []
 
 
 def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
@@ -426,8 +406,8 @@ def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.Toke
     The check is the same at every look and needs no level: under the margin a correct engine
     never emits such a token, so looking often cannot raise its false-alarm rate.
     """
-    failures, _ = robust_support_failures(case, base, base_scores, cand, scores, _Tok(vocab_size), margin_nats)
-    return tuple(failures)
+    failures, _ = robust_support_failures(case, base, base_scores, cand, scores, TokenLabels(vocab_size), margin_nats)
+    return failure_lines(failures)
 
 
 def offset_reading(test: str, baseline: stats.ZTestResult, candidate: stats.ZTestResult,
@@ -452,7 +432,7 @@ def offset_reading(test: str, baseline: stats.ZTestResult, candidate: stats.ZTes
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
-                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float,
+                  tok: TokenLabels, first_probs: np.ndarray | None, *, alpha: float, mc_level: float,
                   support_margin_nats: float) -> OracleFindings:
     """Both engines scored by the same oracle: the comparisons (primary), then the one-sample diagnostics."""
     params = case.params
@@ -466,10 +446,11 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     failures, notes = robust_support_failures(case, base, base_scores, cand, scores, tok, support_margin_nats)
     if not failures and sup.baseline_clean and sup.candidate_flagged and sup.pvalue <= mc_level:
         # impossible tokens only in the candidate, significantly more than chance at the first Holm step
-        lead = (f"{sup.candidate_flagged} of {sup.candidate_rows} candidate rows hold a token the processed target "
-                f"gives probability 0, the baseline's {sup.baseline_rows} rows none (exact p = {sup.pvalue:.2g})")
-        failures = [f"{lead}; {d}" for d in _impossible_tokens(case, cand, scores, tok)[:1]]
-        failures += _impossible_tokens(case, cand, scores, tok)[1:]
+        failures = _impossible_tokens(case, cand, scores, tok)
+        if failures:
+            failures[0] = dataclasses.replace(failures[0], rows_flagged=sup.candidate_flagged,
+                                              rows_total=sup.candidate_rows, baseline_rows=sup.baseline_rows,
+                                              pvalue=float(sup.pvalue))
     pit_u = stats.randomized_pit(scores, rng)
     pit = stats.pit_uniformity(pit_u)
     base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
@@ -501,7 +482,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     if base_sup.failed:
         count = f"{base_sup.statistic} token{'s' if base_sup.statistic != 1 else ''}"
         notes.append(f"the baseline too emits tokens of probability 0 under the oracle ({count}, e.g. "
-                     f"{_impossible_tokens(case, base, base_scores, tok)[0]}): the oracle's processed law is not the "
+                     f"{failure_line(_impossible_tokens(case, base, base_scores, tok)[0])}): the oracle's processed law is not the "
                      "engines' at its support's edge (e.g. bf16 rounding at a top-p boundary); the support comparison "
                      "decides whether the candidate has more of them")
     bins = ()
@@ -535,11 +516,11 @@ def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) 
 
 
 def _teacher_forced(case: Case, cand: SampleBatch, rows: np.ndarray, diverged_at: np.ndarray, oracle: Oracle,
-                    tok: _Tok, near_tie_nats: float) -> tuple[int, list[str]]:
+                    tok: TokenLabels, near_tie_nats: float) -> tuple[int, list[HardFailure]]:
     """Score the diverging candidate rows through the oracle: after the divergence, every token must be the
     target's argmax or a near-tie.
 
-    Returns (rows off the argmax path, descriptions of up to MAX_DIVERGENCES of them). A row
+    Returns (rows off the argmax path, up to MAX_DIVERGENCES of their tokens off it). A row
     that left the baseline's at a near-tie continues on its own prefix, where the baseline's
     row no longer says anything; the oracle still does. Tokens up to the divergence are the
     baseline's too (the divergence itself is classified by its margin).
@@ -551,20 +532,18 @@ def _teacher_forced(case: Case, cand: SampleBatch, rows: np.ndarray, diverged_at
     after = np.asarray(scores.position) > diverged_at[np.asarray(scores.row)]
     off = after & ~np.asarray(scores.is_argmax) & (np.asarray(scores.raw_top2_margin) > near_tie_nats)
     bad_rows = np.unique(np.asarray(scores.row)[off])
-    msgs = []
+    found = []
     for idx in np.flatnonzero(off)[:MAX_DIVERGENCES]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
-        pj = int(sub.prompt_index[r])
-        prefix = tok.text(list(case.prompts[pj]) + sub.row_tokens(r)[:t])
-        msgs.append(f"greedy row {int(rows[r])} of prompt {pj}, teacher-forced through the oracle after it left the "
-                    f"baseline's row, emits {tok.token(int(scores.token[idx]))} at position {t}, not the target's argmax, "
-                    f"where the top-2 margin is {float(scores.raw_top2_margin[idx]):.3g} nats (> {near_tie_nats:g}) "
-                    f"after {prefix[-30:]!r}")
-    return int(bad_rows.size), msgs
+        found.append(HardFailure(kind=FailureKind.OFF_ARGMAX, prompt=int(sub.prompt_index[r]), position=t,
+                                 token=int(scores.token[idx]), prefix=_prefix(case, sub, r, t),
+                                 vocab_size=tok.vocab_size, row=int(rows[r]),
+                                 margin_nats=float(scores.raw_top2_margin[idx]), threshold_nats=near_tie_nats))
+    return int(bad_rows.size), found
 
 
-def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: _Tok, *, alpha: float,
-            near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[str, ...]]:
+def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: TokenLabels, *, alpha: float,
+            near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[HardFailure, ...]]:
     """Row comparison over every prompt; every divergence classified; mismatches as hard failures.
 
     With an oracle every diverging candidate row is also teacher-forced (:func:`_teacher_forced`):
@@ -573,19 +552,19 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
     rows = [(*_rows_of(base, j), *_rows_of(cand, j)) for j in range(len(case.prompts))]
     cmp = compare_greedy_rows(rows, case.prompts, None if oracle is None else oracle.raw_top2_margin, near_tie_nats)
     mismatches = [d for d in cmp.divergences if d.classification == "mismatch"]
-    failures = [f"greedy rows of prompt {d.prompt_index} differ at position {d.divergence.position} where the target's "
-                f"top-2 margin is {d.margin:.3g} nats (> {near_tie_nats:g}): {tok.token(d.divergence.baseline_token)} vs "
-                f"{tok.token(d.divergence.candidate_token)} after "
-                f"{tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-30:]!r} ({d.rows} rows)"
+    failures = [HardFailure(kind=FailureKind.GREEDY_MISMATCH, prompt=d.prompt_index, position=d.divergence.position,
+                            token=d.divergence.candidate_token, baseline_token=d.divergence.baseline_token,
+                            prefix=(*map(int, case.prompts[d.prompt_index]), *d.divergence.prefix),
+                            vocab_size=tok.vocab_size, margin_nats=d.margin, threshold_nats=near_tie_nats, rows=d.rows)
                 for d in mismatches[:MAX_DIVERGENCES]]
     if len(mismatches) > MAX_DIVERGENCES:
-        failures.append(f"... {len(mismatches)} distinct mismatches in all")
+        failures[0] = dataclasses.replace(failures[0], total=len(mismatches))
     forced, off_path = 0, 0
     if oracle is not None:
         diverging, diverged_at = _diverging_candidate_rows(case, base, cand)
         forced = int(diverging.size)
-        off_path, msgs = _teacher_forced(case, cand, diverging, diverged_at, oracle, tok, near_tie_nats)
-        failures += msgs
+        off_path, off = _teacher_forced(case, cand, diverging, diverged_at, oracle, tok, near_tie_nats)
+        failures += off
     n_case = max(1, cmp.case_rows)
     evidence = GreedyEvidence(
         rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, mismatches=cmp.rows_classified("mismatch"),
@@ -598,7 +577,8 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
     shown = tuple(
         GreedyDivergence(prompt_index=d.prompt_index, position=d.divergence.position,
                          baseline_token=d.divergence.baseline_token, candidate_token=d.divergence.candidate_token,
-                         margin=d.margin, classification=d.classification,
+                         margin=d.margin, classification=d.classification, rows=d.rows,
+                         prefix_ids=(*map(int, case.prompts[d.prompt_index]), *d.divergence.prefix),
                          prefix_text=tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-60:])
         for d in cmp.divergences[:MAX_DIVERGENCES]
     )
@@ -608,7 +588,7 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
     return evidence, summary, tuple(failures)
 
 
-def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tuple[SampleText, ...]:
+def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: TokenLabels) -> tuple[SampleText, ...]:
     out = []
     for role, batch in (("baseline", base), ("candidate", cand)):
         rows = np.flatnonzero(np.asarray(batch.prompt_index) == 0)[:SAMPLE_TEXTS]
@@ -619,7 +599,7 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tup
 
 
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
-                  seed: int, tok: _Tok, mc_level: float, near_tie_nats: float,
+                  seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float,
                   support_margin_nats: float) -> tuple[CaseEvidence, CaseDetails, Mapping[str, np.ndarray] | None]:
     """One case's evidence, what its result shows, and its pair differences per row score (None: no oracle scores)."""
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
@@ -640,7 +620,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     tests, per_position, test_bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha,
                                                  mc_level=mc_level, rng=rng, tok=tok)
     details = _replace(details, test_bins=tuple(test_bins))
-    failures: tuple[str, ...] = ()
+    failures: tuple[HardFailure, ...] = ()
     notes: list[str] = []
     first_probs = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
@@ -761,7 +741,7 @@ def analyse_run(
     the first Holm step of a case test (alpha / planned primary tests, or the cases' weighted share
     when pooled tests are planned: :func:`speceq.verdicts.decide.first_step_levels`).
     """
-    tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
+    tok = TokenLabels(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
     planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
     mc_level = first_step_levels(alpha, planned, planned_pooled_tests(cases, oracle=oracle is not None))[0]
     evidence: list[CaseEvidence] = []
@@ -823,5 +803,5 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
-        samples=x.samples, hard_failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
+        samples=x.samples, hard_failures=failure_lines(ev.hard_failures), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
     )

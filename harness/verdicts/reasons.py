@@ -8,20 +8,102 @@ summary and the HTML report.
 - :func:`effect` / :func:`effect_bound`: a test's effect in words, from its ``kind`` and ``effect`` fields.
 - :func:`meaning`: one sentence on what the deciding test says about the candidate engine.
 - :func:`skipped_tests`: primary tests that did not run, and how to enable them.
+- :class:`TokenLabels` / :func:`failure_lines`: token ids as text, and the hard-failure records in words.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 
 #: Said wherever a fixed-size rerun with more samples is advised.
 SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spend up to k x alpha; "
                "--sequential stays valid however often it looks")
+
+class TokenLabels:
+    """Token ids as display text: the bundled byte vocabulary decoded, ids of any other vocabulary as numbers."""
+
+    def __init__(self, vocab_size: int) -> None:
+        from speceq.models import VOCAB_SIZE, ByteTokenizer
+
+        self.vocab_size = vocab_size
+        self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
+
+    def _bytes(self, ids: Sequence[int]) -> bool:
+        # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
+        return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
+
+    def token(self, t: int) -> str:
+        """One token: its text, ``<END>`` (the end symbol of the position tests), ``<ended>`` (a row that ended)."""
+        from speceq.stats.counts import END
+
+        if t == END:
+            return "<END>"
+        if t < 0:
+            return "<ended>"
+        return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
+
+    def text(self, ids: Sequence[int]) -> str:
+        """A run of tokens: decoded bytes, or the ids separated by spaces."""
+        return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
+
+
+def _where(f: HardFailure) -> str:
+    return f"row {f.row} (prompt {f.prompt}) position {f.position}"
+
+
+def failure_line(f: HardFailure) -> str:
+    """One hard failure in words, without its group's counts (see :func:`failure_lines`)."""
+    labels = TokenLabels(f.vocab_size)
+    after = labels.text(f.prefix)
+    if f.kind is FailureKind.ZERO_PROBABILITY:
+        return (f"{_where(f)}: token {labels.token(f.token)} has probability 0 under the processed target "
+                f"after {after[-40:]!r}")
+    if f.kind is FailureKind.OUTSIDE_MARGIN:
+        far = ("no finite logit error admits it" if f.margin_nats is None or math.isinf(f.margin_nats)
+               else f"its exclusion margin {f.margin_nats:.3g} nats")
+        return f"{_where(f)}: token {labels.token(f.token)} after {after[-40:]!r} ({far})"
+    if f.kind is FailureKind.GREEDY_MISMATCH:
+        return (f"greedy rows of prompt {f.prompt} differ at position {f.position} where the target's top-2 margin is "
+                f"{f.margin_nats:.3g} nats (> {f.threshold_nats:g}): {labels.token(f.baseline_token)} vs "
+                f"{labels.token(f.token)} after {after[-30:]!r} ({f.rows} rows)")
+    return (f"greedy row {f.row} of prompt {f.prompt}, teacher-forced through the oracle after it left the "
+            f"baseline's row, emits {labels.token(f.token)} at position {f.position}, not the target's argmax, "
+            f"where the top-2 margin is {f.margin_nats:.3g} nats (> {f.threshold_nats:g}) after {after[-30:]!r}")
+
+
+def support_rule(margin_nats: float) -> str:
+    """What puts a token outside the processed support at a support margin (nats; 0: the oracle taken as exact)."""
+    return (f"every law whose logits are within {margin_nats:g} nats of the oracle's excludes it" if margin_nats > 0
+            else "the oracle (taken as exact: --support-margin-nats 0) gives it probability 0")
+
+
+def failure_lines(failures: Sequence[HardFailure]) -> tuple[str, ...]:
+    """The hard failures of a case in words, one line each; the first of a group leads with its counts."""
+    out: list[str] = []
+    for i, f in enumerate(failures):
+        line = failure_line(f)
+        if f.kind is FailureKind.ZERO_PROBABILITY and f.rows_flagged is not None:
+            line = (f"{f.rows_flagged} of {f.rows_total} candidate rows hold a token the processed target gives "
+                    f"probability 0, the baseline's {f.baseline_rows} rows none (exact p = {f.pvalue:.2g}); {line}")
+        elif f.kind is FailureKind.OUTSIDE_MARGIN and f.rows_flagged is not None:
+            line = (f"{f.rows_flagged} candidate row(s) hold a token outside the processed target's support beyond "
+                    f"the numerics margin ({support_rule(f.threshold_nats or 0.0)}; the baseline's {f.baseline_rows} "
+                    f"rows none): {line}")
+        out.append(line)
+        last_mismatch = f.kind is FailureKind.GREEDY_MISMATCH and (
+            i + 1 == len(failures) or failures[i + 1].kind is not FailureKind.GREEDY_MISMATCH)
+        first = next((g for g in failures if g.kind is FailureKind.GREEDY_MISMATCH), None)
+        if last_mismatch and first is not None and first.total is not None:
+            out.append(f"... {first.total} distinct mismatches in all")
+    return tuple(out)
+
 
 def deciding_test(case: CaseResult, alpha: float) -> TestOutcome | None:
     """The primary test that rejects with the smallest Holm-adjusted p (ties: smaller raw p); None if none rejects."""

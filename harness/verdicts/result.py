@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speceq.stats.results import Effect
+from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.kinds import TestKind
 
 VERDICTS: tuple[str, ...] = ("equivalent", "shifted", "inconclusive")
@@ -99,6 +100,8 @@ class GreedyDivergence:
 
     margin: the target's top-1 minus top-2 log-probability at that prefix (nats).
     classification: ``"near-tie"`` when margin <= the near-tie threshold, else ``"mismatch"``.
+    rows: row pairs sharing this first divergence; prefix_ids: the prompt's ids then the tokens
+    both rows share before ``position`` (empty in older results); prefix_text: its last characters decoded.
     """
 
     prompt_index: int
@@ -108,6 +111,8 @@ class GreedyDivergence:
     margin: float | None
     classification: str
     prefix_text: str = ""
+    rows: int = 0
+    prefix_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,7 +202,8 @@ class CaseResult:
     pit_histogram: tuple[int, ...] = ()
     greedy: GreedySummary | None = None
     samples: tuple[SampleText, ...] = ()
-    hard_failures: tuple[str, ...] = ()
+    hard_failures: tuple[str, ...] = ()  # the failures below in words (speceq.verdicts.reasons.failure_lines)
+    failures: tuple[HardFailure, ...] = ()  # what happened, with token ids (empty in older results)
     notes: tuple[str, ...] = ()
     z_paths: tuple[ZPath, ...] = ()
     test_bins: tuple[TestBins, ...] = ()
@@ -285,7 +291,8 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
     g = d.get("greedy")
     greedy = None
     if g is not None:
-        greedy = GreedySummary(**{**g, "divergences": tuple(GreedyDivergence(**x) for x in g["divergences"])})
+        greedy = GreedySummary(**{**g, "divergences": tuple(
+            GreedyDivergence(**{**x, "prefix_ids": tuple(x.get("prefix_ids", ()))}) for x in g["divergences"])})
     return CaseResult(
         **{
             **d,
@@ -295,6 +302,7 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
             "greedy": greedy,
             "samples": tuple(SampleText(**{**s, "token_ids": tuple(s.get("token_ids", ()))}) for s in d.get("samples", ())),
             "hard_failures": tuple(d.get("hard_failures", ())),
+            "failures": tuple(HardFailure.from_dict(f) for f in d.get("failures", ())),
             "notes": tuple(d.get("notes", ())),
             "z_paths": tuple(ZPath(**{k: tuple(v) if isinstance(v, list) else v for k, v in z.items()})
                              for z in d.get("z_paths", ())),

@@ -168,6 +168,17 @@ def test_zero_probability_tokens_only_in_the_candidate_are_a_hard_failure_naming
     assert cr.verdict == "shifted" and cr.reason.startswith("hard failure")
     assert "30 of 500 candidate rows" in cr.hard_failures[0] and "none" in cr.hard_failures[0]
     assert "row 3" in cr.hard_failures[0] and "position 2" in cr.hard_failures[0]
+    # the same failures as records with token ids, worded once by speceq.verdicts.reasons
+    from speceq.verdicts.failures import FailureKind
+    from speceq.verdicts.reasons import failure_lines
+
+    first = cr.failures[0]
+    assert first.kind is FailureKind.ZERO_PROBABILITY and (first.row, first.prompt, first.position, first.token) == (3, 0, 2, 5)
+    assert first.prefix == (100, 101, *cand.tokens[3, :2].tolist()) and first.vocab_size == VOCAB
+    assert (first.rows_flagged, first.rows_total, first.baseline_rows) == (30, 500, 500)
+    assert len(cr.failures) == 5 and [f.row for f in cr.failures] == [3, 4, 5, 6, 7]
+    assert failure_lines(cr.failures) == cr.hard_failures
+    assert RunResult.from_json(r.to_json()).cases[0].failures == cr.failures
     (bins,) = [b for b in cr.test_bins if b.test == "support comparison"]  # the report's picture of it
     assert bins.candidate_counts == (30, 470) and bins.baseline_counts == (0, 500)
     one = sample(p, 1, 500, 4, 2)
@@ -240,6 +251,13 @@ def test_greedy_rows_after_a_near_tie_are_teacher_forced() -> None:
     assert "teacher-forced through the oracle" in ok.reason
     bad = run([c], {"g": base}, {"g": wanders}, oracle=oracle).cases[0]
     assert bad.verdict == "shifted" and "teacher-forced" in bad.hard_failures[0] and "position 3" in bad.hard_failures[0]
+    (off,) = bad.failures
+    assert (off.kind.value, off.row, off.prompt, off.position, off.token) == ("off argmax", 199, 0, 3, 61)
+    assert off.prefix == (100, 101, 65, 70, top) and off.margin_nats == 5.0
+    (divergence,) = bad.greedy.divergences
+    assert divergence.prefix_ids == (100, 101, 65) and divergence.rows == 1
+    assert (divergence.baseline_token, divergence.candidate_token, divergence.position) == (66, 70, 1)
+    assert RunResult.from_json(run([c], {"g": base}, {"g": wanders}, oracle=oracle).to_json()).cases[0] == bad
 
 
 def test_result_round_trips_through_json() -> None:

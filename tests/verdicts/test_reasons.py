@@ -9,6 +9,7 @@ import pytest
 
 from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseEvidence, decide_run
+from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.reasons import (
     argv_rerun_command,
@@ -17,6 +18,7 @@ from speceq.verdicts.reasons import (
     effect,
     effect_bound,
     engine_label,
+    failure_lines,
     meaning,
     samples_needed,
     skipped_tests,
@@ -42,7 +44,7 @@ def _case(tests, **kw) -> CaseResult:
                       n_baseline=100, n_candidate=100, hard_failures=kw.pop("hard_failures", ()))
     d = decide_run([ev], alpha=ALPHA, tolerance=0.05)[0]
     return CaseResult(case_id="c", case={"id": "c", "params": {}}, verdict=d.verdict, reason=d.reason, tolerance=0.05,
-                      n_baseline=100, n_candidate=100, tests=d.tests, hard_failures=ev.hard_failures,
+                      n_baseline=100, n_candidate=100, tests=d.tests, hard_failures=failure_lines(ev.hard_failures),
                       required_n=d.required_n, **kw)
 
 
@@ -63,10 +65,12 @@ def test_no_deciding_test_for_other_verdicts_and_hard_failures() -> None:
     calm = _case([_test("chi2 length", 0.3)])
     assert calm.verdict == "inconclusive" and deciding_test(calm, ALPHA) is None and decided_by(calm, ALPHA) == ""
     assert samples_needed(calm) == f"~{calm.required_n:,} samples per engine would decide (now 100)"
-    hard = _case([_test("chi2 length", 0.3)], hard_failures=("row 3 (prompt 0) position 1: token 'x' has probability 0",
-                                                             "another"))
+    zero = HardFailure(kind=FailureKind.ZERO_PROBABILITY, prompt=0, position=1, token=ord("x"), prefix=(104, 105),
+                       vocab_size=259, row=3)
+    hard = _case([_test("chi2 length", 0.3)], hard_failures=(zero, dataclasses.replace(zero, row=4)))
     assert hard.verdict == "shifted" and decided_by(hard, ALPHA) == (
-        "hard failure: row 3 (prompt 0) position 1: token 'x' has probability 0 (+1 more)")
+        "hard failure: row 3 (prompt 0) position 1: token 'x' has probability 0 under the processed target after 'hi' "
+        "(+1 more)")
     assert "can never do that" in meaning(hard, ALPHA, "e")
 
 
@@ -149,3 +153,35 @@ def test_skipped_tests_and_engine_labels() -> None:
     assert engine_label(run(None), "candidate") == "fn"
     typed = run(None, {"engines": {"candidate": {"spec": "my_engine.py:sample"}}})
     assert engine_label(typed, "candidate") == "my_engine.py:sample"
+
+
+def test_failure_lines_word_every_kind_of_record_from_its_token_ids() -> None:
+    prefix = tuple(b"say hi")
+    outside = HardFailure(kind=FailureKind.OUTSIDE_MARGIN, prompt=1, position=2, token=ord("q"), prefix=prefix,
+                          vocab_size=259, row=7, margin_nats=float("inf"), threshold_nats=0.5, rows_flagged=2,
+                          baseline_rows=400)
+    again = dataclasses.replace(outside, row=9, margin_nats=3.25, rows_flagged=None, baseline_rows=None)
+    mismatch = HardFailure(kind=FailureKind.GREEDY_MISMATCH, prompt=0, position=3, token=ord("b"), baseline_token=ord("a"),
+                           prefix=prefix, vocab_size=259, margin_nats=2.5, threshold_nats=1e-3, rows=6, total=12)
+    off = HardFailure(kind=FailureKind.OFF_ARGMAX, prompt=0, position=4, token=ord("z"), prefix=prefix, vocab_size=259,
+                      row=11, margin_nats=4.0, threshold_nats=1e-3)
+    lines = failure_lines((outside, again, mismatch, off))
+    assert lines == (
+        "2 candidate row(s) hold a token outside the processed target's support beyond the numerics margin (every law "
+        "whose logits are within 0.5 nats of the oracle's excludes it; the baseline's 400 rows none): row 7 (prompt 1) "
+        "position 2: token 'q' after 'say hi' (no finite logit error admits it)",
+        "row 9 (prompt 1) position 2: token 'q' after 'say hi' (its exclusion margin 3.25 nats)",
+        "greedy rows of prompt 0 differ at position 3 where the target's top-2 margin is 2.5 nats (> 0.001): 'a' vs 'b' "
+        "after 'say hi' (6 rows)",
+        "... 12 distinct mismatches in all",
+        "greedy row 11 of prompt 0, teacher-forced through the oracle after it left the baseline's row, emits 'z' at "
+        "position 4, not the target's argmax, where the top-2 margin is 4 nats (> 0.001) after 'say hi'",
+    )
+    # another vocabulary: ids, never bytes
+    assert failure_lines((dataclasses.replace(off, vocab_size=50_000, token=4242),))[0].endswith(
+        "emits #4242 at position 4, not the target's argmax, where the top-2 margin is 4 nats (> 0.001) after "
+        "'115 97 121 32 104 105'")
+    import json
+
+    for f in (outside, mismatch, off):
+        assert HardFailure.from_dict(json.loads(json.dumps(dataclasses.asdict(f)))) == f
