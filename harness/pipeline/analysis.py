@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shlex
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,7 +69,17 @@ from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_l
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
-from speceq.verdicts.reasons import TokenLabels, failure_line, failure_lines, support_rule
+from speceq.verdicts.reasons import (
+    TOP_K_ORACLE_NOTE,
+    UNBOUNDED_SUPPORT_NOTE,
+    TokenLabels,
+    baseline_outside_margin_note,
+    baseline_zero_probability_note,
+    failure_lines,
+    offset_reading,
+    sampling_time_estimate,
+    settings_rerun_command,
+)
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -382,15 +391,11 @@ def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.To
     base_out = stats.outside_margin(base_scores, margin_nats)
     if cand_out is None or base_out is None:
         if np.any(np.asarray(scores.prob) <= 0):
-            return [], ["the oracle cannot bound the processed support of the laws near its own (only top-K "
-                        "log-probabilities): tokens outside its support are judged by the support comparison alone"]
+            return [], [UNBOUNDED_SUPPORT_NOTE]
         return [], []
     if base_out.any():
-        eg = failure_line(_outside(case, base, base_scores, base_out, tok, 1, margin_nats)[0])
-        return [], [f"the baseline emits {int(base_out.sum())} token(s) outside the processed support by more than the "
-                    f"numerics margin ({support_rule(margin_nats)}), e.g. {eg}: the engines' logits are further from "
-                    f"the oracle's than --support-margin-nats {margin_nats:g} (or the baseline is not correct); no "
-                    "support hard failure, the support comparison decides"]
+        eg = _outside(case, base, base_scores, base_out, tok, 1, margin_nats)[0]
+        return [], [baseline_outside_margin_note(int(base_out.sum()), eg)]
     if not cand_out.any():
         return [], []
     shown = _outside(case, cand, scores, cand_out, tok, 5, margin_nats)
@@ -408,27 +413,6 @@ def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.Toke
     """
     failures, _ = robust_support_failures(case, base, base_scores, cand, scores, TokenLabels(vocab_size), margin_nats)
     return failure_lines(failures)
-
-
-def offset_reading(test: str, baseline: stats.ZTestResult, candidate: stats.ZTestResult,
-                   comparison: TestOutcome | None, alpha: float) -> str | None:
-    """One sentence reading a one-sample z diagnostic of both engines against their comparison (None: nothing to say).
-
-    Said when either engine departs from the oracle at ``alpha``: a departure both share is the
-    oracle's or the numerics', not the speculation's; only the comparison can say the latter.
-    """
-    if min(baseline.pvalue, candidate.pvalue) > alpha:
-        return None
-    zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
-    cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
-    if comparison is not None and comparison.pvalue <= alpha:
-        return (f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the comparison "
-                f"of the two engines rejects ({cmp_p}): the speculation, not the oracle")
-    if baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
-        return (f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
-                f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
-    return (f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not reject "
-            f"({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
@@ -480,11 +464,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         tests.append(_outcome("chi2 GOF first token", "oracle", False, gof, TestKind.CHI2_FIRST_TOKEN_GOF))
     base_sup = stats.support_violations(base_scores)
     if base_sup.failed:
-        count = f"{base_sup.statistic} token{'s' if base_sup.statistic != 1 else ''}"
-        notes.append(f"the baseline too emits tokens of probability 0 under the oracle ({count}, e.g. "
-                     f"{failure_line(_impossible_tokens(case, base, base_scores, tok)[0])}): the oracle's processed law is not the "
-                     "engines' at its support's edge (e.g. bf16 rounding at a top-p boundary); the support comparison "
-                     "decides whether the candidate has more of them")
+        notes.append(baseline_zero_probability_note(base_sup.statistic, _impossible_tokens(case, base, base_scores, tok)[0]))
     bins = ()
     if sup.pvalue <= alpha:  # the support comparison may decide: its counts are its picture
         bins = (TestBins(test="support comparison", labels=("rows with a token of oracle probability 0",
@@ -631,10 +611,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         if oracle.knows_full_law(case.params):
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
         else:
-            notes.append("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
-                         "'log-likelihood comparison' and 'z temperature drift' (need log p over the whole law) and "
-                         "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
-                         "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
+            notes.append(TOP_K_ORACLE_NOTE)
         found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
                               alpha=alpha, mc_level=mc_level, support_margin_nats=support_margin_nats)
         tests += found.tests
@@ -667,50 +644,6 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
 
 def _replace(details: CaseDetails, **changes: Any) -> CaseDetails:
     return dataclasses.replace(details, **changes)
-
-
-def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
-    """The ``speceq run`` command that reruns with ``samples`` per engine, from the run's settings.
-
-    Stored samples are reused (same ``--out``), so only the missing ones are drawn. A case
-    with its own ``samples`` in a cases file needs that entry raised instead; the command
-    then says so.
-    """
-    args = ["speceq", "run"]
-    if settings.get("cases_file"):
-        args += ["--cases", str(settings["cases_file"])]
-    for role in ("baseline", "candidate"):
-        if role in settings:
-            args += [f"--{role}", str(settings[role])]
-        for k, v in dict(settings.get(f"{role}_options") or {}).items():
-            args += [f"--{role}-option", f"{k}={v}"]
-    if settings.get("oracle") is False:
-        args.append("--no-oracle")
-    else:
-        if settings.get("oracle_model"):
-            args += ["--oracle-model", str(settings["oracle_model"])]
-        draft = settings.get("oracle_draft", "auto")
-        if draft != "auto":
-            args += ["--oracle-draft", "none" if draft is None else str(draft)]
-        if not settings.get("oracle_share_prefix", True):
-            args.append("--no-oracle-share-prefix")
-        if settings.get("oracle_server"):
-            args += ["--oracle-server", str(settings["oracle_server"])]
-            top = settings.get("oracle_top_logprobs")
-            args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
-        if settings.get("oracle_dtype", "float32") != "float32":
-            args += ["--oracle-dtype", str(settings["oracle_dtype"])]
-        if settings.get("certificate", "tv") != "tv":
-            args += ["--certificate", str(settings["certificate"])]
-    args += ["--samples", str(samples)]
-    for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
-                      ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
-        if settings.get(key) is not None:
-            args += [flag, f"{settings[key]:g}" if isinstance(settings[key], float) else str(settings[key])]
-    command = shlex.join(args)
-    if case.samples:
-        command += f"  # and set samples = {samples} for case {case.case_id!r} in the cases file"
-    return command
 
 
 def analyse_run(
@@ -772,28 +705,15 @@ def analyse_run(
     )
 
 
-def sampling_time_estimate(case: Case, required_n: int, n_now: int, x: CaseDetails) -> str | None:
-    """How long drawing ``required_n`` samples per engine would take at this run's measured sampling
-    speed (both engines; the oracle's scoring not included), or None when the speeds are unknown."""
-    if required_n <= n_now or n_now <= 0 or not x.baseline_tokens_per_s or not x.candidate_tokens_per_s:
-        return None
-    rows_now = n_now * len(case.prompts)
-    tokens_per_row = x.candidate_tokens / rows_now
-    extra_rows = (required_n - n_now) * len(case.prompts)
-    seconds = extra_rows * tokens_per_row * (1.0 / x.baseline_tokens_per_s + 1.0 / x.candidate_tokens_per_s)
-    shown = f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
-        else f"{seconds:.0f} s"
-    return (f"at this run's sampling speed ({x.baseline_tokens_per_s:.0f} and {x.candidate_tokens_per_s:.0f} "
-            f"tokens/s), {required_n} samples per engine need about {shown} more sampling (the oracle's "
-            f"scoring not included)")
-
-
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
                  settings: Mapping[str, Any]) -> CaseResult:
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
     rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
     if d.required_n is not None:
-        estimate = sampling_time_estimate(case, d.required_n, ev.n_candidate, x)
+        estimate = sampling_time_estimate(d.required_n, ev.n_candidate, prompts=len(case.prompts),
+                                          candidate_tokens=x.candidate_tokens,
+                                          baseline_tokens_per_s=x.baseline_tokens_per_s,
+                                          candidate_tokens_per_s=x.candidate_tokens_per_s)
         if estimate is not None:
             x = _replace(x, notes=(*x.notes, estimate))
     return CaseResult(

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from speceq.stats.results import ZTestResult
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
@@ -217,6 +218,119 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
         return (f"At generated position {test.position}{prompt}, {engine} picks tokens at different rates than the "
                 "baseline (the bars show which tokens moved).")
     return f"{test.name} rejects: {engine} does not sample the baseline's distribution."
+
+
+def offset_reading(test: str, baseline: ZTestResult, candidate: ZTestResult,
+                   comparison: TestOutcome | None, alpha: float) -> str | None:
+    """One sentence reading a one-sample z diagnostic of both engines against their comparison (None: nothing to say).
+
+    Said when either engine departs from the oracle at ``alpha``: a departure both share is the
+    oracle's or the numerics', not the speculation's; only the comparison can say the latter.
+    """
+    if min(baseline.pvalue, candidate.pvalue) > alpha:
+        return None
+    zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
+    cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
+    if comparison is not None and comparison.pvalue <= alpha:
+        return (f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the comparison "
+                f"of the two engines rejects ({cmp_p}): the speculation, not the oracle")
+    if baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
+        return (f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
+                f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
+    return (f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not reject "
+            f"({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
+
+
+#: Said of a case whose oracle knows only the top-K of each law.
+TOP_K_ORACLE_NOTE = ("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
+                     "'log-likelihood comparison' and 'z temperature drift' (need log p over the whole law) and "
+                     "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
+                     "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
+#: Said when the candidate has tokens outside the oracle's support but the oracle cannot bound the support near it.
+UNBOUNDED_SUPPORT_NOTE = ("the oracle cannot bound the processed support of the laws near its own (only top-K "
+                          "log-probabilities): tokens outside its support are judged by the support comparison alone")
+
+
+def baseline_outside_margin_note(count: int, example: HardFailure) -> str:
+    """Why no support hard failure is called: the baseline too emits ``count`` tokens outside the margin (``example``)."""
+    margin = example.threshold_nats or 0.0
+    return (f"the baseline emits {count} token(s) outside the processed support by more than the "
+            f"numerics margin ({support_rule(margin)}), e.g. {failure_line(example)}: the engines' logits are further "
+            f"from the oracle's than --support-margin-nats {margin:g} (or the baseline is not correct); no "
+            "support hard failure, the support comparison decides")
+
+
+def baseline_zero_probability_note(count: int, example: HardFailure) -> str:
+    """The baseline too emits ``count`` tokens of oracle probability 0 (``example``): the oracle's law is off at its edge."""
+    tokens = f"{count} token{'s' if count != 1 else ''}"
+    return (f"the baseline too emits tokens of probability 0 under the oracle ({tokens}, e.g. "
+            f"{failure_line(example)}): the oracle's processed law is not the engines' at its support's edge (e.g. bf16 "
+            "rounding at a top-p boundary); the support comparison decides whether the candidate has more of them")
+
+
+def sampling_time_estimate(required_n: int, n_now: int, *, prompts: int, candidate_tokens: int,
+                           baseline_tokens_per_s: float | None, candidate_tokens_per_s: float | None) -> str | None:
+    """How long drawing ``required_n`` samples per engine would take at a run's measured sampling speed
+    (tokens/s of both engines; the oracle's scoring not included), or None when the speeds are unknown.
+
+    n_now: samples per engine so far; prompts: prompts of the case's batch (rows = samples x prompts);
+    candidate_tokens: tokens the candidate generated so far (the tokens per row it measures).
+    """
+    if required_n <= n_now or n_now <= 0 or not baseline_tokens_per_s or not candidate_tokens_per_s:
+        return None
+    rows_now = n_now * prompts
+    tokens_per_row = candidate_tokens / rows_now
+    extra_rows = (required_n - n_now) * prompts
+    seconds = extra_rows * tokens_per_row * (1.0 / baseline_tokens_per_s + 1.0 / candidate_tokens_per_s)
+    shown = f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
+        else f"{seconds:.0f} s"
+    return (f"at this run's sampling speed ({baseline_tokens_per_s:.0f} and {candidate_tokens_per_s:.0f} "
+            f"tokens/s), {required_n} samples per engine need about {shown} more sampling (the oracle's "
+            f"scoring not included)")
+
+
+def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any) -> str:
+    """The ``speceq run`` command that reruns with ``samples`` per engine, from the run's settings.
+
+    Stored samples are reused (same ``--out``), so only the missing ones are drawn. A case
+    with its own ``samples`` in a cases file needs that entry raised instead; the command
+    then says so. ``case``: anything with the case's ``case_id`` and ``samples`` (a :class:`speceq.inputs.cases.Case`).
+    """
+    args = ["speceq", "run"]
+    if settings.get("cases_file"):
+        args += ["--cases", str(settings["cases_file"])]
+    for role in ("baseline", "candidate"):
+        if role in settings:
+            args += [f"--{role}", str(settings[role])]
+        for k, v in dict(settings.get(f"{role}_options") or {}).items():
+            args += [f"--{role}-option", f"{k}={v}"]
+    if settings.get("oracle") is False:
+        args.append("--no-oracle")
+    else:
+        if settings.get("oracle_model"):
+            args += ["--oracle-model", str(settings["oracle_model"])]
+        draft = settings.get("oracle_draft", "auto")
+        if draft != "auto":
+            args += ["--oracle-draft", "none" if draft is None else str(draft)]
+        if not settings.get("oracle_share_prefix", True):
+            args.append("--no-oracle-share-prefix")
+        if settings.get("oracle_server"):
+            args += ["--oracle-server", str(settings["oracle_server"])]
+            top = settings.get("oracle_top_logprobs")
+            args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
+        if settings.get("oracle_dtype", "float32") != "float32":
+            args += ["--oracle-dtype", str(settings["oracle_dtype"])]
+        if settings.get("certificate", "tv") != "tv":
+            args += ["--certificate", str(settings["certificate"])]
+    args += ["--samples", str(samples)]
+    for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
+                      ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
+        if settings.get(key) is not None:
+            args += [flag, f"{settings[key]:g}" if isinstance(settings[key], float) else str(settings[key])]
+    command = shlex.join(args)
+    if case.samples:
+        command += f"  # and set samples = {samples} for case {case.case_id!r} in the cases file"
+    return command
 
 
 def samples_needed(case: CaseResult) -> str:
