@@ -76,7 +76,7 @@ from speceq.verdicts.reasons import (
     baseline_outside_margin_note,
     baseline_zero_probability_note,
     failure_lines,
-    offset_reading,
+    offset_readings,
     sampling_time_estimate,
     settings_rerun_command,
 )
@@ -446,16 +446,17 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         _outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit, TestKind.PIT_UNIFORMITY),
     ]
     by_name = {t.name: t for t in tests}
+    pairs = []  # (baseline, candidate, their comparison) per z diagnostic, read together in words below
     for kind, fn, comparison in _Z_DIAGNOSTICS:
         try:
             zc, zb = fn(scores), fn(base_scores)
         except ValueError:  # the oracle lacks the fields (top-K law, no draft): the test is not run
             continue
         name = kind.value
-        tests += [_outcome(name, "oracle", False, zc, kind), _outcome(f"baseline {name}", "oracle", False, zb, kind)]
-        reading = offset_reading(name, zb, zc, by_name.get(comparison), alpha)
-        if reading:
-            notes.append(reading)
+        pair = (_outcome(f"baseline {name}", "oracle", False, zb, kind), _outcome(name, "oracle", False, zc, kind))
+        tests += [pair[1], pair[0]]
+        pairs.append((*pair, by_name.get(comparison)))
+    notes += offset_readings(pairs, alpha)
     if first_probs is not None:  # None: the oracle does not know the whole first-token law
         first = (scores.position == 0) & (np.asarray(cand.prompt_index)[scores.row] == 0)
         counts = np.bincount(scores.token[first], minlength=first_probs.size)

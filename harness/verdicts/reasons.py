@@ -18,7 +18,6 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from speceq.stats.results import ZTestResult
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
@@ -220,25 +219,29 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     return f"{test.name} rejects: {engine} does not sample the baseline's distribution."
 
 
-def offset_reading(test: str, baseline: ZTestResult, candidate: ZTestResult,
-                   comparison: TestOutcome | None, alpha: float) -> str | None:
-    """One sentence reading a one-sample z diagnostic of both engines against their comparison (None: nothing to say).
+def offset_readings(pairs: Sequence[tuple[TestOutcome, TestOutcome, TestOutcome | None]], alpha: float) -> list[str]:
+    """One sentence per one-sample z diagnostic worth reading: (baseline's test, candidate's test, their comparison).
 
     Said when either engine departs from the oracle at ``alpha``: a departure both share is the
     oracle's or the numerics', not the speculation's; only the comparison can say the latter.
     """
-    if min(baseline.pvalue, candidate.pvalue) > alpha:
-        return None
-    zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
-    cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
-    if comparison is not None and comparison.pvalue <= alpha:
-        return (f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the comparison "
-                f"of the two engines rejects ({cmp_p}): the speculation, not the oracle")
-    if baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
-        return (f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
-                f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
-    return (f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not reject "
-            f"({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
+    out = []
+    for baseline, candidate, comparison in pairs:
+        if min(baseline.pvalue, candidate.pvalue) > alpha:
+            continue
+        test = candidate.name
+        zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
+        cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
+        if comparison is not None and comparison.pvalue <= alpha:
+            out.append(f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the "
+                       f"comparison of the two engines rejects ({cmp_p}): the speculation, not the oracle")
+        elif baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
+            out.append(f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
+                       f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
+        else:
+            out.append(f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not "
+                       f"reject ({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
+    return out
 
 
 #: Said of a case whose oracle knows only the top-K of each law.
