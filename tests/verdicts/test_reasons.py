@@ -112,7 +112,7 @@ def test_effect_is_worded_from_the_kind_and_effect_fields_not_the_summary() -> N
     assert effect(old) == "statistic 50" and effect_bound(old) == ""
 
 
-def test_reasons_has_no_regular_expressions() -> None:
+def test_no_regular_expression_reads_evidence_back_from_words() -> None:
     """The faces word evidence from data: nothing in the library parses a test's summary back with a regex."""
     import ast
     from pathlib import Path
@@ -127,6 +127,19 @@ def test_reasons_has_no_regular_expressions() -> None:
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert "re" not in imported, f"{path.relative_to(root)} imports re: faces word evidence from data fields"
+    # the whole tree: no regular expression (re.search(p, x) or a compiled pattern's p.search(x)) reads a summary,
+    # a reason, a failure or a note
+    words = {"summary", "reason", "hard_failures", "notes", "note", "failure", "failures"}
+    for path in sorted(p for d in ("harness", "reports", "suites") for p in (root / d).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _REGEX_METHODS:
+                read = {n.attr for a in node.args for n in ast.walk(a) if isinstance(n, ast.Attribute)}
+                read |= {n.id for a in node.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+                assert not read & words, f"{path.relative_to(root)}:{node.lineno} reads {sorted(read & words)} with a regex"
+
+
+#: Methods of re and of compiled patterns that read a string.
+_REGEX_METHODS = {"search", "match", "fullmatch", "findall", "finditer", "sub", "subn"}
 
 
 @pytest.mark.parametrize("argv", [
