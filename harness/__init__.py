@@ -19,14 +19,14 @@ the same law as the baseline, so the run comes out ``equivalent``.
 >>> with tempfile.TemporaryDirectory() as out:
 ...     config = speceq.RunConfig(samples=2000, oracle=False, tolerance=0.2, out_dir=out, progress=False)
 ...     result = speceq.run(config, [case], engines=engines)
->>> result.verdict, result.cases[0].verdict
-('equivalent', 'equivalent')
+>>> print(result.verdict, result.cases[0].verdict)
+equivalent equivalent
 """
 
 import importlib as _importlib
 import typing as _typing
 
-__version__ = "0.1.0"
+from speceq.core.package import __version__
 
 #: public name -> module that defines it (imported lazily by :func:`__getattr__`).
 _PUBLIC: dict[str, str] = {
@@ -39,6 +39,7 @@ _PUBLIC: dict[str, str] = {
     "parse_cases": "speceq.inputs.cases",
     "RunResult": "speceq.verdicts.result",
     "CaseResult": "speceq.verdicts.result",
+    "Verdict": "speceq.verdicts.verdict",
     "Engine": "speceq.engines.base",
     "SampleRequest": "speceq.engines.base",
     "SampleBatch": "speceq.engines.base",
@@ -58,7 +59,7 @@ _PUBLIC: dict[str, str] = {
 
 __all__ = [
     "__version__", "run", "RunConfig", "Case", "SamplingParams", "default_cases", "load_cases", "parse_cases",
-    "RunResult", "CaseResult", "Engine", "SampleRequest", "SampleBatch", "resolve_engine", "list_engines", "Oracle",
+    "RunResult", "CaseResult", "Verdict", "Engine", "SampleRequest", "SampleBatch", "resolve_engine", "list_engines", "Oracle",
     "load_samples_frame", "write_report", "render_report", "SpeceqError", "ConfigError", "EngineError",
     "EngineNotFound", "StoreError", "DistributionMismatch",
 ]

@@ -18,20 +18,20 @@ from markupsafe import Markup
 
 from speceq.errors import ConfigError
 from speceq.reports.templating import environment
+from speceq.verdicts.verdict import Verdict
 
 #: Tests shown per kernel (the smallest p-values; every rejecting one is among them when fewer).
 MAX_TESTS_SHOWN = 40
-KERNEL_VERDICTS = ("equivalent", "shifted", "inconclusive", "lossy")
-_WORST = {"shifted": 0, "lossy": 1, "inconclusive": 2, "equivalent": 3}
 
 
 def _view(result: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key in ("kernel", "spec", "verdict", "reason", "tests", "violations", "findings", "scenarios", "alpha"):
         if key not in result:
             raise ConfigError(f"not a kernel-check result: missing {key!r}", where=where)
-    if result["verdict"] not in KERNEL_VERDICTS:
-        raise ConfigError(f"unknown verdict {result['verdict']!r}; expected one of {KERNEL_VERDICTS}",
-                          where=f"{where}.verdict")
+    try:
+        Verdict.parse(result["verdict"])
+    except ValueError as e:
+        raise ConfigError(str(e), where=f"{where}.verdict") from None
     tests = list(result["tests"])
     rejected = [t for t in tests if t.get("rejected")]
     ranked = sorted(tests, key=lambda t: (not t.get("rejected"), t.get("pvalue", 1.0)))
@@ -46,8 +46,8 @@ def kernel_views(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [_view(r, f"kernel result {i}") for i, r in enumerate(results)]
 
 
-def worst_kernel_verdict(results: Sequence[Mapping[str, Any]]) -> str:
-    return min((r["verdict"] for r in results), key=lambda v: _WORST.get(v, 9), default="equivalent")
+def worst_kernel_verdict(results: Sequence[Mapping[str, Any]]) -> Verdict:
+    return Verdict.worst(r["verdict"] for r in results)
 
 
 def render_kernel_section(results: Sequence[Mapping[str, Any]]) -> Markup:

@@ -23,7 +23,8 @@ from speceq.reports import svg, why
 from speceq.reports.format import fmt_value
 from speceq.reports.templating import environment
 from speceq.verdicts import reasons
-from speceq.verdicts.result import VERDICTS, CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
+from speceq.verdicts.result import CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
+from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
 
 #: At most this many sample texts per engine are shown per case (the result may hold more).
 MAX_SAMPLES_PER_ENGINE = 4
@@ -32,7 +33,6 @@ OPEN_POSITIONS = 2
 #: Pointwise coverage of the uniform band drawn on PIT histograms.
 PIT_BAND_LEVEL = why.PIT_BAND_LEVEL
 #: Cases are shown in this order of verdicts (then in run order).
-VERDICT_ORDER = {"shifted": 0, "inconclusive": 1, "equivalent": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +87,20 @@ def _check_count(value: object, where: str) -> None:
         raise ConfigError(f"expected a non-negative integer count, got {value!r}", where=where)
 
 
+def _check_verdict(word: str, where: str) -> None:
+    try:
+        Verdict.parse(word, allowed=RUN_VERDICTS)
+    except ValueError as e:
+        raise ConfigError(str(e), where=where) from None
+
+
 def _render_report_iv(result: RunResult) -> None:
     """Refuse results the page cannot show truthfully (wrong type, unknown verdict, bad counts)."""
     if not isinstance(result, RunResult):
         raise TypeError(f"`result` must be a RunResult, got {type(result).__name__}")
-    if result.verdict not in VERDICTS:
-        raise ConfigError(f"unknown verdict {result.verdict!r}; expected one of {VERDICTS}", where="result.verdict")
+    _check_verdict(result.verdict, "result.verdict")
     for case in result.cases:
-        if case.verdict not in VERDICTS:
-            raise ConfigError(f"unknown verdict {case.verdict!r}; expected one of {VERDICTS}", where=_where(case, "verdict"))
+        _check_verdict(case.verdict, _where(case, "verdict"))
         _check_count(case.n_baseline, _where(case, "n_baseline"))
         _check_count(case.n_candidate, _where(case, "n_candidate"))
         for i, c in enumerate(case.pit_histogram):
@@ -258,9 +263,9 @@ def render_report(result: RunResult, kernels: Sequence[dict[str, Any]] = ()) -> 
     from speceq.reports.kernels import render_kernel_section
 
     _render_report_iv(result)
-    ordered = sorted(result.cases, key=lambda c: VERDICT_ORDER.get(c.verdict, 3))  # stable: run order within a verdict
+    ordered = sorted(result.cases, key=lambda c: Verdict.parse(c.verdict).rank)  # stable: run order within a verdict
     views = [_case_view(i, c, result) for i, c in enumerate(ordered)]
-    counts = {verdict: sum(c.verdict == verdict for c in result.cases) for verdict in VERDICTS}
+    counts = {verdict: sum(c.verdict == verdict for c in result.cases) for verdict in RUN_VERDICTS}
     totals = {
         "baseline": sum(c.n_baseline for c in result.cases),
         "candidate": sum(c.n_candidate for c in result.cases),

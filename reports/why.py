@@ -17,6 +17,7 @@ from speceq.reports.format import fmt_p
 from speceq.verdicts import reasons
 from speceq.verdicts.decide import first_step_levels
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
+from speceq.verdicts.verdict import Verdict
 
 #: Pointwise coverage of the uniform band drawn on PIT histograms (the report's PIT section uses it too).
 PIT_BAND_LEVEL = 0.99
@@ -99,7 +100,7 @@ def _position_chart(case: CaseResult, position: int) -> Markup | None:
 
 def decider(case: CaseResult, run: RunResult, deciding: TestOutcome | None, z_views: list[ZView]) -> Decider | None:
     """The test (or hard failure) that made ``case`` shifted, with the picture of it."""
-    if case.verdict != "shifted":
+    if case.verdict != Verdict.SHIFTED:
         return None
     engine = reasons.engine_label(run, "candidate")
     why = reasons.meaning(case, run.alpha, engine)

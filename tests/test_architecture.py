@@ -109,7 +109,9 @@ def test_every_module_has_a_layer() -> None:
 def _upward_imports() -> list[str]:
     upward = []
     for imp in _speceq_imports():
-        if imp.imported == "speceq":  # the top package: __version__ and the lazy public API
+        if imp.imported == "speceq" and imp.importer != "speceq":  # the top package is above every layer
+            upward.append(f"{imp.where()}: the top package (the lazy public API) is above every layer; "
+                          "import the module that defines the name (speceq.core.package for __version__)")
             continue
         low, high = _layer(imp.imported), _layer(imp.importer)
         if imp.importer != "speceq" and low is not None and high is not None and low > high:
@@ -128,6 +130,14 @@ def test_the_layer_check_finds_an_upward_import(monkeypatch: pytest.MonkeyPatch)
     extra = Import("speceq.engines.mutants", "speceq.pipeline.runner", mutants, 1)
     monkeypatch.setattr(f"{__name__}.IMPORTS", [*IMPORTS, extra])
     assert [u for u in _upward_imports() if "speceq.engines.mutants imports speceq.pipeline.runner" in u]
+
+
+def test_the_layer_check_finds_an_import_of_the_top_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``from speceq import __version__`` in a layer is upward: the check above sees it."""
+    provenance = MODULES["speceq.core.provenance"]
+    extra = Import("speceq.core.provenance", "speceq", provenance, 1)
+    monkeypatch.setattr(f"{__name__}.IMPORTS", [*IMPORTS, extra])
+    assert [u for u in _upward_imports() if "speceq.core.provenance imports speceq)" in u]
 
 
 def test_stats_is_pure() -> None:

@@ -1,9 +1,12 @@
-"""Packaging: a non-editable install holds exactly one top-level package, ``speceq``, and pip's
-resolver accepts speceq next to another torch 2.x and another transformers 5.x.
+"""Packaging: the wheel built from a clean copy of the checkout holds every package and runs on its own.
 
-The wheel is built from this checkout once per module (no build isolation, no network). The
-install goes into a fresh virtual environment that sees the machine's packages (torch, numpy...)
-but gets nothing but speceq itself, so its site-packages shows exactly what speceq installs.
+The wheel is built once per module from a copy of the checkout's files (tracked and untracked but
+not ignored, as a fresh clone plus local edits would have them: no stale build/ or egg-info), with
+no build isolation and no network. It is installed into a virtual environment that sees neither the
+checkout nor an editable install: the venv has no system site-packages of its own, and the machine's
+site-packages directories are put on its path by a plain ``.pth`` line, so torch and numpy import but
+the ``.pth`` files there (an editable install's import finder) are never run. speceq then imports
+only from the wheel, and a package missing from the wheel fails here as it would for a user.
 The resolver check uses stand-in wheels of torch/transformers versions other than the installed
 ones, built here, with ``--no-index``: pip resolves for real and downloads nothing.
 """
@@ -11,6 +14,8 @@ ones, built here, with ``--no-index``: pip resolves for real and downloads nothi
 from __future__ import annotations
 
 import importlib.metadata
+import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -34,14 +39,36 @@ def _setuptools_version() -> tuple[int, ...]:
         return (0,)
 
 
+#: the product folders and the import package each installs as (pyproject.toml / setup.py)
+FOLDERS = {"harness": "speceq", "reports": "speceq.reports", "suites": "speceq.suites"}
+
+
+def _checkout_files() -> list[str]:
+    """The checkout's files as a clone plus local edits has them (tracked, or untracked and not ignored)."""
+    proc = _run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO)
+    if proc.returncode != 0:
+        pytest.skip(f"not a git checkout, so no clean copy can be made: {proc.stderr.strip()}")
+    return [f for f in proc.stdout.split("\0") if f and (REPO / f).is_file()]
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """speceq's wheel, built from this checkout."""
+def clean_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout without ignored files (build/, *.egg-info, __pycache__, speceq-out/)."""
+    root = tmp_path_factory.mktemp("clean") / "speceq"
+    for name in _checkout_files():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, root / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory, clean_copy: Path) -> Path:
+    """speceq's wheel, built from the clean copy."""
     out = tmp_path_factory.mktemp("wheel")
     # pyproject.toml's license fields need setuptools >= 77 (PEP 639): use this environment's
     # setuptools when it is recent enough (fast, offline), else let pip build in isolation
     isolation = [] if _setuptools_version() < (77,) else ["--no-build-isolation"]
-    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(REPO)])
+    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(clean_copy)])
     assert proc.returncode == 0, proc.stderr
     (whl,) = out.glob("speceq-*.whl")
     return whl
@@ -49,10 +76,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
-    """A fresh venv (machine packages visible) with speceq installed from the wheel, not editable."""
+    """A venv that imports speceq from the wheel only: machine packages on its path, no .pth of theirs run."""
     root = tmp_path_factory.mktemp("venv") / "env"
-    proc = _run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(root)])
+    proc = _run([sys.executable, "-m", "venv", "--without-pip", str(root)])
     assert proc.returncode == 0, proc.stderr
+    # a plain directory line: Python adds the folder to sys.path and runs none of the .pth files
+    # inside it, so the editable install's finder (a .pth there) never maps speceq onto the checkout
+    machine = [d for d in site.getsitepackages() if Path(d).is_dir()]
+    (_site_packages(root) / "machine-packages.pth").write_text("".join(f"{d}\n" for d in machine))
     proc = _run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install", "-q",
                  "--no-deps", "--no-index", str(wheel)])
     assert proc.returncode == 0, proc.stderr
@@ -60,8 +91,13 @@ def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
 
 
 def _site_packages(venv: Path) -> Path:
-    (site,) = (venv / "lib").glob("python3*/site-packages")
-    return site
+    (site_dir,) = (venv / "lib").glob("python3*/site-packages")
+    return site_dir
+
+
+def _isolated_env(home: Path) -> dict[str, str]:
+    """An environment with nothing that could point Python at the checkout."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "SPECEQ_TORCH_THREADS": "1"}
 
 
 def test_wheel_installs_one_top_level_package_with_its_data(wheel: Path) -> None:
@@ -77,7 +113,7 @@ def test_wheel_installs_one_top_level_package_with_its_data(wheel: Path) -> None
 
 def test_non_editable_install_holds_only_speceq(venv: Path) -> None:
     entries = sorted(p.name for p in _site_packages(venv).iterdir())
-    assert [e for e in entries if not e.endswith(".dist-info")] == ["speceq"], entries
+    assert [e for e in entries if not e.endswith((".dist-info", ".pth"))] == ["speceq"], entries
     assert [e for e in entries if e.endswith(".dist-info")] == ["speceq-0.1.0.dist-info"], entries
     python = str(venv / "bin" / "python")
     proc = _run([python, "-c", "import sys, speceq; print(speceq.__file__); print('torch' in sys.modules)"])
@@ -87,6 +123,49 @@ def test_non_editable_install_holds_only_speceq(venv: Path) -> None:
     assert torch_loaded == "False"
     proc = _run([python, "-m", "speceq", "--help"])
     assert proc.returncode == 0 and "run" in proc.stdout, proc.stderr
+
+
+def test_every_package_folder_of_the_checkout_is_in_the_wheel(clean_copy: Path, wheel: Path) -> None:
+    """A folder of Python modules under harness/, reports/ or suites/ that the wheel lacks fails here."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected, missing = [], []
+    for folder, package in FOLDERS.items():
+        for module in sorted((clean_copy / folder).rglob("*.py")):
+            inner = module.parent.relative_to(clean_copy / folder)
+            target = "/".join([*package.split("."), *inner.parts, module.name])
+            expected.append(target)
+            if target not in names:
+                missing.append(f"{module.relative_to(clean_copy)} -> {target}")
+    assert len(expected) > 100, expected  # the walk found the package, not an empty folder
+    assert not missing, "modules of the checkout missing from the wheel:\n" + "\n".join(missing)
+
+
+def test_wheel_alone_runs_the_main_job_the_kernel_check_and_the_fixture(venv: Path, tmp_path: Path) -> None:
+    """The commands a user of the wheel runs first: ``python -m speceq run``, ``speceq kernel``, the fixture."""
+    python, env = str(venv / "bin" / "python"), _isolated_env(tmp_path)
+    out = tmp_path / "out"
+    proc = _run([python, "-m", "speceq", "run", "--samples", "100", "--chunk-size", "100", "--workers", "1",
+                 "--out", str(out)], cwd=tmp_path, env=env)
+    # 100 samples cannot certify the tolerance: inconclusive (exit 3) is the expected verdict, not a crash (2)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "run verdict INCONCLUSIVE" in proc.stdout and (out / "result.json").is_file(), proc.stdout
+    shutil.copy(REPO / "examples" / "kernels" / "my_kernel.py", tmp_path / "my_kernel.py")
+    proc = _run([str(venv / "bin" / "speceq"), "kernel", "my_kernel.py:my_kernel", "--scale", "0.05",
+                 "--json", "kernel.json"], cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "kernel.json").is_file()
+    (tmp_path / "test_fixture.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.speceq_case(id="def", prompt="def ", temperature=1.0, max_new_tokens=2)
+        def test_marked_case(speceq):
+            result = speceq.run()
+            assert result.verdict in ("equivalent", "inconclusive"), result.summary()
+    """))
+    proc = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fixture.py",
+                 "--speceq-samples=100", "--speceq-store=" + str(tmp_path / "fixture-store")], cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout, proc.stdout
 
 
 def test_a_user_project_with_its_own_harness_reports_suites_keeps_them(venv: Path, tmp_path: Path) -> None:
@@ -109,7 +188,7 @@ def test_a_user_project_with_its_own_harness_reports_suites_keeps_them(venv: Pat
             assert request.config.pluginmanager.has_plugin("speceq")
     """))
     python = str(venv / "bin" / "python")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = _isolated_env(tmp_path)
     proc = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 passed" in proc.stdout, proc.stdout

@@ -34,6 +34,9 @@ SUPPORT_MARGIN_OFF: the default of the Python API and the pytest plugin, and of 
 DEFAULT_SAMPLES = 3000
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_TOLERANCE = 0.15
+#: The pytest plugin's tolerance (``--speceq-tolerance``): the ready-made suites carry budgets of their
+#: own, larger than a CLI run's, so a test may ask for a tighter certificate than ``speceq run``.
+PYTEST_TOLERANCE = 0.05
 DEFAULT_ALPHA = 1e-3
 ORACLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 CERTIFICATES = ("tv", "pit-law")

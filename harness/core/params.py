@@ -1,4 +1,10 @@
-"""Sampling parameters: how one equivalence check samples (temperature, top-k, top-p, length, EOS).
+"""Sampling parameters: how one equivalence check samples.
+
+Temperature, top-k, top-p, length and EOS, plus the request fields production servers take
+with their OpenAI / vLLM names and meanings: ``min_p``, ``repetition_penalty`` (over prompt
+and generated tokens), ``presence_penalty`` and ``frequency_penalty`` (over generated tokens),
+``logit_bias`` (token id -> bias added to the logit), and ``processing``, the named order in
+which they are applied (:mod:`speceq.core.processing`).
 
 Validation raises :class:`~speceq.errors.ConfigError` naming the field. A case (prompt,
 parameters and batch context) is :class:`speceq.inputs.cases.Case`.
@@ -7,21 +13,44 @@ parameters and batch context) is :class:`speceq.inputs.cases.Case`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from speceq.errors import ConfigError
+
+#: Named processing orders (see :mod:`speceq.core.processing`); the first is the default.
+PROFILES: tuple[str, ...] = ("vllm", "hf")
+#: The fields beyond temperature / top-k / top-p / length / EOS, with their "off" values. An
+#: engine applies one only when it declares it (:func:`speceq.engines.base.check_sampling_support`).
+EXTRA_DEFAULTS: dict[str, Any] = {
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "logit_bias": (),
+}
+#: Range of presence_penalty and frequency_penalty (OpenAI's and vLLM's).
+PENALTY_RANGE = (-2.0, 2.0)
+#: Range of one logit_bias value (OpenAI's).
+BIAS_RANGE = (-100.0, 100.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
     """Sampling parameters shared by baseline, candidate and oracle.
 
-    Processing order (see :mod:`speceq.core.processing`): temperature, then top-k, then top-p,
-    on the target's logits. ``temperature == 0`` means greedy (argmax). ``top_k == 0`` and
-    ``top_p == 1.0`` disable truncation. ``max_new_tokens`` counts generated tokens, EOS
-    included. With ``ignore_eos`` every row has exactly ``max_new_tokens`` tokens and EOS is
-    never sampled (its logit is masked).
+    Processing (see :mod:`speceq.core.processing` for both orders): with the default
+    ``processing="vllm"``: logit_bias, repetition, frequency, presence penalties, then
+    temperature, min_p, top-k, top-p, on the target's logits. ``temperature == 0`` means
+    greedy (argmax of the biased, penalised logits). ``top_k == 0``, ``top_p == 1.0`` and
+    ``min_p == 0`` disable truncation; ``repetition_penalty == 1``, ``presence_penalty ==
+    frequency_penalty == 0`` and an empty ``logit_bias`` disable those. ``max_new_tokens``
+    counts generated tokens, EOS included. With ``ignore_eos`` every row has exactly
+    ``max_new_tokens`` tokens and EOS is never sampled (its logit is masked).
+
+    ``logit_bias`` accepts a mapping {token id: bias} (ids as ints or decimal strings, as JSON
+    writes them) and is stored as sorted ``(id, bias)`` pairs so the parameters stay hashable.
     """
 
     temperature: float = 1.0
@@ -29,16 +58,43 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 8
     ignore_eos: bool = False
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    processing: str = "vllm"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
         validate_params(self)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        """The fields beyond temperature / top-k / top-p this request sets (not at their "off" value)."""
+        return tuple(name for name, off in EXTRA_DEFAULTS.items() if getattr(self, name) != off)
+
+    @property
+    def uses_history(self) -> bool:
+        """Whether the processed law depends on the row's tokens so far (a penalty is on)."""
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-able fields; the extra fields and ``processing`` only when set (so that the stored
+        form of a case without them, and every fingerprint made of it, is what it always was)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in EXTRA_DEFAULTS and v == EXTRA_DEFAULTS[f.name]:
+                continue
+            if f.name == "processing" and v == PROFILES[0]:
+                continue
+            out[f.name] = {str(t): b for t, b in v} if f.name == "logit_bias" else v
+        return out
 
     def label(self) -> str:
         """Short human label, e.g. ``T=0.7 top_k=20``."""
@@ -47,10 +103,38 @@ class SamplingParams:
             parts.append(f"top_k={self.top_k}")
         if self.top_p < 1.0:
             parts.append(f"top_p={self.top_p:g}")
+        for name in ("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
+            if getattr(self, name) != EXTRA_DEFAULTS[name]:
+                parts.append(f"{name}={getattr(self, name):g}")
+        if self.logit_bias:
+            parts.append(f"logit_bias={len(self.logit_bias)}")
+        if self.processing != PROFILES[0]:
+            parts.append(f"processing={self.processing}")
         parts.append(f"len={self.max_new_tokens}")
         if self.ignore_eos:
             parts.append("ignore_eos")
         return " ".join(parts)
+
+
+def _bias_pairs(value: Any) -> Any:
+    """``logit_bias`` as sorted (id, bias) pairs; a value of the wrong shape is left for validation."""
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)) and all(isinstance(x, (tuple, list)) and len(x) == 2 for x in value):
+        items = [tuple(x) for x in value]
+    else:
+        return value
+    out = []
+    for t, b in items:
+        if isinstance(t, str) and t.strip().isdigit():
+            t = int(t)
+        if isinstance(b, (int, float)) and not isinstance(b, bool):
+            b = float(b)
+        out.append((t, b))
+    try:
+        return tuple(sorted(out))
+    except TypeError:  # mixed key types: validation names the bad key
+        return tuple(out)
 
 
 def validate_params(p: SamplingParams, where: str | None = None) -> None:
@@ -58,6 +142,9 @@ def validate_params(p: SamplingParams, where: str | None = None) -> None:
 
     def bad(fieldname: str, msg: str) -> ConfigError:
         return ConfigError(msg, where=f"{where}.{fieldname}" if where else fieldname)
+
+    def number(v: Any) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
 
     if isinstance(p.temperature, bool) or not isinstance(p.temperature, (int, float)):
         raise bad("temperature", f"expected a number >= 0, got {p.temperature!r}")
@@ -71,3 +158,30 @@ def validate_params(p: SamplingParams, where: str | None = None) -> None:
         raise bad("max_new_tokens", f"expected an integer >= 1, got {p.max_new_tokens!r}")
     if not isinstance(p.ignore_eos, bool):
         raise bad("ignore_eos", f"expected true or false, got {p.ignore_eos!r}")
+    if not number(p.min_p) or not 0.0 <= p.min_p <= 1.0:
+        raise bad("min_p", f"expected a number in [0, 1] (0 = off), got {p.min_p!r}")
+    if not number(p.repetition_penalty) or p.repetition_penalty <= 0:
+        raise bad("repetition_penalty", f"expected a number > 0 (1 = off), got {p.repetition_penalty!r}")
+    lo, hi = PENALTY_RANGE
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = getattr(p, name)
+        if not number(v) or not lo <= v <= hi:
+            raise bad(name, f"expected a number in [{lo:g}, {hi:g}] (0 = off), got {v!r}")
+    if not isinstance(p.logit_bias, tuple):
+        raise bad("logit_bias", f"expected an object {{token id: bias}}, got {p.logit_bias!r}")
+    seen: set[int] = set()
+    blo, bhi = BIAS_RANGE
+    for t, b in p.logit_bias:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise bad("logit_bias", f"key {t!r} is not a token id (expected an integer >= 0)")
+        if t in seen:
+            raise bad("logit_bias", f"token id {t} is given twice")
+        seen.add(t)
+        if not number(b) or not blo <= b <= bhi:
+            raise bad("logit_bias", f"the bias of token {t} is {b!r}; expected a number in [{blo:g}, {bhi:g}]")
+    if p.processing not in PROFILES:
+        raise bad("processing", f"expected one of {', '.join(map(repr, PROFILES))}, got {p.processing!r}")
+    if p.processing == "hf" and (p.presence_penalty or p.frequency_penalty):
+        name = "presence_penalty" if p.presence_penalty else "frequency_penalty"
+        raise bad(name, "the 'hf' processing order has no presence or frequency penalty (transformers has none); "
+                  "use processing 'vllm'")

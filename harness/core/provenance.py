@@ -1,7 +1,8 @@
 """Provenance of a run: what produced the samples, so a result can be traced and reproduced.
 
 Package versions are read from installed metadata (no heavy imports); the git commit is
-read from the checkout that holds this package, when there is one.
+read from the checkout that holds this package, when there is one. Credentials (a password in
+a server URL, an ``api_key`` option) are masked by :func:`speceq.core.credentials.redact`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from speceq.core.credentials import redact
+
 #: Distributions whose versions are recorded.
 TRACKED_PACKAGES: tuple[str, ...] = ("speceq", "torch", "transformers", "numpy", "scipy")
 
@@ -29,7 +32,7 @@ def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str
         except metadata.PackageNotFoundError:
             out[name] = None
     if out.get("speceq") is None:  # running from a checkout that is not pip-installed
-        from speceq import __version__
+        from speceq.core.package import __version__
 
         out["speceq"] = f"{__version__} (not installed)"
     return out
@@ -86,8 +89,9 @@ def collect_provenance(
 
     seeds: the run seed and how chunk seeds derive from it; engines: per role, the spec,
     options and ``describe()`` config; settings: the run settings (samples, alpha, ...).
+    Credentials anywhere in it are masked.
     """
-    return {
+    return redact({
         "created": utc_now(),
         "packages": package_versions(),
         "git": git_info(),
@@ -96,4 +100,4 @@ def collect_provenance(
         "engines": dict(engines),
         "settings": dict(settings),
         **dict(extra or {}),
-    }
+    })

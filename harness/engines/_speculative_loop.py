@@ -16,6 +16,12 @@ Cache bookkeeping per row (both models see the prompt minus its last token at pr
   step whose k drafts were all accepted, left-padded with an invalid dummy slot), then
   d_1..d_{k-1} (and d_k when the bonus hook needs the draft's q there).
 
+Penalty history (only when a penalty is on): each row keeps its own ``[V]`` history (prompt mask
+and generated-token counts, :class:`~speceq.core.processing.TokenHistory`) of what it has
+committed. The draft's i-th proposal is processed with that history plus d_1..d_{i-1}; the
+target's block position j with that history plus d_1..d_j (hook ``block_history``); the hook
+``step_history`` gives the committed history a step starts from.
+
 Random draws of a step, in order, from the batch's generator: k draft tokens, k accept
 uniforms (when k >= 1), one next token per row.
 """
@@ -30,7 +36,7 @@ import numpy as np
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import sample_from_probs
+from speceq.core.processing import TokenHistory, sample_from_probs, token_history
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
@@ -57,9 +63,19 @@ class SpeculativeHooks(Protocol):
     @property
     def needs_bonus_draft_probs(self) -> bool: ...
 
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor: ...
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor: ...
 
-    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor: ...
+    def process_draft(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor: ...
+
+    def step_history(
+        self, history: TokenHistory, last_token: torch.Tensor, has_output: torch.Tensor
+    ) -> TokenHistory: ...
+
+    def block_history(self, history: TokenHistory, draft_tokens: torch.Tensor) -> TokenHistory: ...
 
     def effective_target(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor: ...
 
@@ -108,6 +124,7 @@ class _Batch:
     draft_pending: list[list[int]]  # committed tokens the draft has not seen, per row
     generated: list[list[int]]  # tokens emitted so far, per row
     out_rows: list[int]  # output row of each active row
+    history: TokenHistory | None  # [rows, V]: prompt and committed tokens per row (None without a penalty)
 
 
 @dataclass(slots=True)
@@ -172,6 +189,8 @@ def _run_batch(
     counters: _Counters,
 ) -> None:
     batch = _prefill(engine, prompts, out_rows)
+    if params.uses_history:
+        batch.history = token_history(prompts, [[] for _ in prompts], engine.vocab_size, engine.device)
     while batch.out_rows:
         remaining = [params.max_new_tokens - len(g) for g in batch.generated]
         k = min(engine.k, max(remaining) - 1)  # never draft past the longest remaining row
@@ -214,6 +233,7 @@ def _prefill(engine: SpeculativeHooks, prompts: list[tuple[int, ...]], out_rows:
         draft_pending=[[p[-1]] for p in prompts],
         generated=[[] for _ in prompts],
         out_rows=[int(r) for r in out_rows],
+        history=None,
     )
 
 
@@ -231,21 +251,23 @@ def _draft(engine: SpeculativeHooks, batch: _Batch, k: int, params: SamplingPara
     )
     if not drafted.ran:
         return drafted
+    history = _start_history(engine, batch)
     ids, valid = left_padded(batch.draft_pending, engine.pad_id, dev)
     logits = _feed(engine, batch.draft, ids, valid, last_only=True)[:, -1]  # [rows, V]
     drafted.fed_width = ids.shape[1]
     draft_probs, draft_tokens = [], []
     for i in range(k):
-        q = engine.process_draft(logits, params)  # [rows, V]
+        q = engine.process_draft(logits, params, history)  # [rows, V]
         d = sample_from_probs(q, gen)  # [rows]
         draft_probs.append(q)
         draft_tokens.append(d)
+        history = None if history is None else _with_token(history, d)
         if i < k - 1 or need_bonus_q:
             ones = torch.ones((rows, 1), dtype=torch.bool, device=dev)
             logits = _feed(engine, batch.draft, d[:, None], ones)[:, -1]
             drafted.fed_drafts += 1
     if need_bonus_q:
-        drafted.bonus_draft_probs = engine.process_draft(logits, params)
+        drafted.bonus_draft_probs = engine.process_draft(logits, params, history)
     if k > 0:
         drafted.draft_probs = torch.stack(draft_probs, dim=1)
         drafted.draft_tokens = torch.stack(draft_tokens, dim=1)
@@ -261,7 +283,9 @@ def _verify(
     target_in = torch.cat([batch.target_pending[:, None], drafted.draft_tokens], dim=1)  # [rows, k+1]
     target_valid = torch.ones_like(target_in, dtype=torch.bool)
     target_logits = _feed(engine, batch.target, target_in, target_valid)  # [rows, k+1, V]
-    target_probs = engine.process_target(target_logits, params)  # [rows, k+1, V]
+    start = _start_history(engine, batch)
+    block = None if start is None else engine.block_history(start, drafted.draft_tokens)  # [rows, k+1, V]
+    target_probs = engine.process_target(target_logits, params, block)  # [rows, k+1, V]
     if k > 0:
         draft_probs = drafted.draft_probs  # [rows, k, V]
         effective_probs = engine.effective_target(target_probs[:, :k], draft_probs)  # [rows, k, V]
@@ -326,6 +350,9 @@ def _emit(
         if out.trace is not None:
             out.trace[o, start : start + len(take)] = verified.target_probs[r, : len(take)].float().cpu().numpy()
         batch.generated[r].extend(take)
+        if batch.history is not None:
+            for t in take:
+                batch.history.output_counts[r, t] += 1.0
         if drafted.ran:
             batch.draft_pending[r] = emitted[min(n, drafted.fed_drafts) :]
         else:
@@ -346,3 +373,19 @@ def _keep_rows(batch: _Batch, rows: list[int]) -> None:
     batch.draft_pending = [batch.draft_pending[r] for r in rows]
     batch.generated = [batch.generated[r] for r in rows]
     batch.out_rows = [batch.out_rows[r] for r in rows]
+    if batch.history is not None:
+        batch.history = batch.history.select(keep)
+
+
+def _start_history(engine: SpeculativeHooks, batch: _Batch) -> TokenHistory | None:
+    """The history a step starts from (hook ``step_history`` of the committed one), None without a penalty."""
+    if batch.history is None:
+        return None
+    has_output = torch.tensor([len(g) > 0 for g in batch.generated], dtype=torch.bool, device=engine.device)
+    return engine.step_history(batch.history, batch.target_pending, has_output)
+
+
+def _with_token(history: TokenHistory, tokens: torch.Tensor) -> TokenHistory:  # tokens [rows]
+    """``history`` [rows, V] with one more generated token per row."""
+    ones = torch.ones((tokens.shape[0], 1), dtype=history.output_counts.dtype, device=tokens.device)
+    return TokenHistory(history.prompt_mask, history.output_counts.scatter_add(-1, tokens[:, None], ones))

@@ -8,12 +8,13 @@ interleaved (prompt 0, prompt 1, ..., prompt 0, prompt 1, ...), then cut into ba
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from speceq.core.params import SamplingParams
+from speceq.core.params import EXTRA_DEFAULTS, PROFILES, SamplingParams
 from speceq.errors import ConfigError, EngineError
 
 #: Fill value of ``SampleBatch.tokens`` after the end of a row.
@@ -111,6 +112,41 @@ class Engine(Protocol):
     def sample(self, request: SampleRequest) -> SampleBatch: ...
 
 
+#: Every request field beyond temperature / top-k / top-p, in every processing order: what an engine that
+#: processes logits with :func:`speceq.core.processing.process_logits` itself declares as ``sampling_fields``.
+ALL_SAMPLING_FIELDS: Mapping[str, tuple[str, ...]] = {name: PROFILES for name in EXTRA_DEFAULTS}
+
+
+def sampling_fields(engine: Any) -> Mapping[str, tuple[str, ...]]:
+    """The request fields ``engine`` applies: field -> processing orders it applies it in.
+
+    An engine declares them as a ``sampling_fields`` attribute (a mapping like
+    :data:`ALL_SAMPLING_FIELDS`); an engine that declares nothing applies none of them, so a case
+    that sets one is refused rather than silently sampled without it.
+    """
+    declared = getattr(engine, "sampling_fields", None)
+    return dict(declared) if isinstance(declared, Mapping) else {}
+
+
+def check_sampling_support(engine: Any, params: SamplingParams, case_id: str, *, role: str | None = None) -> None:
+    """ConfigError naming the case, the field and the engine when ``engine`` cannot apply a field ``params``
+    sets (in ``params.processing``'s order). Called before any sampling."""
+    declared = sampling_fields(engine)
+    name = getattr(engine, "name", type(engine).__name__)
+    who = f"the {role} engine {name!r}" if role else f"engine {name!r}"
+    for field_name in params.extra_fields:
+        orders = declared.get(field_name, ())
+        if params.processing in orders:
+            continue
+        if orders:
+            msg = (f"{who} applies {field_name} only in the processing order(s) {', '.join(map(repr, orders))}, "
+                   f"not {params.processing!r}: set 'processing' or use another engine")
+        else:
+            msg = (f"{who} cannot apply {field_name} (it declares no such sampling field), so its rows would "
+                   "silently ignore it: drop the field from this case or use an engine that applies it")
+        raise ConfigError(msg, where=f"case {case_id!r}.{field_name}")
+
+
 def validate_batch(
     batch: SampleBatch, request: SampleRequest, engine: Engine, case_id: str | None = None, *, role: str | None = None
 ) -> None:
@@ -149,7 +185,7 @@ def validate_batch(
         bad = np.argwhere(inside & ((tok < 0) | (tok >= engine.vocab_size)))[0]
         t = int(tok[bad[0], bad[1]])
         who = f"the {role}'s" if role else "the engine's"
-        fix = f"; {option_hint(role, 'vocab_size', '<the model vocabulary size>')}" if t >= 0 else ""
+        fix = f"; {option_hint(role, 'vocab_size', '<the model vocabulary size>', engine)}" if t >= 0 else ""
         raise fail(
             f"token {t} (row {bad[0]}, prompt index {int(request.rows()[bad[0]])}, position {bad[1]}) is outside "
             f"{who} vocabulary ({engine.vocab_size}{source_note(engine, 'vocab_size')}){fix}"
@@ -165,7 +201,7 @@ def validate_batch(
 
         eos_label = f"EOS id {eos}"
         default_note = " (the bundled byte model's default)" if source_note(engine, "eos_token_id") else ""
-        fix = option_hint(role, "eos_token_id", "<the model's EOS id>")
+        fix = option_hint(role, "eos_token_id", "<the model's EOS id>", engine)
         is_eos = (tok == eos) & inside
         if request.params.ignore_eos and is_eos.any():
             r, p = (int(x) for x in np.argwhere(is_eos)[0])
@@ -186,7 +222,7 @@ def validate_batch(
                 raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the "
                            f"{eos_label}{default_note} (its last token is {int(last[r])}): truncated output, or a "
                            f"different EOS id? (if {int(last[r])} is the model's EOS, "
-                           f"{option_hint(role, 'eos_token_id', int(last[r]))})")
+                           f"{option_hint(role, 'eos_token_id', int(last[r]), engine)})")
 
 
 def checked_prefixes(prefixes: Any, vocab_size: int, *, what: str, scorer: str) -> list[list[int]]:

@@ -6,7 +6,8 @@ row is computed exactly as if it were alone (up to float rounding); each distinc
 a batch is computed once and its KV cache copied to the rows that continue it. Every step applies
 :func:`speceq.core.processing.process_logits` and draws with
 :func:`speceq.core.processing.sample_from_probs` from one ``torch.Generator`` per batch,
-seeded from ``(request.seed, batch index)``. A row ends at EOS (unless ``ignore_eos``) or
+seeded from ``(request.seed, batch index)``. With a penalty, each row's own history (its
+prompt and the tokens it generated so far) goes into the processing. A row ends at EOS (unless ``ignore_eos``) or
 after ``max_new_tokens``; finished rows leave the batch.
 """
 
@@ -20,10 +21,10 @@ import numpy as np
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import process_logits, sample_from_probs
+from speceq.core.processing import TokenHistory, process_logits, sample_from_probs, token_history
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
-from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
+from speceq.engines.base import ALL_SAMPLING_FIELDS, PAD_OUT, SampleBatch, SampleRequest
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import batch_generator, configure_threads
 
@@ -41,7 +42,11 @@ class BaselineEngine:
     trace : when true, ``SampleBatch.info["trace_probs"]`` holds the processed distribution
         each token was drawn from, float32 ``[rows, max_new_tokens, vocab]`` (zeros after a
         row's end). For tests; costs memory.
+
+    Applies every request field of :class:`SamplingParams` in both processing orders.
     """
+
+    sampling_fields = ALL_SAMPLING_FIELDS
 
     def __init__(
         self,
@@ -76,9 +81,11 @@ class BaselineEngine:
             "threads": self.threads,
         }
 
-    def process(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        """Processed next-token probabilities ``[rows, vocab]`` from logits ``[rows, vocab]``."""
-        return process_logits(logits, params, eos_token_id=self.eos_token_id)
+    def process(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        """Processed next-token probabilities ``[rows, vocab]`` from logits ``[rows, vocab]`` and each row's history."""
+        return process_logits(logits, params, eos_token_id=self.eos_token_id, history=history)
 
     def sample(self, request: SampleRequest) -> SampleBatch:
         """Draw ``request.n`` continuations of every prompt."""
@@ -122,9 +129,15 @@ class BaselineEngine:
         ids, valid = left_padded(distinct, self.pad_id, self.device)
         logits = slots.prefill(ids, valid, source, last_only=True)[:, -1]  # [active, vocab]
         active = torch.as_tensor(out_rows, dtype=torch.long)  # output row of each active batch row
+        history = (token_history(prompts, [[] for _ in prompts], self.vocab_size, self.device)
+                   if params.uses_history else None)  # [active, vocab]: each row's prompt and tokens so far
         for t in range(L):
-            probs = self.process(logits, params)  # [active, vocab]
+            probs = self.process(logits, params, history)  # [active, vocab]
             tok = sample_from_probs(probs, gen)  # [active]
+            if history is not None:
+                history = TokenHistory(history.prompt_mask,
+                                       history.output_counts.scatter_add(-1, tok[:, None], torch.ones_like(
+                                           tok[:, None], dtype=history.output_counts.dtype)))
             rows_np = active.numpy()
             tokens[rows_np, t] = tok.cpu().numpy()
             lengths[rows_np] = t + 1
@@ -140,5 +153,6 @@ class BaselineEngine:
                     keep = torch.nonzero(going).squeeze(1)
                     slots.select_rows(keep)
                     active, tok = active[keep.cpu()], tok[keep]
+                    history = None if history is None else history.select(keep)
             ones = torch.ones((len(tok), 1), dtype=torch.bool, device=self.device)
             logits = slots.forward(tok[:, None], ones)[:, -1]

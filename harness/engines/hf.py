@@ -237,6 +237,10 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
     def _extra_kwargs(self) -> dict[str, Any]:
         """The generate() keywords that select the speculative method (assistant model, lookup)."""
 
+    def _start_row(self) -> None:  # noqa: B027 (an optional hook, not abstract)
+        """Reset state transformers carries from one generate call to the next (before every row), so
+        that a row's tokens depend only on its seed; nothing by default."""
+
     @contextlib.contextmanager
     def _counting(self) -> Iterator[_Counts | None]:
         """Count drafted/accepted tokens by wrapping the candidate generator that generate() builds.
@@ -285,6 +289,7 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
         started = time.perf_counter()
         for i, j in enumerate(prompt_of_row):
             ids = torch.tensor([request.prompts[int(j)]], dtype=torch.long, device=self.device)
+            self._start_row()
             with self._counting() as counts, self._seeded(derive_seed(request.seed, i)), torch.inference_mode():
                 out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
             rows.append(self._cut(out[0, ids.shape[1] :].cpu().tolist(), params, i))
@@ -316,8 +321,51 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
         return {**super().describe(), "batch_size_limit": 1, "limitation": self._limitation}
 
 
+#: transformers' draft-length schedules (``GenerationConfig.num_assistant_tokens_schedule``).
+DRAFT_SCHEDULES: tuple[str, ...] = ("constant", "heuristic", "heuristic_transient")
+
+
+def check_draft_schedule(schedule: Any, threshold: Any) -> tuple[str, float]:
+    """Validated (``num_assistant_tokens_schedule``, ``assistant_confidence_threshold``), or ConfigError naming the option.
+
+    ``constant``: k drafts every step; ``heuristic``/``heuristic_transient``: k grows by 2 after a
+    step that accepts every draft and shrinks by 1 (to >= 1) otherwise. The threshold (a probability
+    in [0, 1]; 0 = off) stops a step's drafting once the draft's probability of its own token falls
+    below it.
+    """
+    if schedule not in DRAFT_SCHEDULES:
+        raise ConfigError(
+            f"expected one of {', '.join(DRAFT_SCHEDULES)}, got {schedule!r}", where="num_assistant_tokens_schedule"
+        )
+    try:
+        value = float(threshold)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(threshold, bool) or not 0.0 <= value <= 1.0:
+        raise ConfigError(
+            f"expected a probability in [0, 1] (0 = no cut-off), got {threshold!r}",
+            where="assistant_confidence_threshold",
+        )
+    return str(schedule), value
+
+
+def _sklearn_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sklearn") is not None
+
+
 class HFAssistedEngine(_RowLoopEngine):
-    """``generate(assistant_model=draft, do_sample=True)``: transformers' speculative sampling, k drafts per step."""
+    """``generate(assistant_model=draft, do_sample=True)``: transformers' speculative sampling, k drafts per step.
+
+    ``num_assistant_tokens`` (k, default 4), ``num_assistant_tokens_schedule`` (default ``constant``)
+    and ``assistant_confidence_threshold`` (default 0: off) are set on the draft's generation config,
+    where transformers' candidate generator reads them. transformers keeps the ``heuristic``
+    schedule's k from one generate call to the next; this engine restores k before every row, so a
+    row depends only on its seed (within a row the schedule runs as transformers runs it). With
+    scikit-learn installed, transformers also retunes the threshold within a call from an ROC curve
+    of the draft's confidences; ``describe()`` says whether it can.
+    """
 
     def __init__(
         self,
@@ -325,6 +373,8 @@ class HFAssistedEngine(_RowLoopEngine):
         draft: Any = None,
         *,
         num_assistant_tokens: Any = 4,
+        num_assistant_tokens_schedule: Any = "constant",
+        assistant_confidence_threshold: Any = 0.0,
         name: str = "hf-assisted",
         device: str = "cpu",
         dtype: str = "float32",
@@ -340,13 +390,20 @@ class HFAssistedEngine(_RowLoopEngine):
                 "the draft must share the target's tokenizer (give draft=DIR of a model with the same vocabulary)",
                 where="draft",
             )
-        # The candidate generator reads these from the assistant's own generation config. A constant
-        # schedule and no confidence cut-off make every step draft exactly k tokens (fewer only at the
-        # length limit or when the draft samples EOS).
+        self.schedule, self.confidence_threshold = check_draft_schedule(
+            num_assistant_tokens_schedule, assistant_confidence_threshold
+        )
+        # The candidate generator reads these from the assistant's own generation config. The default
+        # constant schedule and no confidence cut-off make every step draft exactly k tokens (fewer
+        # only at the length limit or when the draft samples EOS).
         gc = self.draft.generation_config
         gc.num_assistant_tokens = self.num_assistant_tokens
-        gc.num_assistant_tokens_schedule = "constant"
-        gc.assistant_confidence_threshold = 0.0
+        gc.num_assistant_tokens_schedule = self.schedule
+        gc.assistant_confidence_threshold = self.confidence_threshold
+
+    def _start_row(self) -> None:
+        # the "heuristic" schedule writes its last k back into the draft's config after each call
+        self.draft.generation_config.num_assistant_tokens = self.num_assistant_tokens
 
     def _extra_kwargs(self) -> dict[str, Any]:
         return {"assistant_model": self.draft}
@@ -358,8 +415,9 @@ class HFAssistedEngine(_RowLoopEngine):
             "draft": self._draft_label,
             "draft_parameters": int(sum(p.numel() for p in self.draft.parameters())),
             "num_assistant_tokens": self.num_assistant_tokens,
-            "num_assistant_tokens_schedule": "constant",
-            "assistant_confidence_threshold": 0.0,
+            "num_assistant_tokens_schedule": self.schedule,
+            "assistant_confidence_threshold": self.confidence_threshold,
+            "confidence_threshold_retuned": bool(self.confidence_threshold) and _sklearn_available(),
         }
 
 

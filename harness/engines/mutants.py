@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import process_logits
+from speceq.core.processing import TokenHistory, bias_and_penalties, min_p_cut, process_logits
 from speceq.engines._kv import SlotCache
 from speceq.engines._options import unknown_options_message
 from speceq.engines.reference import ReferenceSpeculativeEngine
@@ -99,8 +99,11 @@ class TargetWithoutTemperature(_Mutant):
 
     MUTANT = "target-no-temperature"
 
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, dataclasses.replace(params, temperature=1.0), eos_token_id=self.eos_token_id)
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, temperature=1.0), eos_token_id=self.eos_token_id,
+                              history=history)
 
 
 class TopKDraftOnly(_Mutant):
@@ -108,8 +111,11 @@ class TopKDraftOnly(_Mutant):
 
     MUTANT = "top-k-draft-only"
 
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, dataclasses.replace(params, top_k=0), eos_token_id=self.eos_token_id)
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, top_k=0), eos_token_id=self.eos_token_id,
+                              history=history)
 
 
 class TopPDraftOnly(_Mutant):
@@ -117,8 +123,11 @@ class TopPDraftOnly(_Mutant):
 
     MUTANT = "top-p-draft-only"
 
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, dataclasses.replace(params, top_p=1.0), eos_token_id=self.eos_token_id)
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, top_p=1.0), eos_token_id=self.eos_token_id,
+                              history=history)
 
 
 class GreedyAcceptance(_Mutant):
@@ -233,6 +242,75 @@ class MixtureTowardDraft(_Mutant):
         return (1.0 - self.mix) * target_probs + self.mix * draft_probs
 
 
+class PenaltyHistoryLate(_Mutant):
+    """The penalty history is updated one token late after verification.
+
+    Each step's processing (draft and verifier alike) misses the row's last committed token, the
+    one the verifier itself drew (replacement or bonus): it is counted only from the step after.
+    So that token escapes the repetition / frequency / presence penalty at the next positions.
+    """
+
+    MUTANT = "penalty-history-late"
+
+    def step_history(self, history: TokenHistory, last_token: torch.Tensor, has_output: torch.Tensor) -> TokenHistory:
+        counts = history.output_counts.clone()
+        rows = torch.nonzero(has_output).squeeze(1)
+        counts[rows, last_token[rows]] -= 1.0
+        return TokenHistory(history.prompt_mask, counts)
+
+
+class PenaltyBlockStart(_Mutant):
+    """The verifier computes a whole block's penalties from the block's starting history.
+
+    The draft penalises its own proposals as it goes, but the target's law at block position j
+    ignores d_1..d_j, so repeated drafts are verified against an unpenalised target.
+    """
+
+    MUTANT = "penalty-block-start"
+
+    def block_history(self, history: TokenHistory, draft_tokens: torch.Tensor) -> TokenHistory:
+        rows, k = draft_tokens.shape
+        V = history.output_counts.shape[-1]
+        return TokenHistory(history.prompt_mask[:, None, :].expand(rows, k + 1, V),
+                            history.output_counts[:, None, :].expand(rows, k + 1, V))
+
+
+class MinPUntempered(_Mutant):
+    """The verifier measures min-p on the untempered law (``vllm`` order: before dividing by T).
+
+    Below T = 1 the tempered law is peakier, so min-p should drop more tokens than the T = 1
+    law does: the tokens between the two thresholds leak into the verified law.
+    """
+
+    MUTANT = "min-p-untempered"
+
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        if params.greedy or params.min_p == 0.0:
+            return process_logits(logits, params, eos_token_id=self.eos_token_id, history=history)
+        x = logits.float()
+        if params.ignore_eos and self.eos_token_id is not None:
+            x = x.clone()
+            x[..., self.eos_token_id] = float("-inf")
+        x = min_p_cut(bias_and_penalties(x, params, history), params.min_p)  # measured at T = 1
+        rest = dataclasses.replace(params, min_p=0.0, logit_bias=(), repetition_penalty=1.0, presence_penalty=0.0,
+                                   frequency_penalty=0.0)
+        return process_logits(x, rest, eos_token_id=self.eos_token_id)
+
+
+class LogitBiasDroppedAtVerification(_Mutant):
+    """logit_bias on the draft only: the verifier's target law is computed without it (cf. vllm#42744)."""
+
+    MUTANT = "logit-bias-verify-dropped"
+
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, dataclasses.replace(params, logit_bias=()), eos_token_id=self.eos_token_id,
+                              history=history)
+
+
 # ---- lossless variants ---------------------------------------------------------------------
 class DraftOtherTemperature(_Mutant):
     """LOSSLESS: temperature on the target only; the draft proposes at ``draft_temperature`` (default 1).
@@ -251,9 +329,11 @@ class DraftOtherTemperature(_Mutant):
     def mutant_options(self) -> dict[str, Any]:
         return {"draft_temperature": self.draft_temperature}
 
-    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    def process_draft(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
         other = dataclasses.replace(params, temperature=self.draft_temperature)
-        return process_logits(logits, other, eos_token_id=self.eos_token_id)
+        return process_logits(logits, other, eos_token_id=self.eos_token_id, history=history)
 
 
 class DraftUntruncated(_Mutant):
@@ -261,9 +341,11 @@ class DraftUntruncated(_Mutant):
 
     MUTANT = "draft-untruncated"
 
-    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    def process_draft(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
         plain = dataclasses.replace(params, top_k=0, top_p=1.0)
-        return process_logits(logits, plain, eos_token_id=self.eos_token_id)
+        return process_logits(logits, plain, eos_token_id=self.eos_token_id, history=history)
 
 
 class DraftIsTarget(_Mutant):
@@ -299,6 +381,7 @@ class MutantSpec:
     name: the ``mutant:<name>`` suffix. cls: the engine class. bug: what is wrong (or, for a
     lossless variant, why it only looks wrong). bug_class: ``rejection`` (accept/residual
     arithmetic), ``bonus``, ``processing`` (temperature / top-k / top-p on one side),
+    ``request-fields`` (min_p, penalties or logit_bias applied wrongly),
     ``cache`` (KV rollback), ``batch`` (acts only at batch size > 1), ``mixture`` or
     ``lossless``. exact: its per-step law is computable by enumeration (:func:`speceq.power.exact.exact_tv`).
     params: sampling parameters under which the bug acts (overrides of SamplingParams'
@@ -343,6 +426,16 @@ MUTANTS: dict[str, MutantSpec] = dict([
     _spec(NoRollback, "cache", "rejected draft tokens stay visible in the KV caches", exact=False),
     _spec(MixtureTowardDraft, "mixture", "verifies against (1 - mix) p + mix q (mix = 0.1 by default)",
           row_law="mixture"),
+    _spec(PenaltyHistoryLate, "request-fields",
+          "the penalty history misses each row's last committed token (updated one token late after verification)",
+          exact=False, params={"frequency_penalty": -1.0, "presence_penalty": -2.0}, options={"k": 2}),
+    _spec(PenaltyBlockStart, "request-fields",
+          "the verifier computes a whole block's penalties from the block's starting history", exact=False,
+          params={"frequency_penalty": -1.0, "presence_penalty": -2.0}, options={"k": 2}),
+    _spec(MinPUntempered, "request-fields", "the verifier measures min-p on the untempered law", exact=False,
+          params={"temperature": 0.5, "min_p": 0.1}),
+    _spec(LogitBiasDroppedAtVerification, "request-fields", "logit_bias applied by the draft, dropped at verification",
+          exact=False, params={"logit_bias": {"32": 3.0}}),
     _spec(DraftOtherTemperature, "lossless",
           "temperature on the target only, draft at T = 1: the ratio uses the q the draft sampled from",
           lossless=True, params={"temperature": 0.7}),

@@ -36,7 +36,9 @@ and every vocabulary error says so.
 
 HTTP: the standard library (:mod:`speceq.core.http_json`), threads from :mod:`concurrent.futures`
 for bounded concurrency. The API key is read from the environment variable ``api_key_env`` at
-each call and never appears in ``describe()``, ``SampleBatch.info``, exceptions or logs.
+each call and never appears in ``describe()``, ``SampleBatch.info``, exceptions or logs; a password
+or key in ``base_url`` (``http://user:KEY@host``, ``?api_key=KEY``) is masked in all of them
+(:func:`speceq.core.credentials.redact_text`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from speceq.core.credentials import redact_text, redact_url
 from speceq.core.http_json import TransportFault, get_text, parse_prometheus, request_json
 from speceq.core.params import SamplingParams
 from speceq.engines._options import as_int
@@ -130,7 +133,8 @@ class OpenAICompletionsEngine:
         name: str = "openai",
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"expected an http(s) URL, got {base_url!r}", where="base_url")
+            shown = redact_text(base_url) if isinstance(base_url, str) else base_url
+            raise ConfigError(f"expected an http(s) URL, got {shown!r}", where="base_url")
         root = base_url.rstrip("/")
         self.api_root = root if root.endswith("/v1") else root + "/v1"
         self.server_root = self.api_root[: -len("/v1")]
@@ -196,7 +200,7 @@ class OpenAICompletionsEngine:
         return {
             "engine": self.name,
             "class": f"{type(self).__module__}:{type(self).__qualname__}",
-            "api_root": self.api_root,
+            "api_root": redact_url(self.api_root),
             "model": self.model,
             "api_key_env": self.api_key_env,
             "api_key_set": bool(os.environ.get(self.api_key_env)),
@@ -221,9 +225,9 @@ class OpenAICompletionsEngine:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _scrub(self, text: str) -> str:
-        """Remove the API key from a message, in case a server echoes request headers."""
+        """Remove the API key (in case a server echoes request headers) and URL credentials from a message."""
         key = os.environ.get(self.api_key_env)
-        return text.replace(key, "***") if key else text
+        return redact_text(text.replace(key, "***") if key else text)
 
     def _error(self, message: str) -> EngineError:
         return EngineError(self._scrub(message), engine=self.name)

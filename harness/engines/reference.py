@@ -29,10 +29,10 @@ from typing import Any
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import process_logits
+from speceq.core.processing import TokenHistory, process_logits
 from speceq.engines._kv import SlotCache
 from speceq.engines._speculative_loop import run_speculative
-from speceq.engines.base import SampleBatch, SampleRequest
+from speceq.engines.base import ALL_SAMPLING_FIELDS, SampleBatch, SampleRequest
 from speceq.engines.rejection import acceptance_ratios, gather_token_probs, residual_probs
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
@@ -62,8 +62,15 @@ class ReferenceSpeculativeEngine:
     Hooks (override ONE in a subclass to build a mutant; shapes: ``rows`` active rows,
     ``k`` drafts this step, ``V`` vocabulary):
 
-    - ``process_target(logits [rows, k+1, V], params) -> [rows, k+1, V]``: p from target logits.
-    - ``process_draft(logits [rows, V], params) -> [rows, V]``: q from draft logits.
+    - ``process_target(logits [rows, k+1, V], params, history) -> [rows, k+1, V]``: p from target
+      logits; ``history`` (None without a penalty) is ``block_history``'s, per block position.
+    - ``process_draft(logits [rows, V], params, history) -> [rows, V]``: q from draft logits, with
+      the row's history up to the proposal (None without a penalty).
+    - ``step_history(history [rows, V], last_token [rows], has_output [rows]) -> [rows, V]``: the
+      penalty history a step starts from, given the committed one (itself here); ``last_token``
+      is each row's last committed token, ``has_output`` whether the row generated any yet.
+    - ``block_history(history [rows, V], draft_tokens [rows, k]) -> [rows, k+1, V]``: the histories
+      the verifier uses at each block position (position j: the drafts before it appended here).
     - ``effective_target(target_probs [rows, k, V], draft_probs [rows, k, V]) -> [rows, k, V]``:
       the law the verifier treats as the target at the draft positions (identity here).
     - ``accept_probs(target_probs [rows, k, V], draft_probs [rows, k, V], draft_tokens [rows, k])
@@ -80,9 +87,14 @@ class ReferenceSpeculativeEngine:
     - ``rollback(slots, keep [rows, w])``: after verification, keep only accepted slots
       visible in a model's KV cache (``slots.keep_last(keep)`` here).
 
+    Applies every request field of :class:`SamplingParams` (min_p, the penalties, logit_bias) in
+    both processing orders, with each row's own history.
+
     ``single_step_law(p, q)`` gives the exact law of the first emitted token under these
     hooks, so a mutant's single-step TV shift can be computed analytically.
     """
+
+    sampling_fields = ALL_SAMPLING_FIELDS
 
     def __init__(
         self,
@@ -134,11 +146,21 @@ class ReferenceSpeculativeEngine:
         }
 
     # ---- hooks ------------------------------------------------------------------------
-    def process_target(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, params, eos_token_id=self.eos_token_id)
+    def process_target(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, params, eos_token_id=self.eos_token_id, history=history)
 
-    def process_draft(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-        return process_logits(logits, params, eos_token_id=self.eos_token_id)
+    def process_draft(
+        self, logits: torch.Tensor, params: SamplingParams, history: TokenHistory | None = None
+    ) -> torch.Tensor:
+        return process_logits(logits, params, eos_token_id=self.eos_token_id, history=history)
+
+    def step_history(self, history: TokenHistory, last_token: torch.Tensor, has_output: torch.Tensor) -> TokenHistory:
+        return history
+
+    def block_history(self, history: TokenHistory, draft_tokens: torch.Tensor) -> TokenHistory:
+        return history.extended(draft_tokens)
 
     def effective_target(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
         return target_probs

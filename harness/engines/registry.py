@@ -39,6 +39,8 @@ BUILTIN_ENGINES: dict[str, str] = {
     "hf-sample": "speceq.engines.hf:HFSampleEngine",
     "hf-assisted": "speceq.engines.hf:HFAssistedEngine",
     "hf-prompt-lookup": "speceq.engines.hf:HFPromptLookupEngine",
+    "hf-early-exit": "speceq.engines.hf_paths:HFEarlyExitEngine",
+    "hf-universal": "speceq.engines.hf_paths:HFUniversalEngine",
     "openai": "speceq.engines.openai:OpenAICompletionsEngine",
 }
 

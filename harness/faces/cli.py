@@ -1,8 +1,9 @@
 """The ``speceq`` command line: ``run``, ``report``, ``engines`` (and commands other modules plug in).
 
 Exit codes: 0 every case equivalent, 1 some case shifted, 3 inconclusive and none shifted,
-2 usage, configuration or engine error (one line on stderr; ``--debug`` shows the
-traceback), 130 interrupted (finished chunks are kept; rerun to resume).
+2 usage, configuration or engine error, or an unexpected crash (one line on stderr; ``--debug``
+adds the traceback and keeps the exit code), 130 interrupted (finished chunks are kept; rerun to
+resume).
 
 A new subcommand lives in its own module providing ``HELP`` (one line),
 ``add_arguments(parser)`` and ``handle(args) -> int``, registered by one line in
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from speceq.errors import SpeceqError, StoreError
-from speceq.verdicts.result import EXIT_USAGE, RunResult
+from speceq.verdicts.result import RunResult
+from speceq.verdicts.verdict import EXIT_USAGE, Verdict
 
 EXIT_INTERRUPTED = 130
 AddArguments = Callable[[argparse.ArgumentParser], None]
@@ -315,7 +317,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
 
     from speceq.verdicts import reasons
 
-    style = {"equivalent": "green", "shifted": "bold red", "inconclusive": "yellow"}
+    style = {Verdict.EQUIVALENT: "green", Verdict.SHIFTED: "bold red", Verdict.INCONCLUSIVE: "yellow"}
     table = Table()
     table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
@@ -340,7 +342,9 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
         print(f"note: {line}")
     rerun = rerun_line(result, argv)
     if rerun:
-        print(rerun)
+        from speceq.core.credentials import redact_text
+
+        print(redact_text(rerun))
     if out_dir is not None:
         print(f"result: {out_dir / 'result.json'}   samples and provenance: {out_dir}")
     for c in result.cases:  # sequential mode: say when each case was decided
@@ -354,7 +358,7 @@ def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
     """'to decide: <command>' for the inconclusive cases ('' when there is none or no command line)."""
     from speceq.verdicts import reasons
 
-    need = [c for c in result.cases if c.verdict == "inconclusive" and c.required_n is not None]
+    need = [c for c in result.cases if c.verdict == Verdict.INCONCLUSIVE and c.required_n is not None]
     if not need:
         return ""
     n = max(c.required_n for c in need if c.required_n is not None)
@@ -367,17 +371,21 @@ def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
 
 
 def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
-    """A short Markdown verdict table (GitHub-flavoured) for a pull-request comment or a CI step summary."""
+    """A short Markdown verdict table (GitHub-flavoured) for a pull-request comment or a CI step summary.
+
+    Every string that can hold user text (case ids, engine specs, reasons, the rerun command) is
+    escaped by :mod:`speceq.faces.markdown`, so it renders as text and never as HTML or Markdown.
+    """
+    from speceq.core.credentials import redact_text
+    from speceq.faces.markdown import code_block, code_span, plain_text
     from speceq.verdicts import reasons
 
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    mark = {"equivalent": "✅ equivalent", "shifted": "❌ shifted", "inconclusive": "⚠️ inconclusive"}
+    mark = {Verdict.EQUIVALENT: "✅ equivalent", Verdict.SHIFTED: "❌ shifted", Verdict.INCONCLUSIVE: "⚠️ inconclusive"}
     lines = [
-        f"### speceq: {result.verdict.upper()}",
+        f"### speceq: {plain_text(result.verdict.upper())}",
         "",
-        f"`{cell(reasons.engine_label(result, 'candidate'))}` vs `{cell(reasons.engine_label(result, 'baseline'))}` · "
+        f"{code_span(reasons.engine_label(result, 'candidate'), table_cell=False)} vs "
+        f"{code_span(reasons.engine_label(result, 'baseline'), table_cell=False)} · "
         f"α = {result.alpha:g} · tolerance TV < {result.tolerance:g}",
         "",
         "| case | verdict | TV | TV bound | why |",
@@ -385,14 +393,14 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
     ]
     for c in result.cases:
         why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
-        lines.append(f"| `{cell(c.case_id)}` | {mark.get(c.verdict, c.verdict)} | {_fmt(c.tv_estimate)} | "
-                     f"{_fmt(c.tv_upper_bound)} | {cell(why)} |")
-    lines += ["", result.summary()]
+        lines.append(f"| {code_span(c.case_id)} | {mark.get(c.verdict, plain_text(c.verdict))} | "
+                     f"{_fmt(c.tv_estimate)} | {_fmt(c.tv_upper_bound)} | {plain_text(why)} |")
+    lines += ["", plain_text(result.summary(), table_cell=False)]
     for note in reasons.skipped_tests(result):
-        lines += ["", f"> note: {cell(note)}"]
+        lines += ["", f"> note: {plain_text(note)}"]
     rerun = rerun_line(result, argv)
     if rerun:
-        lines += ["", "To decide the inconclusive cases:", "", "```", rerun.removeprefix("to decide: "), "```"]
+        lines += ["", "To decide the inconclusive cases:", "", *code_block(redact_text(rerun.removeprefix("to decide: ")))]
     return "\n".join(lines) + "\n"
 
 
@@ -494,10 +502,10 @@ def _plugin_commands() -> dict[str, tuple[str, AddArguments, Handler]]:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    common.add_argument("--debug", action="store_true", help="show tracebacks of errors (the exit code stays 2)")
     parser = argparse.ArgumentParser(
         prog="speceq", description="Distribution-equivalence tests for speculative decoding.",
-        epilog="exit codes: 0 equivalent, 1 shifted, 3 inconclusive, 2 usage/engine error, 130 interrupted",
+        epilog="exit codes: 0 equivalent, 1 shifted, 3 inconclusive, 2 usage/engine error or crash, 130 interrupted",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, add_arguments, handler) in {**COMMANDS, **_plugin_commands()}.items():
@@ -526,11 +534,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nspeceq: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (SpeceqError, OSError) as e:
-        if args.debug:
-            raise
         message = os_error_message(e) if isinstance(e, OSError) and not isinstance(e, SpeceqError) else str(e)
-        print(f"speceq: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
+        return _error_exit(message, debug=args.debug)
+    except Exception as e:  # a bug in speceq, an engine or a library: an error, never a verdict's code
+        return _error_exit(f"unexpected {type(e).__name__}: {e} (a bug; --debug shows the traceback)", debug=args.debug)
+
+
+def _error_exit(message: str, *, debug: bool) -> int:
+    """Print the error line (after the traceback of the exception being handled, with ``--debug``); return 2.
+
+    ``--debug`` only adds the traceback: the exit code stays :data:`EXIT_USAGE`, so a CI gate never
+    reads a crash or a bad input as a verdict (exit 1 is *shifted*).
+    """
+    from speceq.core.credentials import redact_text
+
+    if debug:
+        import traceback
+
+        print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
+    print(f"speceq: error: {redact_text(message)}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

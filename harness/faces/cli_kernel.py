@@ -16,6 +16,8 @@ import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
+from speceq.core.defaults import DEFAULT_ALPHA
+
 HELP = "check a speculative-decoding verification kernel against its exact output laws"
 
 _SPEC_FLAGS = ("layout", "method", "lossy", "params", "greedy", "uniforms", "padding", "nan_rows", "max_draft",
@@ -53,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scale", type=_positive, default=1.0, help="multiplies the default draws. Default: %(default)s")
     g.add_argument("--seed", type=int, default=0, help="seed of every draw and uniform speceq makes. Default: %(default)s")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N]. Default: %(default)s")
-    g.add_argument("--alpha", type=float, default=1e-3, help="family-wise false-alarm level (Holm). Default: %(default)s")
+    g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level (Holm). Default: %(default)s")
     g.add_argument("--tolerance", type=float, default=None,
                    help="TV every tested position must be certified below, else inconclusive. Default: none")
     g.add_argument("--no-solo", dest="solo", action="store_false",
@@ -65,19 +67,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--report", default=None, metavar="OUT.html", help="write the HTML kernel report")
 
 
+#: Options of a kernel check that a drafter check has no use for: refused, never silently ignored.
+_NOT_FOR_DRAFTERS = (*_SPEC_FLAGS, "tolerance", "report")
+
+
+def _check_drafter(args: argparse.Namespace) -> int:
+    """``--drafter``: the draft-conformance check; options it cannot honour are a usage error."""
+    from speceq.errors import ConfigError
+    from speceq.kernels.drafts import check_drafter
+    from speceq.kernels.resolve import resolve_drafter
+
+    given = [f"--{f.replace('_', '-')}" for f in _NOT_FOR_DRAFTERS if getattr(args, f) not in (None, False)]
+    given += ["--scale"] if args.scale != 1.0 else []
+    given += ["--no-solo"] if not args.solo else []
+    if given:
+        raise ConfigError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to a drafter check "
+                          "(it draws a fixed set of templates and has no kernel spec, tolerance or HTML report); "
+                          "--seed, --device, --alpha, --threads and --json do", where="speceq kernel --drafter")
+    if not 0 < args.alpha < 1:
+        raise ConfigError(f"expected a level in (0, 1), got {args.alpha}", where="--alpha")
+    fn = resolve_drafter(args.kernel)
+    result = check_drafter(fn, seed=args.seed, device=args.device, alpha=args.alpha, name=args.kernel)
+    print(result.summary())
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=1, default=str) + "\n", encoding="utf-8")
+    return result.exit_code
+
+
 def handle(args: argparse.Namespace) -> int:
     from speceq.errors import ConfigError
     from speceq.models.torch_utils import configure_threads
 
     configure_threads(args.threads)
     if args.drafter:
-        from speceq.kernels.drafts import check_drafter
-        from speceq.kernels.resolve import resolve_drafter
-
-        fn = resolve_drafter(args.kernel)
-        result = check_drafter(fn, seed=args.seed, device=args.device, alpha=args.alpha, name=args.kernel)
-        print(result.summary())
-        return result.exit_code
+        return _check_drafter(args)
     from speceq.kernels import check
     from speceq.kernels.contract import KernelSpec
     from speceq.kernels.resolve import resolve_kernel

@@ -24,8 +24,14 @@ from typing import Any
 
 from speceq.core.params import SamplingParams, validate_params
 from speceq.errors import ConfigError
+from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_folder
 
-PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos")
+PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos", "min_p",
+                                  "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias",
+                                  "processing")
+#: Parameters read as plain numbers.
+NUMBER_FIELDS: tuple[str, ...] = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                                  "frequency_penalty")
 #: Fields a case or the ``defaults`` section may set.
 SHARED_FIELDS: tuple[str, ...] = (*PARAM_FIELDS, "batch_size", "companions", "tokenizer", "samples")
 CASE_FIELDS: tuple[str, ...] = ("id", "prompt", "prompt_ids", "messages", *SHARED_FIELDS)
@@ -92,7 +98,11 @@ class Case:
         return [list(self.prompt_ids), *(list(c) for c in self.companions)]
 
     def check_vocab(self, vocab_size: int) -> None:
-        """Raise ConfigError when a token id is outside ``[0, vocab_size)``."""
+        """Raise ConfigError when a token id (of a prompt, or a ``logit_bias`` key) is outside ``[0, vocab_size)``."""
+        for t, _ in self.params.logit_bias:
+            if t >= vocab_size:
+                raise ConfigError(f"key {t} is outside the vocabulary [0, {vocab_size})",
+                                  where=f"case {self.case_id!r}.logit_bias")
         for name, ids in [("prompt", self.prompt_ids), *((f"companions[{j}]", c) for j, c in enumerate(self.companions))]:
             for i, t in enumerate(ids):
                 if t >= vocab_size:
@@ -156,6 +166,23 @@ def _number(v: Any, where: str) -> float:
     return x
 
 
+def _logit_bias(v: Any, where: str) -> dict[int, float]:
+    """``{"<token id>": bias}`` (JSON and TOML keys are strings) as {int: float}."""
+    if not isinstance(v, dict):
+        raise ConfigError(f"expected an object {{token id: bias}}, got {_type_name(v)} {v!r}", where=where)
+    out: dict[int, float] = {}
+    for k, b in v.items():
+        key = k if isinstance(k, int) and not isinstance(k, bool) else None
+        if isinstance(k, str) and k.strip().isdigit():
+            key = int(k)
+        if key is None:
+            raise ConfigError(f"key {k!r} is not a token id (expected a non-negative integer)", where=where)
+        if key in out:
+            raise ConfigError(f"token id {key} is given twice", where=where)
+        out[_int(key, where, minimum=0)] = _number(b, where)
+    return out
+
+
 def _token_ids(v: Any, at: At, name: str) -> tuple[int, ...]:
     where = at(name)
     if not isinstance(v, list):
@@ -187,7 +214,8 @@ class _Tokenizers:
 
     def get(self, name: Any, where: str) -> Encoder:
         if not isinstance(name, str) or not name:
-            raise ConfigError(f"expected {BYTES_TOKENIZER!r} or a path to a tokenizer.json, got {name!r}", where=where)
+            raise ConfigError(f"expected a tokenizer name ({', '.join(TOKENIZER_NAMES)}) or a path to a "
+                              f"tokenizer.json, got {name!r}", where=where)
         if name not in self._cache:
             self._cache[name] = self._load(name, where)
         return self._cache[name]
@@ -204,6 +232,12 @@ class _Tokenizers:
         return self._chats[name]
 
     def _file(self, name: str, where: str) -> Path:
+        try:
+            named = named_tokenizer_folder(name)  # a portable name (bpe, smollm2) wins over a path
+        except ConfigError as e:
+            raise ConfigError(f"tokenizer {name!r}: {e}", where=where) from None
+        if named is not None:
+            return named / "tokenizer.json"
         path = Path(name)
         if not path.is_absolute() and self.base_dir is not None:
             path = self.base_dir / path
@@ -221,7 +255,8 @@ class _Tokenizers:
             path = path / "tokenizer.json"
         if not path.is_file():
             raise ConfigError(
-                f"tokenizer {name!r} is neither {BYTES_TOKENIZER!r} nor an existing tokenizer.json (looked at {path})",
+                f"tokenizer {name!r} is neither a name ({', '.join(TOKENIZER_NAMES)}) nor an existing tokenizer.json "
+                f"(looked at {path})",
                 where=where,
             )
         return path
@@ -375,8 +410,14 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
         if name not in merged:
             continue
         v = merged[name]
-        if name in ("temperature", "top_p"):
+        if name in NUMBER_FIELDS:
             params[name] = _number(v, at(name))
+        elif name == "logit_bias":
+            params[name] = _logit_bias(v, at(name))
+        elif name == "processing":
+            if not isinstance(v, str):
+                raise ConfigError(f"expected a string, got {_type_name(v)} {v!r}", where=at(name))
+            params[name] = v
         elif name == "ignore_eos":
             if not isinstance(v, bool):
                 raise ConfigError(f"expected true or false, got {_type_name(v)} {v!r}", where=at(name))

@@ -18,7 +18,7 @@ _PUBLIC: dict[str, str] = {
     "check": "speceq.kernels.checks",
     "KernelCheckResult": "speceq.kernels.checks",
     "DEFAULT_ALPHA": "speceq.kernels.checks",
-    "EXIT_CODES": "speceq.kernels.checks",
+    "Verdict": "speceq.verdicts.verdict",
     "check_drafter": "speceq.kernels.drafts",
     "DraftRequest": "speceq.kernels.drafts",
     "CHAIN_METHODS": "speceq.kernels.contract",

@@ -22,16 +22,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from speceq.kernels.collect import ScenarioRecord, collect
 from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
 from speceq.kernels.diagnosis import Finding
-from speceq.kernels.evidence import plan, run_tests
-from speceq.kernels.result import DEFAULT_ALPHA, EXIT_CODES, KernelCheckResult, ScenarioSummary, decide
-from speceq.kernels.scenarios import Scenario, default_scenarios
+from speceq.kernels.evidence import gof_power, observations, plan, run_tests, shrunk_alternative
+from speceq.kernels.result import DEFAULT_ALPHA, KernelCheckResult, ScenarioSummary, decide
+from speceq.kernels.scenarios import Scenario, Template, default_scenarios
+from speceq.verdicts.verdict import Verdict
 
-__all__ = ["DEFAULT_ALPHA", "EXIT_CODES", "KernelCheckResult", "analyse", "check", "planned_tests", "solo_findings"]
+__all__ = ["DEFAULT_ALPHA", "KernelCheckResult", "analyse", "check", "planned_tests", "solo_findings", "solo_power"]
 
 
 
@@ -58,8 +60,8 @@ def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Sc
     records = collect(kern, chosen, seed=seed, device=device)
     result = analyse(kern, chosen, records, alpha=alpha, tolerance=tolerance, start=start, device=str(device),
                      seed=seed)
-    if solo and result.verdict == "shifted" and kern.spec.layout in ("ragged", "padded"):
-        extra = solo_findings(kern, chosen, result, seed=seed, device=device, alpha=alpha)
+    if solo and result.verdict == Verdict.SHIFTED and kern.spec.layout in ("ragged", "padded"):
+        extra = solo_findings(kern, chosen, result, seed=seed, device=device, alpha=alpha, records=records)
         result = replace(result, findings=result.findings + tuple(extra), seconds=time.perf_counter() - start)
     return result
 
@@ -67,16 +69,29 @@ def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Sc
 #: Most failing templates rerun alone, and the draws of each rerun.
 SOLO_TEMPLATES = 6
 SOLO_REPLICATES = 400
+#: Smallest power of a solo rerun to see a template's batch effect for "passes alone" to mean "needs the batch".
+SOLO_POWER = 0.9
+#: Simulated solo tests per power estimate, and rejected batch tests per template whose effect is simulated.
+POWER_DRAWS = 200
+POWER_TESTS = 3
+#: Templates named per solo finding (the rest are counted).
+NAMED = 3
 
 
 def solo_findings(kern: Kernel, scenarios: Sequence[Scenario], result: KernelCheckResult, *, seed: int,
-                  device: str | torch.device, alpha: float) -> list[Finding]:
-    """Rerun failing templates in batches of their own (equal draft counts, no neighbours).
+                  device: str | torch.device, alpha: float,
+                  records: Sequence[ScenarioRecord] | None = None) -> list[Finding]:
+    """Rerun failing templates in batches of their own (equal draft counts, no neighbours), weighed by power.
 
     A template that fails in the mixed batches but not alone points at a batch-composition bug
     (ragged offsets, per-request parameters expanded over the wrong tokens, greedy and random
     rows mixed); one that fails alone too is wrong on its own. The reruns use the same tests
-    (Holm over the rerun's tests) and :data:`SOLO_REPLICATES` draws per template.
+    (Holm over the rerun's tests) and :data:`SOLO_REPLICATES` draws per template. Passing alone
+    says "needs the batch" only when the rerun had the power to see the batch's effect: at least
+    :data:`SOLO_POWER` (:func:`solo_power`); otherwise the template is "not resolved at N solo
+    draws". Each finding names its templates, so the lines never speak of the same evidence.
+    ``records``: the batch collection (its counts give the effect; without them only a broken
+    invariant's rate does).
     """
     failing: list[str] = []
     for v in result.violations:
@@ -94,25 +109,93 @@ def solo_findings(kern: Kernel, scenarios: Sequence[Scenario], result: KernelChe
                       replicates=min(SOLO_REPLICATES, sc.copies(t)), boundary_replicates=min(SOLO_REPLICATES,
                                                                                              sc.copies(t)))
              for i, (sc, t) in enumerate(picked)]
-    records = collect(kern, solos, seed=seed + 1, device=device)
-    solo = analyse(kern, solos, records, alpha=alpha, seed=seed)
+    solo_records = collect(kern, solos, seed=seed + 1, device=device)
+    solo = analyse(kern, solos, solo_records, alpha=alpha, seed=seed)
     bad = {v.template.split("/", 1)[0] for v in solo.violations} | {t.scenario for t in solo.rejected}
-    alone_ok = [f"{sc.name}/{t.name}" for (sc, t), s in zip(picked, solos) if s.name not in bad]
-    alone_bad = [f"{sc.name}/{t.name}" for (sc, t), s in zip(picked, solos) if s.name in bad]
+    alone_bad: list[str] = []
+    needs_batch: list[tuple[str, float]] = []
+    unresolved: list[tuple[str, float]] = []
+    for i, ((sc, t), s) in enumerate(zip(picked, solos)):
+        key = f"{sc.name}/{t.name}"
+        if s.name in bad:
+            alone_bad.append(key)
+            continue
+        power = solo_power(kern.spec, key, sc, t, s, result, solo, records or (), alpha=alpha,
+                           rng=np.random.default_rng([seed, 23, i]))
+        (needs_batch if power >= SOLO_POWER else unresolved).append((key, power))
     out = []
-    if alone_ok:
-        out.append(Finding(component="batch", text=(
-            f"{len(alone_ok)} of {len(picked)} failing templates pass in a batch of their own "
-            f"({SOLO_REPLICATES} draws each, equal draft counts): the failure depends on the other requests of the "
-            f"batch (ragged offsets, per-request parameters applied to the wrong tokens, greedy and random rows "
-            f"mixed); e.g. {alone_ok[0]}"), failed=len(alone_ok), tested=len(picked), tv=None, tv_upper=None,
-            predicates=(), where=tuple(alone_ok)))
+    total = len(picked)
     if alone_bad:
         out.append(Finding(component="alone", text=(
-            f"{len(alone_bad)} of {len(picked)} failing templates fail in a batch of their own too: the bug does not "
-            f"need other requests; e.g. {alone_bad[0]}"), failed=len(alone_bad), tested=len(picked), tv=None,
-            tv_upper=None, predicates=(), where=tuple(alone_bad)))
+            f"{_count(alone_bad, total)} fail in a batch of their own too ({SOLO_REPLICATES} draws each, equal draft "
+            f"counts): the bug does not need other requests: {_names(alone_bad)}"), failed=len(alone_bad),
+            tested=total, tv=None, tv_upper=None, predicates=(), where=tuple(alone_bad)))
+    if needs_batch:
+        names = [k for k, _ in needs_batch]
+        low = min(p for _, p in needs_batch)
+        out.append(Finding(component="batch", text=(
+            f"{_count(names, total)} pass in a batch of their own although the solo test had power >= {low:.2f} to "
+            f"see the batch's effect ({SOLO_REPLICATES} draws each): the failure depends on the other requests of "
+            f"the batch (ragged offsets, per-request parameters applied to the wrong tokens, greedy and random rows "
+            f"mixed): {_names(names, dict(needs_batch))}"), failed=len(names), tested=total, tv=None, tv_upper=None,
+            predicates=(), where=tuple(names)))
+    if unresolved:
+        names = [k for k, _ in unresolved]
+        out.append(Finding(component="solo-unresolved", text=(
+            f"{_count(names, total)} pass in a batch of their own, but the solo test had power < {SOLO_POWER:g} to "
+            f"see the batch's effect: not resolved at {SOLO_REPLICATES} solo draws (neither batch-dependent nor "
+            f"shown alone): {_names(names, dict(unresolved))}"), failed=len(names), tested=total, tv=None,
+            tv_upper=None, predicates=(), where=tuple(names)))
     return out
+
+
+def _count(names: Sequence[str], total: int) -> str:
+    return f"{len(names)} of {total} failing template{'s' if total != 1 else ''}"
+
+
+def _names(names: Sequence[str], power: dict[str, float] | None = None) -> str:
+    shown = [f"{n} (power {power[n]:.2f})" if power else n for n in names[:NAMED]]
+    more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    return "; ".join(shown) + more
+
+
+def solo_power(spec: KernelSpec, key: str, sc: Scenario, tpl: Template, solo_sc: Scenario,
+               result: KernelCheckResult, solo: KernelCheckResult, records: Sequence[ScenarioRecord], *,
+               alpha: float, rng: np.random.Generator) -> float:
+    """A lower bound on the chance that a template's solo rerun fails, if its batch effect were its own.
+
+    Two effects, the larger counts (the rerun fails when either shows): a broken invariant at
+    the batch's rate r per request fails the rerun of N requests with probability
+    1 - (1 - r)^N; a rejected batch test (the :data:`POWER_TESTS` smallest p-values) is
+    replayed: its batch counts, shrunk for the plug-in's upward bias
+    (:func:`~speceq.kernels.evidence.shrunk_alternative`), drawn at the solo test's n and tested
+    at alpha / (the rerun's tests), the smallest of Holm's levels (:func:`~speceq.kernels.evidence.gof_power`).
+    """
+    copies = max(sc.copies(tpl), 1)
+    broke = sum(v.count for v in result.violations if v.template == key)
+    solo_n = solo_sc.copies(tpl)
+    power = 1.0 - (1.0 - min(1.0, broke / copies)) ** solo_n if broke else 0.0
+    batch_tests = sorted((t for t in result.rejected if f"{t.scenario}/{t.template}" == key), key=lambda t: t.pvalue)
+    record = next((r for sr in records if sr.scenario.name == sc.name for r in sr.records
+                   if r.template.name == tpl.name), None)
+    if not batch_tests or record is None:
+        return power
+    d, tok, lengths = record.arrays()
+    planned = {(p.component, p.position): p for p in plan(tpl, spec, sc.copies(tpl))}
+    solo_n_of = {(t.component, t.position): t.n for t in solo.tests if t.scenario == solo_sc.name}
+    level = alpha / max(len(solo.tests), 1)
+    for t in batch_tests[:POWER_TESTS]:
+        test = planned.get((t.component, t.position))
+        n = solo_n_of.get((t.component, t.position), 0)
+        if test is None or n == 0:
+            continue
+        labels = observations(test, d, tok, lengths)
+        counts = np.bincount(labels, minlength=test.law.size)[: test.law.size]
+        alt = shrunk_alternative(counts, test.law)
+        power = max(power, gof_power(alt, test.law, n, level, draws=POWER_DRAWS, rng=rng))
+        if power >= SOLO_POWER:
+            break  # resolved: the other tests could only raise this lower bound
+    return power
 
 
 def analyse(kern: Kernel, scenarios: Sequence[Scenario], records: Sequence[ScenarioRecord], *,

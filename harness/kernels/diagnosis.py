@@ -15,6 +15,13 @@ when it covers at least 80 % of the failures, holds for at most 70 % of all the 
 selects), fails at least twice as often inside as outside,
 and its one-sided Fisher exact p-value is below 0.01; the three best (smallest p, one per
 feature) are named. With none, the failure is reported as general.
+
+A law finding rests only on tests that read every request of their template, and says which
+requests its n counts (those that reached the position, all of them for the length law) and
+how many of its tokens lie outside the support (the zero-probability invariant's tokens are
+part of the law they were emitted under). A test that had to leave out unreadable requests
+ran on a subset the kernel chose: it is never a law finding; when such tests would reject, one
+``subset`` finding says so with their n, and the invariant findings carry the verdict.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ WELL_SAMPLED = 5
 MAX_SELECTIVITY = 0.7
 MIN_LIFT = 2.0
 MAX_ENRICHMENT_P = 0.01
+#: The requests a component's test reads ({i}: its position or node); its n counts these.
+READS = {"token": "those that reached position {i}", "bonus": "those that accepted every draft",
+         "accepted": "those that accepted the draft at position {i}", "recovered": "those rejected at position {i}",
+         "length": "every request", "node": "those that reached node {i}"}
 _NAMES = {"vocab": "V", "law": "target law", "draft": "draft law", "drafts": "draft count",
           "temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "position": "position",
           "boundary": "boundary uniforms"}
@@ -101,11 +112,19 @@ def enriched(items: Sequence[tuple[Mapping[str, str], bool]], *, skip: tuple[str
     return [text for _, text in ranked[:3]]
 
 
+def _sample_text(t: KernelTest) -> str:
+    """Which requests a test's n counts, and its tokens outside the support."""
+    reads = READS.get(t.component, "the requests it reads").format(i=t.position)
+    sv = f", {t.support_violations} outside the support" if t.support_violations else ""
+    return f"n {t.n} of the template's {t.requests} requests: {reads}{sv}"
+
+
 def diagnose(tests: Sequence[KernelTest], violations: Sequence[Violation],
-             templates: Mapping[str, Mapping[str, str]]) -> list[Finding]:
+             templates: Mapping[str, Mapping[str, str]], *, alpha: float | None = None) -> list[Finding]:
     """Findings for the broken invariants and the rejected tests (empty when nothing failed).
 
-    ``templates``: "scenario/template" -> features, for every template of the check.
+    ``templates``: "scenario/template" -> features, for every template of the check. alpha: the
+    check's Holm level, to say which tests on a kernel-chosen subset would have rejected.
     """
     findings: list[Finding] = []
     for kind, text in KINDS.items():
@@ -123,7 +142,7 @@ def diagnose(tests: Sequence[KernelTest], violations: Sequence[Violation],
         findings.append(Finding(component=f"invariant:{kind}", text=sentence, failed=count, tested=len(templates),
                                 tv=None, tv_upper=None, predicates=tuple(preds), where=tuple(sorted(bad_names))))
     for component, text in COMPONENT_TEXT.items():
-        mine = [t for t in tests if t.component == component and t.n > 0]
+        mine = [t for t in tests if t.component == component and t.n > 0 and not t.unread]
         rejected = [t for t in mine if t.rejected]
         if not rejected:
             continue
@@ -135,9 +154,27 @@ def diagnose(tests: Sequence[KernelTest], violations: Sequence[Violation],
         worst = max(well, key=lambda t: t.tv) if well else min(rejected, key=lambda t: t.pvalue)
         scenarios = sorted({t.scenario for t in rejected})
         on = f" on requests with {' and '.join(preds)}" if preds else ""
-        sentence = (f"{text} wrong{on}: TV {worst.tv:.2f} (<= {worst.tv_upper:.2f}) at {worst.where}; "
-                    f"{len(rejected)} of {len(mine)} tests rejected, in {', '.join(scenarios)}")
+        sentence = (f"{text} wrong{on}: TV {worst.tv:.2f} (<= {worst.tv_upper:.2f}) at {worst.where} "
+                    f"({_sample_text(worst)}); {len(rejected)} of {len(mine)} tests rejected, in "
+                    f"{', '.join(scenarios)}")
         findings.append(Finding(component=component, text=sentence, failed=len(rejected), tested=len(mine),
                                 tv=worst.tv, tv_upper=worst.tv_upper, predicates=tuple(preds),
                                 where=tuple(sorted({f"{t.scenario}/{t.template}" for t in rejected}))))
+    held = [t for t in tests if t.unread and alpha is not None and t.n > 0 and t.holm <= alpha]
+    if held:
+        findings.append(_subset_finding(held, violations, len([t for t in tests if t.unread])))
     return findings
+
+
+def _subset_finding(held: Sequence[KernelTest], violations: Sequence[Violation], subset_tests: int) -> Finding:
+    """The tests that would reject on the readable requests of templates with unreadable ones: not a law finding."""
+    names = sorted({f"{t.scenario}/{t.template}" for t in held})
+    kinds = sorted({v.kind for v in violations if v.template in names})
+    e = max(held, key=lambda t: (t.unread / max(t.requests, 1), -t.pvalue))
+    text = (f"not a law finding: {len(held)} of the {subset_tests} tests that could not read every request would "
+            f"reject on the requests that were read (e.g. {e.where}: n {e.n}; {e.requests - e.unread} of "
+            f"{e.requests} requests read, {e.unread} left out by the {', '.join(kinds) or 'unreadable-output'} "
+            f"invariant); the kernel's output chose which requests those are, so they are not a random sample of its "
+            f"law: the invariant findings are the evidence")
+    return Finding(component="subset", text=text, failed=len(held), tested=subset_tests, tv=None, tv_upper=None,
+                   predicates=(), where=tuple(names))

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from speceq.core.defaults import DEFAULT_ALPHA
 from speceq.errors import EngineError
 from speceq.kernels.evidence import KernelTest
 from speceq.kernels.families import target_logits
@@ -47,6 +48,7 @@ from speceq.kernels.gof import chain_gof
 from speceq.kernels.processing import RequestParams, processed_law
 from speceq.kernels.scenarios import MIN_CUT_GAP, MIN_TOP_P_MARGIN
 from speceq.stats import anderson_darling_uniform_sf, anderson_darling_uniform_statistic, holm
+from speceq.verdicts.verdict import Verdict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,10 +65,11 @@ class DraftRequest:
 
 @dataclass(frozen=True, slots=True)
 class DraftCheckResult:
-    """Verdict (``conforms`` / ``shifted``), tests, invariant failures, per-template TV to the processed law."""
+    """Verdict (``equivalent``: the tokens follow the returned q; or ``shifted``), tests, invariant failures,
+    per-template TV to the processed law."""
 
     drafter: str
-    verdict: str
+    verdict: Verdict
     reason: str
     tests: tuple[KernelTest, ...]
     failures: tuple[str, ...]
@@ -75,7 +78,15 @@ class DraftCheckResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict == "conforms" else 1
+        return Verdict.parse(self.verdict).exit_code
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: verdict, exit code, reason, every test, the invariant failures, the processed-law TVs."""
+        return {"drafter": self.drafter, "verdict": str(self.verdict), "exit_code": self.exit_code, "reason": self.reason,
+                "seconds": self.seconds, "failures": list(self.failures),
+                "processed_tv": [{"template": n, "tv": tv} for n, tv in self.processed_tv],
+                "tests": [{**{k: getattr(t, k) for k in t.__slots__ if k != "features"}, "features": dict(t.features)}
+                          for t in self.tests]}
 
     def summary(self) -> str:
         lines = [f"drafter {self.drafter}: {self.verdict} -- {self.reason}"]
@@ -136,7 +147,7 @@ def rows_of_templates(vocab: int, rng: np.random.Generator) -> list[tuple[str, n
 
 
 def check_drafter(fn: Callable[[DraftRequest], Any], *, vocab: int = 61, replicates: int = 2000, seed: int = 0,
-                  device: str | torch.device = "cpu", alpha: float = 1e-3, name: str = "") -> DraftCheckResult:
+                  device: str | torch.device = "cpu", alpha: float = DEFAULT_ALPHA, name: str = "") -> DraftCheckResult:
     """Check that ``fn`` samples its tokens from the probabilities it returns (module docstring)."""
     start = time.perf_counter()
     dev = torch.device(device)
@@ -223,12 +234,12 @@ def check_drafter(fn: Callable[[DraftRequest], Any], *, vocab: int = 61, replica
                                "rejected": bool(a <= alpha)}) for t, a in zip(tests, adjusted)]
     rejected = [t for t in tests if t.rejected]
     if failures or rejected:
-        verdict = "shifted"
+        verdict = Verdict.SHIFTED
         reason = (f"the drafter's tokens are not drawn from the q it returns: {len(rejected)} of {len(tests)} "
                   f"templates reject at the Holm level {alpha:g}" + (f"; {len(failures)} hard failures" if failures
                                                                        else ""))
     else:
-        verdict = "conforms"
+        verdict = Verdict.EQUIVALENT
         reason = f"tokens follow the returned q on all {len(tests)} templates (Holm level {alpha:g})"
     return DraftCheckResult(drafter=label, verdict=verdict, reason=reason, tests=tuple(tests),
                             failures=tuple(failures), processed_tv=tuple(processed), seconds=time.perf_counter() - start)

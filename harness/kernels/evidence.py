@@ -16,6 +16,12 @@ A test is planned when its expected number of observations under the exact law i
 data. Every p-value is the exact-valid chain-binomial one (:func:`speceq.kernels.gof.chain_gof`).
 Lossy kernels get the same tests as measurements: the plug-in TV with an upper bound
 (McDiarmid) and a lower bound from a split sample (:func:`tv_lower_bound_split`).
+
+Every test reads all of its template's requests. The only requests left out are those whose
+output cannot be read (:mod:`speceq.kernels.outcomes`) or whose call raised; they are chosen by
+the kernel's output, so what remains is not a random subset: such a test records them in
+``unread`` and the check does not turn its rejection into a law finding (the invariant is the
+evidence; :func:`speceq.kernels.diagnosis.diagnose`).
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ class KernelTest:
     (None for length); n: observations; tv, tv_upper, tv_lower: plug-in TV to the exact law and
     its confidence bounds (lower only for lossy kernels; the plug-in is biased upward when n is
     not large against ``support``, the labels the law gives positive probability); features: the template's features
-    plus ``position``; holm: the Holm-adjusted p-value over the whole check; rejected: holm <= alpha.
+    plus ``position``; holm: the Holm-adjusted p-value over the whole check; rejected: holm <= alpha on a test
+    that read every request. requests: the template's requests; unread: how many of them were left out
+    (unreadable output or a call that raised: a subset chosen by the kernel, so a rejection is not a law finding).
     """
 
     scenario: str
@@ -64,6 +72,8 @@ class KernelTest:
     features: Mapping[str, str] = field(default_factory=dict)
     holm: float = 1.0
     rejected: bool = False
+    requests: int = 0
+    unread: int = 0
 
     @property
     def where(self) -> str:
@@ -75,8 +85,10 @@ class KernelTest:
     def summary(self) -> str:
         sv = f", {self.support_violations} outside the support" if self.support_violations else ""
         low = f"{self.tv_lower:.3f} <= " if self.tv_lower is not None else ""
+        unread = (f" ({self.unread} of {self.requests} requests unreadable and left out: not a random subset)"
+                  if self.unread else "")
         return (f"{self.where}: p={self.pvalue:.3g} (Holm {self.holm:.3g}), n={self.n}{sv}, "
-                f"TV {low}{self.tv:.3f} <= {self.tv_upper:.3f}")
+                f"TV {low}{self.tv:.3f} <= {self.tv_upper:.3f}{unread}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,11 +197,14 @@ def run_tests(records: list[ScenarioRecord], spec: KernelSpec, *, tv_alpha: floa
         for rec in sr.records:
             tpl = rec.template
             d, t, L = rec.arrays()
-            for test in plan(tpl, spec, sr.scenario.copies(tpl)):
+            copies = sr.scenario.copies(tpl)
+            unread = max(0, copies - int(np.count_nonzero(L >= 0)))  # unreadable rows, and requests of raised calls
+            for test in plan(tpl, spec, copies):
                 labels = observations(test, d, t, L)
                 features = {**tpl.features, "position": "-" if test.position is None else str(test.position)}
                 common = dict(scenario=sr.scenario.name, template=tpl.name, component=test.component,
-                              position=test.position, expected_n=test.expected_n, features=features)
+                              position=test.position, expected_n=test.expected_n, features=features,
+                              requests=copies, unread=unread)
                 if labels.size == 0:
                     out.append(KernelTest(n=0, pvalue=1.0, statistic=0.0, tv=0.0, tv_upper=1.0,
                                           tv_lower=0.0 if spec.lossy else None, support_violations=0, **common))
@@ -202,3 +217,41 @@ def run_tests(records: list[ScenarioRecord], spec: KernelSpec, *, tv_alpha: floa
                                       support_violations=res.support_violations,
                                       support=int(np.count_nonzero(test.law)), **common))
     return out
+
+
+def shrunk_alternative(counts: np.ndarray, law: np.ndarray) -> np.ndarray:
+    """The observed law of ``counts`` shrunk toward ``law`` by the plug-in's upward bias (a probability vector).
+
+    The plug-in p_hat overstates a shift: under any law, n * chi2(p_hat, law) exceeds its
+    expectation n * chi2(p, law) by about (S - 1), S the labels of positive probability. So
+    p_alt = law + lam (p_hat - law) with lam^2 = max(0, 1 - (S - 1) / (n chi2(p_hat, law))):
+    its chi-square divergence is the debiased estimate (over the law's support; mass outside it
+    is shrunk alike, which can only understate the shift).
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    p = np.asarray(law, dtype=np.float64)
+    n = float(c.sum())
+    if n <= 0:
+        return p.copy()
+    hat = c / n
+    pos = p > 0
+    chi2 = float(((hat[pos] - p[pos]) ** 2 / p[pos]).sum())
+    support = int(np.count_nonzero(pos))
+    lam = math.sqrt(max(0.0, 1.0 - (support - 1) / (n * chi2))) if chi2 > 0 else 0.0
+    return p + lam * (hat - p)
+
+
+def gof_power(alternative: np.ndarray, law: np.ndarray, n: int, level: float, *, draws: int,
+              rng: np.random.Generator) -> float:
+    """The probability that :func:`chain_gof` rejects ``law`` at ``level`` on n draws from ``alternative`` (simulated).
+
+    ``draws`` multinomial samples from ``rng``; 0 when n is 0.
+    """
+    if n <= 0:
+        return 0.0
+    alt = np.clip(np.asarray(alternative, dtype=np.float64), 0.0, None)
+    alt = alt / alt.sum()
+    hits = 0
+    for counts in rng.multinomial(n, alt, size=draws):
+        hits += chain_gof(counts, law).pvalue <= level
+    return hits / draws

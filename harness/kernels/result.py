@@ -16,14 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from speceq.core.defaults import DEFAULT_ALPHA
 from speceq.kernels.contract import Kernel, KernelSpec
 from speceq.kernels.diagnosis import Finding, diagnose
 from speceq.kernels.evidence import KernelTest
 from speceq.kernels.outcomes import Violation
 from speceq.stats import holm
+from speceq.verdicts.verdict import Verdict
 
-DEFAULT_ALPHA = 1e-3
-EXIT_CODES = {"equivalent": 0, "shifted": 1, "lossy": 1, "inconclusive": 3}
+__all__ = ["DEFAULT_ALPHA", "KernelCheckResult", "ScenarioSummary", "decide"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class KernelCheckResult:
 
     kernel: str
     spec: KernelSpec
-    verdict: str
+    verdict: Verdict
     reason: str
     alpha: float
     tests: tuple[KernelTest, ...]
@@ -61,7 +62,7 @@ class KernelCheckResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
+        return Verdict.parse(self.verdict).exit_code
 
     @property
     def rejected(self) -> tuple[KernelTest, ...]:
@@ -89,7 +90,7 @@ class KernelCheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kernel": self.kernel, "spec": asdict(self.spec), "verdict": self.verdict, "reason": self.reason,
+            "kernel": self.kernel, "spec": asdict(self.spec), "verdict": str(self.verdict), "reason": self.reason,
             "exit_code": self.exit_code, "alpha": self.alpha, "seconds": self.seconds, "device": self.device,
             "seed": self.seed,
             "tests": [{**{k: getattr(t, k) for k in t.__slots__ if k != "features"}, "features": dict(t.features)}
@@ -107,18 +108,19 @@ def decide(kern: Kernel, tests: Sequence[KernelTest], violations: Sequence[Viola
     spec = kern.spec
     if tests and not spec.lossy:
         adjusted = holm(np.array([t.pvalue for t in tests]))
-        tests = [_with(t, holm=float(a), rejected=bool(a <= alpha)) for t, a in zip(tests, adjusted)]
+        # a test that could not read every request ran on a subset the kernel chose: never a rejection (diagnosis)
+        tests = [_with(t, holm=float(a), rejected=bool(a <= alpha) and not t.unread) for t, a in zip(tests, adjusted)]
     tests = tuple(tests)
     rejected = [t for t in tests if t.rejected]
-    findings = tuple(diagnose(tests, violations, features)) + _inputs_written(summaries)
+    findings = tuple(diagnose(tests, violations, features, alpha=alpha)) + _inputs_written(summaries)
     # a declared-lossy method may emit tokens the target gives probability 0 (that is part of its loss)
     hard = [v for v in violations if not (spec.lossy and v.kind == "zero-probability")]
     n_viol = sum(v.count for v in hard)
     if hard:
-        verdict = "shifted"
+        verdict = Verdict.SHIFTED
         reason = f"{n_viol} request(s) broke an invariant ({', '.join(sorted({v.kind for v in hard}))})"
     elif spec.lossy:
-        verdict = "lossy"
+        verdict = Verdict.LOSSY
         token_tests = [t for t in tests if t.component != "length"]
         worst = max(token_tests, key=lambda t: t.tv_lower or 0.0, default=None)
         if worst is None or not worst.tv_lower:
@@ -135,7 +137,7 @@ def decide(kern: Kernel, tests: Sequence[KernelTest], violations: Sequence[Viola
         if outside:
             reason += f"; {outside} request(s) emitted a token of target probability 0 (part of the loss)"
     elif rejected:
-        verdict = "shifted"
+        verdict = Verdict.SHIFTED
         reason = f"{len(rejected)} of {len(tests)} tests reject at the Holm level {alpha:g}"
     else:
         bounds = sorted((t.tv_upper, t.n, t.where) for t in tests if t.n > 0)
@@ -143,11 +145,11 @@ def decide(kern: Kernel, tests: Sequence[KernelTest], violations: Sequence[Viola
         median = bounds[len(bounds) // 2][0] if bounds else 1.0
         spread = f"per-test TV upper bounds: median {median:.2f}, largest {top[0]:.2f} ({top[2]}, n={top[1]})"
         if tolerance is not None and top[0] > tolerance:
-            verdict = "inconclusive"
+            verdict = Verdict.INCONCLUSIVE
             reason = (f"no test rejects ({len(tests)} tests), but not every TV upper bound is below the tolerance "
                       f"{tolerance:g}; {spread}; more draws (scale) would certify it")
         else:
-            verdict = "equivalent"
+            verdict = Verdict.EQUIVALENT
             reason = f"no test rejects at the Holm level {alpha:g} ({len(tests)} tests); {spread}"
     return KernelCheckResult(kernel=kern.name, spec=spec, verdict=verdict, reason=reason, alpha=alpha, tests=tests,
                              violations=tuple(violations), findings=findings, scenarios=tuple(summaries),

@@ -471,7 +471,7 @@ def _as_int64(a) -> np.ndarray:  # noqa: ANN001 - a tensor or an array
 
 def parse_tree_outcome(out: Outcome, tokens_in: np.ndarray, slots: np.ndarray, scn: TreeScenario, tables: TreeTables,
                 found: dict[tuple[str, str], list]) -> tuple[np.ndarray, np.ndarray]:
-    """Per request: accepted path [B, N] and emitted tokens [B, N] (rows with a violation set to -2).
+    """Per request: accepted path [B, N] and emitted tokens [B, N] (unreadable rows set to -2).
 
     A row's first broken invariant, in this order, is flagged: tree-path (the accepted nodes
     are not a -1-terminated root path of its tree), padding, id-range, draft-mismatch,
@@ -570,7 +570,8 @@ def _flag_rows(tok: np.ndarray, path: np.ndarray, tokens_in: np.ndarray, slots: 
     """The invariants of :func:`parse_tree_outcome`, one after the other, on some of a call's rows.
 
     tok, path: those rows, -1 padded to the call's width; index: their rows in the call (for the
-    examples). Adds the broken invariants to ``found``; returns the rows that broke one.
+    examples). Adds the broken invariants to ``found``; returns the rows that cannot be read (a broken
+    path, padding or an id out of range), which are left out of the tests.
     """
     b = tok.shape[0]
     n = tokens_in.shape[1]
@@ -624,7 +625,9 @@ def _flag_rows(tok: np.ndarray, path: np.ndarray, tokens_in: np.ndarray, slots: 
                 found[key][0] += int(count)
             else:
                 found[key] = [int(count), text(int(rows[i]))]
-    return bad_path | padding | id_bad | mismatch | zero
+    # draft-mismatch and zero-probability rows stay readable (their path and tokens are what the kernel emitted):
+    # dropping them would condition the node tests on the kernel's own output (see speceq.kernels.outcomes)
+    return bad_path | padding | id_bad
 
 
 @dataclass
@@ -770,6 +773,8 @@ def tree_tests(records: list[TreeScenarioRecord], planned: list[tuple[TreeScenar
         path = np.concatenate(rec.paths)
         tok = np.concatenate(rec.tokens)
         ok = path[:, 0] != -2
+        copies = scn.copies(t)
+        unread = max(0, copies - int(np.count_nonzero(ok)))  # unreadable rows, and requests of raised calls
         if node == 0:
             reached = ok
             col = np.zeros(path.shape[0], np.int64)
@@ -780,7 +785,7 @@ def tree_tests(records: list[TreeScenarioRecord], planned: list[tuple[TreeScenar
         labels = tok[reached, col[reached]]
         features = {**t.features, "position": f"node {node}"}
         common = dict(scenario=scn.name, template=t.name, component="node", position=node, expected_n=expected,
-                      features=features)
+                      features=features, requests=copies, unread=unread)
         if labels.size == 0:
             tests.append(KernelTest(n=0, pvalue=1.0, statistic=0.0, tv=0.0, tv_upper=1.0, tv_lower=None,
                                     support_violations=0, **common))

@@ -104,11 +104,53 @@ def model_folder_tokenizer(model: Any) -> TokenizerVocab | None:
     return read_tokenizer(p)
 
 
-def option_hint(role: str | None, option: str, value: Any) -> str:
-    """``set --candidate-option vocab_size=32000`` (or the engine-option form without a role)."""
+def option_hint(role: str | None, option: str, value: Any, engine: Any = None) -> str:
+    """``set --candidate-option vocab_size=32000`` (or the engine-option form without a role).
+
+    With ``engine``, only an option its constructor takes is suggested: an engine that reads its
+    vocabulary or EOS from a model (``baseline``, ``reference``, ``hf-*``) is told to change the model
+    (``target=...``) or the prompts instead, and one that takes neither is told the value is its own.
+    """
+    if engine is None or accepts_option(engine, option):
+        return _set_option(role, option, value)
+    what = "vocabulary" if option == "vocab_size" else "EOS id"
+    if accepts_option(engine, "target"):
+        return (f"the {what} of this engine is its model's, so it takes no {option} option: use prompts made by that "
+                f"model's tokenizer (the cases file's 'tokenizer'), or give it the model they were made for "
+                f"({_set_option(role, 'target', '<model folder>').removeprefix('set ')}, or --models bpe/smollm2 "
+                f"for a bundled one)")
+    return (f"this engine declares its {what} itself (it takes no {option} option): correct the engine's "
+            f"{option} attribute if it is wrong")
+
+
+def _set_option(role: str | None, option: str, value: Any) -> str:
     if role in ("baseline", "candidate"):
         return f"set --{role}-option {option}={value}"
     return f"set the engine's {option}={value} option"
+
+
+def accepts_option(engine: Any, option: str) -> bool:
+    """Whether ``option`` is a keyword of the engine's constructor (``**kwargs`` passed on up the classes).
+
+    A :class:`~speceq.engines.function.FunctionEngine` and the ``openai`` engine take ``vocab_size``;
+    the model engines take ``target`` and ``eos_token_id`` but not ``vocab_size``.
+    """
+    import inspect
+
+    for cls in type(engine).__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters
+        except (TypeError, ValueError):
+            return False
+        if option in params and params[option].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                        inspect.Parameter.KEYWORD_ONLY):
+            return True
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return False
+    return False
 
 
 def source_note(engine: Any, attr: str) -> str:

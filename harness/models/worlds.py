@@ -5,6 +5,10 @@
 - ``smollm2``: SmolLM2-135M-Instruct and its layer-skipping draft, prepared into the model cache
   by ``speceq smollm2 prepare``, and ``speceq.inputs.cases.smollm2_cases()``.
 
+``hf-universal`` (a draft with its own tokenizer) gets another vocabulary's draft: the BPE draft
+in ``byte`` (the engine's default) and ``smollm2``, the byte draft in ``bpe`` (which transformers
+cannot run: the engine says why).
+
 :func:`world_engine_options` fills the model-folder options (``target``, ``draft``, or the
 ``openai`` engine's ``tokenizer``) of the built-in engines for a world, leaving every option
 the user gave untouched; engines it does not know (plug-ins, plain functions) declare their
@@ -20,8 +24,10 @@ from speceq.errors import ConfigError
 
 WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2")
 
-_TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "mutant:draft-is-target"}
+_TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "mutant:draft-is-target"}
 _TARGET_AND_DRAFT = {"reference", "hf-assisted"}
+#: engines whose draft has its own tokenizer: each world gives them a draft of another world's vocabulary
+_OTHER_VOCABULARY_DRAFT = {"hf-universal"}
 
 
 def check_world(world: str) -> str:
@@ -34,7 +40,8 @@ def check_world(world: str) -> str:
 def runs_world_models(spec: str, options: Mapping[str, Any]) -> bool:
     """Whether engine ``spec`` with the user's ``options`` runs only the world's own models: a
     built-in model engine (or a mutant) given no ``target`` / ``draft`` / ``model`` option."""
-    builtin = spec in _TARGET_ONLY or spec in _TARGET_AND_DRAFT or spec.startswith("mutant:")
+    builtin = (spec in _TARGET_ONLY or spec in _TARGET_AND_DRAFT or spec in _OTHER_VOCABULARY_DRAFT
+               or spec.startswith("mutant:"))
     return builtin and not ({"target", "draft", "model"} & set(options))
 
 
@@ -43,7 +50,9 @@ def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> d
     check_world(world)
     out = dict(options)
     if world == "byte":
-        return out
+        return out  # hf-universal's defaults: the byte target, the BPE draft
+    if spec in _OTHER_VOCABULARY_DRAFT:
+        return _other_vocabulary_draft(world, out)
     if world == "bpe":
         from speceq.models.bpe import BPE_DRAFT_DIR, BPE_TARGET_DIR
 
@@ -62,3 +71,19 @@ def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> d
         if "vocab_size" not in out and "eos_token_id" not in out:
             out.setdefault("tokenizer", target_dir)
     return out
+
+
+def _other_vocabulary_draft(world: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The world's target and a draft whose tokenizer differs from the target's (for hf-universal)."""
+    from speceq.models import DRAFT_DIR
+    from speceq.models.bpe import BPE_DRAFT_DIR, BPE_TARGET_DIR
+
+    if world == "bpe":
+        options.setdefault("target", str(BPE_TARGET_DIR))
+        options.setdefault("draft", str(DRAFT_DIR))
+    else:
+        from speceq.models.smollm2 import prepared
+
+        options.setdefault("target", str(prepared().target))
+        options.setdefault("draft", str(BPE_DRAFT_DIR))
+    return options

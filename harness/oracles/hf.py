@@ -3,7 +3,8 @@
 For every generated token of a sample set, the oracle computes the processed next-token
 law p_t of the target at that token's prefix, with exactly the logit processing the engines
 use (:func:`speceq.core.processing.process_logits`), and reduces it to the per-token numbers of
-:class:`speceq.stats.scores.TokenScores`. Rows are scored in batches (one forward pass per
+:class:`speceq.stats.scores.TokenScores`. With a penalty, each token's law is computed from its
+own row's history (the row's prompt and the tokens that row generated before it). Rows are scored in batches (one forward pass per
 batch of rows, right-padded, rows sorted by length to limit padding).
 
 Memory: a forward pass produces at most :data:`LOGITS_BUDGET` logits, and its tokens' fields
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import process_logits
+from speceq.core.processing import TokenHistory, bias_and_penalties, process_logits, token_history
 from speceq.engines.base import SampleBatch, checked_prefixes, checked_rows
 from speceq.errors import ConfigError
 from speceq.models.fast_forward import FastLlama, fast_model
@@ -161,9 +162,14 @@ class TargetOracle:
         eos_token_id: Any = MODEL_EOS,
         max_batch_rows: int = 256,
     ) -> np.ndarray:  # [rows, vocab] float32
-        """Processed next-token law of the target after each prefix (EOS default: the oracle's)."""
+        """Processed law of the target's first generated token after each prefix (EOS default: the oracle's).
+
+        Each prefix is a prompt: with a penalty, its tokens count as prompt tokens and none as generated.
+        """
         eos_token_id = self.eos_token_id if eos_token_id is MODEL_EOS else eos_token_id
-        return process_logits(self._last_logits(prefixes, max_batch_rows), params, eos_token_id=eos_token_id).numpy()
+        history = (token_history(prefixes, [[] for _ in prefixes], self.vocab_size) if params.uses_history else None)
+        return process_logits(self._last_logits(prefixes, max_batch_rows), params, eos_token_id=eos_token_id,
+                              history=history).numpy()
 
     def raw_top2_margin(self, prefixes: Sequence[Sequence[int]], *, max_batch_rows: int = 256) -> np.ndarray:
         """Raw (T=1, unprocessed) log-prob of the top-1 minus the top-2 next token, nats, per prefix."""
@@ -194,6 +200,7 @@ class TargetOracle:
             wanted.append(np.arange(P - 1, P - 1 + len(gen)))
         flat = [np.asarray(batch.tokens[r, : lengths[r]], dtype=np.int64) for r in range(batch.rows)]
         tokens = np.concatenate([np.zeros(0, np.int64), *flat])  # [N]
+        histories = _Histories(prompt_lists, batch, self.vocab_size) if params.uses_history else None
         models = [self.model] if self.draft is None else [self.model, self.draft]
         fields: dict[str, np.ndarray] = {}
         fasts = [fast_model(m) for m in models]
@@ -206,8 +213,9 @@ class TargetOracle:
             chunks = self._iter_logits(models, seqs, wanted, max_batch_rows)
         for dest, logits in chunks:
             for lo, hi in _row_slices(len(dest), self.vocab_size):
+                history = None if histories is None else histories.at(dest[lo:hi])
                 part = _slice_fields([x[lo:hi] for x in logits], torch.as_tensor(tokens[dest[lo:hi]]), params,
-                                     eos_token_id)
+                                     eos_token_id, history)
                 for name, values in part.items():
                     if name not in fields:
                         fields[name] = np.empty(len(tokens), dtype=values.dtype)
@@ -222,6 +230,24 @@ class TargetOracle:
             token=tokens,
             **fields,
         )
+
+
+class _Histories:
+    """The penalty history of every generated token of a batch, by flat token index (rows in order)."""
+
+    def __init__(self, prompts: list[list[int]], batch: SampleBatch, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.prompts = [prompts[int(i)] for i in batch.prompt_index]
+        self.gens = [batch.row_tokens(r) for r in range(batch.rows)]
+        lengths = np.asarray(batch.lengths, dtype=np.int64)
+        self.row = np.repeat(np.arange(batch.rows, dtype=np.int64), lengths)
+        self.position = np.concatenate([np.zeros(0, np.int64), *(np.arange(n, dtype=np.int64) for n in lengths)])
+
+    def at(self, flat: np.ndarray) -> TokenHistory:
+        """``[len(flat), V]``: token j's row prompt, and the tokens its row generated before it."""
+        rows, pos = self.row[flat], self.position[flat]
+        return token_history([self.prompts[r] for r in rows], [self.gens[r][:m] for r, m in zip(rows, pos, strict=True)],
+                             self.vocab_size)
 
 
 def _iter_shared_prefix_logits(
@@ -311,19 +337,25 @@ def _row_slices(rows: int, vocab: int) -> Iterator[tuple[int, int]]:
 
 
 def _slice_fields(
-    logits: list[torch.Tensor], tokens: torch.Tensor, params: SamplingParams, eos_token_id: int | None
+    logits: list[torch.Tensor], tokens: torch.Tensor, params: SamplingParams, eos_token_id: int | None,
+    history: TokenHistory | None = None,
 ) -> dict[str, np.ndarray]:
-    """Every per-token field of a slice: raw ``logits`` [n, V] of the target (and the draft), emitted ``tokens`` [n].
+    """Every per-token field of a slice: raw ``logits`` [n, V] of the target (and the draft), emitted ``tokens`` [n],
+    and each token's penalty ``history`` [n, V] (None without a penalty).
 
     Row-wise throughout (processing, reductions over V), so a slice's numbers are those of
     the same rows in a larger batch; the float64 copies live for one slice only.
     """
-    probs = process_logits(logits[0], params, eos_token_id=eos_token_id)  # [n, V] float32
+    probs = process_logits(logits[0], params, eos_token_id=eos_token_id, history=history)  # [n, V] float32
     part = _token_fields(probs, tokens)
     part["raw_top2_margin"] = _top2_margin(logits[0]).numpy()
-    part["exclusion_margin"] = _exclusion_margin(logits[0], tokens, part["prob"], params, eos_token_id)
+    # the truncations act on the biased, penalised logits: the margin is measured there (min-p is left out,
+    # which can only make a margin smaller, so a token min-p alone excludes is never called a sure leak)
+    shifted = bias_and_penalties(logits[0].float(), params, history) if params.extra_fields else logits[0]
+    part["exclusion_margin"] = _exclusion_margin(shifted, tokens, part["prob"], params, eos_token_id)
     if len(logits) > 1:
-        part.update(_draft_fields(probs, process_logits(logits[1], params, eos_token_id=eos_token_id), tokens))
+        draft = process_logits(logits[1], params, eos_token_id=eos_token_id, history=history)
+        part.update(_draft_fields(probs, draft, tokens))
     return part
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from speceq.core.credentials import redact_text, redact_url
 from speceq.core.http_json import TransportFault, request_json
 from speceq.core.params import SamplingParams
 from speceq.core.processing import process_logits
@@ -74,7 +75,8 @@ class ServerOracle:
                  model: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
                  max_retries: int = 3, rows_per_request: int = 32, max_concurrency: int = 2) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"expected an http(s) URL, got {base_url!r}", where="oracle.server")
+            shown = redact_text(base_url) if isinstance(base_url, str) else base_url
+            raise ConfigError(f"expected an http(s) URL, got {shown!r}", where="oracle.server")
         if top_logprobs is not None and (not isinstance(top_logprobs, int) or top_logprobs < 2):
             raise ConfigError(f"expected an integer >= 2 or None (all), got {top_logprobs!r}",
                               where="oracle.top_logprobs")
@@ -95,7 +97,7 @@ class ServerOracle:
     def describe(self) -> dict[str, Any]:
         return {
             "oracle": "server",
-            "api_root": self.api_root,
+            "api_root": redact_url(self.api_root),
             "model": self.model,
             "prompt_logprobs": "all" if self.top_logprobs == ALL_LOGPROBS else self.top_logprobs,
             "vocab_size": self.vocab_size,
@@ -124,7 +126,7 @@ class ServerOracle:
 
     def _error(self, message: str) -> EngineError:
         key = os.environ.get(self.api_key_env)
-        return EngineError(message.replace(key, "***") if key else message, engine="server oracle")
+        return EngineError(redact_text(message.replace(key, "***") if key else message), engine="server oracle")
 
     def _model_name(self) -> str:
         if self.model is None:

@@ -60,8 +60,13 @@ def law_kind(params: SamplingParams, top_logprobs: int, vocab_size: int, *, wher
 
     "full": the whole processed law (every field exact, possibly refused per position later
     for an uncovered nucleus or an EOS outside the top-K); "top": only its top-K (coarsened
-    PIT, no log-likelihood moments). Raises ConfigError for what cannot be computed exactly.
+    PIT, no log-likelihood moments). Raises ConfigError for what cannot be computed exactly, and
+    for the request fields (min_p, penalties, logit_bias), which this oracle does not apply yet.
     """
+    if params.extra_fields:
+        raise ConfigError(f"the server oracle does not apply {params.extra_fields[0]} (its laws are rebuilt from the "
+                          "server's raw log-probabilities without the request fields): score this case with the "
+                          "transformers oracle", where=where)
     if top_logprobs == ALL_LOGPROBS or top_logprobs >= vocab_size:
         return "full"
     need = f"ask the server for the whole vocabulary (--oracle-top-logprobs all; vLLM: --max-logprobs -1 or >= {vocab_size})"

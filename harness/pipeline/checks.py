@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from speceq.engines.base import Engine
+from speceq.engines.base import Engine, check_sampling_support
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
 from speceq.pipeline.config import RunConfig
@@ -57,7 +57,7 @@ def check_engines_comparable(engines: Mapping[str, Engine]) -> None:
             raise ConfigError(
                 f"the candidate {cand.name!r} has {what} {b}{note(cand)} but the baseline {base.name!r} "
                 f"has {a}{note(base)}: token ids of different vocabularies or tokenizers cannot be "
-                f"compared; {option_hint(role, attr, value)}",
+                f"compared; {option_hint(role, attr, value, engines[role])}",
                 where=f"engines.{attr}",
             )
 
@@ -74,8 +74,17 @@ def check_case_vocabularies(cases: Sequence[Case], engines: Mapping[str, Engine]
             except ConfigError as e:
                 raise ConfigError(
                     f"{e} ({role} engine {eng.name!r}, vocabulary {eng.vocab_size}{source_note(eng, 'vocab_size')}); "
-                    f"if the prompts are right, {option_hint(role, 'vocab_size', '<the model vocabulary size>')}"
+                    f"if the prompts are right, {option_hint(role, 'vocab_size', '<the model vocabulary size>', eng)}"
                 ) from None
 
 
-__all__ = ["MIN_SAMPLES", "check_case_vocabularies", "check_cases", "check_engines_comparable", "check_sample_sizes"]
+def check_sampling_fields(cases: Sequence[Case], engines: Mapping[str, Engine]) -> None:
+    """Every request field a case sets (min_p, penalties, logit_bias) must be one both engines apply
+    (ConfigError naming the case, the field and the engine), so no field is silently dropped."""
+    for role in ROLES:
+        for case in cases:
+            check_sampling_support(engines[role], case.params, case.case_id, role=role)
+
+
+__all__ = ["MIN_SAMPLES", "check_case_vocabularies", "check_cases", "check_engines_comparable", "check_sample_sizes",
+           "check_sampling_fields"]

@@ -48,6 +48,7 @@ class Collected:
     chunks_reused: int
     chunks_sampled: int
     executor: str = "serial, in this process"
+    discarded: tuple[dict[str, str], ...] = ()  # unreadable chunk files deleted and sampled again
 
 
 def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine], *,
@@ -102,7 +103,7 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
         store.release_writer_lock()
     joined = {r: {cid: concat_batches(bs) for cid, bs in per_case[r].items()} for r in ROLES}
     return Collected(joined["baseline"], joined["candidate"], len(chunks), len(stored), sampled,
-                     executor.description)
+                     executor.description, tuple(store.discarded))
 
 
 def collection_summary(collected: Collected, engine_ids: Mapping[str, Mapping[str, Any]]) -> str:
@@ -131,7 +132,7 @@ class FixedSizeLoop:
         scorer = prepared.prefetch(score_requests(prepared.cases, collected.baseline, collected.candidate))
         provenance = prepared.completed({
             "chunks": {"total": collected.chunks_total, "reused": collected.chunks_reused,
-                       "sampled": collected.chunks_sampled},
+                       "sampled": collected.chunks_sampled, "discarded_unreadable": list(collected.discarded)},
             "executor": collected.executor})
         return analyse_rows(prepared, collected.baseline, collected.candidate, scorer, provenance)
 

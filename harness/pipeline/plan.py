@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from speceq.core.credentials import redact
 from speceq.engines.base import Engine, SampleBatch, SampleRequest
 from speceq.inputs.cases import Case
 from speceq.pipeline.collect.code_identity import engine_code_identity
@@ -66,10 +67,14 @@ def slice_sizes(samples: int, chunk_size: int) -> list[int]:
 
 
 def engine_identities(config: RunConfig, engines: Mapping[str, Engine]) -> dict[str, dict[str, Any]]:
-    """Per role: the spec, options, name, ``describe()`` config and code identity of its engine (JSON-able)."""
-    return {r: {"spec": getattr(config, r), "options": dict(getattr(config, f"{r}_options")),
+    """Per role: the spec, options, name, ``describe()`` config and code identity of its engine (JSON-able).
+
+    Credentials (a password in a URL option, an ``api_key`` option) are masked: they never reach a chunk
+    file, the provenance or the result, and changing them does not change what is stored.
+    """
+    return {r: redact({"spec": getattr(config, r), "options": dict(getattr(config, f"{r}_options")),
                 "name": engines[r].name, "config": engines[r].describe(),
-                "code": engine_code_identity(engines[r])} for r in ROLES}
+                "code": engine_code_identity(engines[r])}) for r in ROLES}
 
 
 def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:

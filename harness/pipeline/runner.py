@@ -27,7 +27,13 @@ from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
 from speceq.oracles.build import check_oracle_matches, make_oracle, oracle_sources
 from speceq.oracles.protocol import Oracle
-from speceq.pipeline.checks import check_case_vocabularies, check_cases, check_engines_comparable, check_sample_sizes
+from speceq.pipeline.checks import (
+    check_case_vocabularies,
+    check_cases,
+    check_engines_comparable,
+    check_sample_sizes,
+    check_sampling_fields,
+)
 from speceq.pipeline.collect.session import ExecutorSession
 from speceq.pipeline.config import PROVENANCE_FILE, RESULT_FILE, RunConfig
 from speceq.pipeline.fixed import FixedSizeLoop
@@ -90,6 +96,7 @@ def prepare(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
     session.set_engines(engines)
     check_engines_comparable(engines)
     check_case_vocabularies(cases, engines)
+    check_sampling_fields(cases, engines)
     spec = config.oracle_spec()
     if spec is not None and spec.server is not None:  # refuse what the server cannot score
         from speceq.oracles.server import check_server_cases

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from speceq.core.credentials import redact
+
 TEMP_SUFFIX = ".tmp"
 
 
@@ -59,8 +61,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented, key-sorted JSON (UTF-8), atomically."""
-    data = (json.dumps(obj, indent=2, sort_keys=True, default=jsonable) + "\n").encode("utf-8")
+    """Write ``obj`` as indented, key-sorted JSON (UTF-8), atomically, credentials masked
+    (:func:`speceq.core.credentials.redact`)."""
+    data = (json.dumps(redact(obj), indent=2, sort_keys=True, default=jsonable) + "\n").encode("utf-8")
     atomic_write(Path(path), lambda f: f.write(data))
 
 

@@ -24,8 +24,13 @@ allow_pickle=False)`` can never execute code from a file. Files are written atom
 
 The same (role, case, slice, sample count) with a different fingerprint is a :class:`StoreError` naming
 the fields that differ: samples of two configurations are never mixed. A chunk file that
-cannot be read back whole (truncated, corrupt, wrong checksum) is deleted and reported as
-missing, so the run redoes it.
+cannot be read back whole (truncated, corrupt, wrong checksum) is deleted by the writer and
+reported as missing, so the run redoes it; the writer says so on stderr (which file, why, that
+it is sampled again) and keeps the record in :attr:`SampleStore.discarded` for the provenance.
+
+``--fresh`` (:meth:`SampleStore.discard_all`) deletes every chunk file, also inside a ``chunks``
+folder that is a symbolic link (the link stays), and raises :class:`StoreError` naming the path
+when anything is left: a run never reuses a sample it was told to discard.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
+import sys
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -161,6 +166,8 @@ class SampleStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self._lock_fd: int | None = None
+        #: Unreadable chunk files the writer deleted (to sample them again): path, why, when.
+        self.discarded: list[dict[str, str]] = []
 
     # ----- paths and locking -------------------------------------------------------------
     def path_for(self, key: ChunkKey) -> Path:
@@ -194,9 +201,50 @@ class SampleStore:
             os.close(self._lock_fd)  # closing the descriptor drops the flock
             self._lock_fd = None
 
-    def discard_all(self) -> None:
-        """Delete every stored chunk (``--fresh``); other files under ``root`` stay."""
-        shutil.rmtree(self.root / CHUNKS_DIR, ignore_errors=True)
+    def discard_all(self) -> int:
+        """Delete every stored chunk (``--fresh``); return how many chunk files were deleted.
+
+        Other files under ``root`` stay. A ``chunks`` folder that is a symbolic link keeps its link
+        and loses its ``baseline/`` and ``candidate/`` folders (the store's own); anything else in
+        the link's target is not the store's and stays. Raises StoreError naming the path when
+        something cannot be deleted or a chunk file is left afterwards: discarding never fails silently.
+        """
+        base = self.root / CHUNKS_DIR
+        if base.is_symlink() and not base.exists():
+            raise StoreError(f"{base} is a symbolic link to a missing folder ({os.readlink(base)}): remove the "
+                             f"link or create its target, or use another --out")
+        if not base.exists():
+            return 0
+        if not base.is_dir():
+            raise StoreError(f"{base} is not a folder, so its chunks cannot be discarded: remove it, or use another --out")
+        failures: list[str] = []
+        deleted = 0
+        owned = [base / role for role in ROLES] if base.is_symlink() else [base]
+        for top in owned:
+            if top.is_symlink() or top.is_file():
+                paths = [top]
+            elif top.is_dir():
+                # deepest first, so that every folder is empty when it is removed; links are removed, never followed
+                paths = [*sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True), top]
+            else:
+                continue
+            for path in paths:
+                try:
+                    if path.is_dir() and not path.is_symlink():
+                        path.rmdir()
+                    else:
+                        path.unlink()
+                        deleted += path.suffix == ".npz"
+                except OSError as e:
+                    failures.append(f"{path}: {e.strerror or e}")
+        left = sorted(base.glob("*/*/slice-*.npz")) if base.is_dir() else []
+        if failures or left:
+            shown = "; ".join(failures[:3]) + (f"; and {len(failures) - 3} more" if len(failures) > 3 else "")
+            raise StoreError(
+                f"cannot discard the stored samples in {base} ({len(left)} chunk file(s) left"
+                f"{': ' + shown if shown else ''}); delete them by hand, or use another --out"
+            )
+        return deleted
 
     # ----- reading -----------------------------------------------------------------------
     def _read(self, path: Path) -> tuple[dict[str, Any], SampleBatch] | None:
@@ -220,13 +268,22 @@ class SampleStore:
                 **{k: meta["batch"].get(k) for k in _BATCH_SCALARS},
                 info=meta["batch"].get("info", {}),
             )
-        except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile):
+        except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
             # A chunk we cannot read back whole is as good as missing. The writer (lock
-            # holder) deletes it so the run redoes it; a reader just skips it.
+            # holder) deletes it so the run redoes it, and says so; a reader just skips it.
             if self._lock_fd is not None:
-                path.unlink(missing_ok=True)
+                self._discard_unreadable(path, f"{type(e).__name__}: {e}")
             return None
         return meta, batch
+
+    def _discard_unreadable(self, path: Path, why: str) -> None:
+        """Delete an unreadable chunk file, say so on stderr and keep the record in :attr:`discarded`."""
+        from speceq.core.provenance import utc_now
+
+        path.unlink(missing_ok=True)
+        self.discarded.append({"path": str(path), "reason": why, "when": utc_now()})
+        print(f"speceq: chunk file {path} is unreadable ({why}): deleted, its samples are drawn again",
+              file=sys.stderr, flush=True)
 
     def _mismatch(self, key: ChunkKey, stored_identity: dict[str, Any]) -> StoreError:
         diffs = diff_identities(stored_identity, key.identity)

@@ -46,7 +46,8 @@ from speceq.stats.sample_size import required_n_equivalence_two_sample, required
 from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.reasons import effect_bound, failure_lines
-from speceq.verdicts.result import TestOutcome, worst_verdict
+from speceq.verdicts.result import TestOutcome
+from speceq.verdicts.verdict import Verdict
 
 #: Power of detection, and probability of certification, at the required sample size.
 DESIGN_POWER = 0.9
@@ -351,10 +352,10 @@ def _run_verdict_iv(decisions: object) -> list[CaseDecision]:
     return out
 
 
-def run_verdict(decisions: Sequence[CaseDecision], pooled: PooledDecision | None = None) -> str:
+def run_verdict(decisions: Sequence[CaseDecision], pooled: PooledDecision | None = None) -> Verdict:
     """``"shifted"`` if any case is shifted or a pooled test rejects, else ``"inconclusive"`` if any
     case is, else ``"equivalent"``."""
     checked = _run_verdict_iv(decisions)
     if pooled is not None and pooled.rejects:
-        return "shifted"
-    return worst_verdict(d.verdict for d in checked)
+        return Verdict.SHIFTED
+    return Verdict.worst(d.verdict for d in checked)

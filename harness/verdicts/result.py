@@ -10,34 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from speceq.stats.results import Effect
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.kinds import TestKind
-
-VERDICTS: tuple[str, ...] = ("equivalent", "shifted", "inconclusive")
-#: The verdicts from worst to best: a run (or a session of runs) takes the worst of its cases'.
-VERDICTS_WORST_FIRST: tuple[str, ...] = ("shifted", "inconclusive", "equivalent")
-
-
-def worst_verdict(verdicts: Iterable[str]) -> str:
-    """``"shifted"`` if any is, else ``"inconclusive"`` if any is, else ``"equivalent"`` (also for none)."""
-    seen = set(verdicts)
-    unknown = seen - set(VERDICTS)
-    if unknown:
-        raise ValueError(f"unknown verdicts {sorted(unknown)}; expected some of {VERDICTS}")
-    return next(v for v in VERDICTS_WORST_FIRST if v in seen or v == "equivalent")
+from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
 
 #: The ``case_id`` of the run-level pooled tests in :meth:`RunResult.to_dataframe` (no case has it: ids are
 #: names a cases file gives, and this one has spaces and parentheses).
 POOLED_CASE_ID = "(pooled over cases)"
-
-#: CLI / CI exit codes per run verdict; 2 is a usage or engine error.
-EXIT_CODES: dict[str, int] = {"equivalent": 0, "shifted": 1, "inconclusive": 3}
-EXIT_USAGE = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,7 +165,7 @@ class CaseResult:
 
     case_id: str
     case: dict[str, Any]
-    verdict: str
+    verdict: Verdict  # a plain word read back from JSON compares equal to its member
     reason: str
     tolerance: float
     n_baseline: int
@@ -217,7 +200,7 @@ class CaseResult:
 class RunResult:
     """All cases of one run, with the settings and provenance that produced them."""
 
-    verdict: str
+    verdict: Verdict
     alpha: float
     tolerance: float
     seed: int
@@ -231,18 +214,19 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
+        return Verdict.parse(self.verdict).exit_code
 
     def summary(self) -> str:
         """One line: the run verdict, its cases' verdicts and, when one decided, the pooled test's reason."""
-        counts = {v: sum(c.verdict == v for c in self.cases) for v in VERDICTS}
+        counts = {v: sum(c.verdict == v for c in self.cases) for v in RUN_VERDICTS}
         parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         pooled = f"; {self.pooled_reason}" if self.pooled_reason else ""
         return (f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, "
                 f"tolerance TV<{self.tolerance:g}){pooled}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain data (verdicts as their words), for JSON and for pickling across processes."""
+        return dataclasses.asdict(self, dict_factory=_plain_dict)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True, allow_nan=True)
@@ -285,6 +269,10 @@ class RunResult:
                          "primary": t.primary, "statistic": t.statistic, "pvalue": t.pvalue,
                          "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
         return pd.DataFrame(rows)
+
+
+def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Verdict) else v for k, v in items}
 
 
 def _case_from_dict(d: dict[str, Any]) -> CaseResult:

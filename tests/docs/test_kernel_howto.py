@@ -39,3 +39,26 @@ def test_the_documented_commands_give_the_documented_verdicts(attr: str, rc: int
     assert f"(padded, standard): {verdict}" in out
     if verdict == "shifted":
         assert "recovered-token (residual) law wrong" in out
+
+
+HF_EXAMPLE = REPO / "examples/kernels/hf_signature.py"
+
+
+def test_the_page_shows_the_transformers_signature_example_verbatim() -> None:
+    assert HF_EXAMPLE.read_text(encoding="utf-8") in _python_blocks(PAGE.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("attr", "rc", "verdict"), [("my_kernel", 0, "equivalent"),
+                                                     ("my_buggy_kernel", 1, "shifted")])
+def test_the_transformers_signature_commands_give_the_documented_verdicts(attr: str, rc: int, verdict: str,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    from speceq.faces.cli import main
+
+    text = PAGE.read_text(encoding="utf-8")
+    assert f"speceq kernel examples/kernels/hf_signature.py:{attr} " in text
+    # the page's command, at a smaller budget (a tenth of the draws, vocabularies up to 20 000)
+    assert main(["kernel", f"{HF_EXAMPLE}:{attr}", "--scale", "0.1", "--max-vocab", "20000"]) == rc
+    out = capsys.readouterr().out
+    assert f"(single, standard): {verdict}" in out
+    if verdict == "shifted":
+        assert "recovered-token (residual) law wrong" in out

@@ -26,8 +26,8 @@ from speceq.oracles.hf import TargetOracle
 from speceq.pipeline.analysis import analyse_run
 from speceq.power.exact import exact_laws, exact_tv
 
-HOOKS = ("process_target", "process_draft", "effective_target", "accept_probs", "residual", "bonus_probs",
-         "position_ids", "rollback")
+HOOKS = ("process_target", "process_draft", "step_history", "block_history", "effective_target", "accept_probs",
+         "residual", "bonus_probs", "position_ids", "rollback")
 TOK = ByteTokenizer()
 PROMPT = tuple(TOK.encode(DEFAULT_PROMPTS[0]))
 COMPANIONS = (tuple(TOK.encode(DEFAULT_PROMPTS[7])), tuple(TOK.encode(DEFAULT_PROMPTS[8])))
@@ -186,8 +186,13 @@ def baseline_samples(models):
     return get
 
 
+#: Longer rows for the bugs that act only from the second verify step on (4 tokens at k = 2 leave too few:
+#: penalty-history-late was inconclusive at 800 samples with 4 tokens, shifted with 6).
+TOKENS = {"penalty-history-late": 6}
+
+
 def verdict(models, baseline_samples, name: str, n: int, **options) -> str:
-    case = case_for(name, 4)
+    case = case_for(name, TOKENS.get(name, 4))
     engine = build(name, models, **options)
     request = SampleRequest(prompts=tuple(map(tuple, case.prompts)), params=case.params, n=n, seed=202,
                             batch_size=case.batch_size)

@@ -186,3 +186,43 @@ def test_hf_engines_read_vocab_eos_and_pad_from_the_model(tmp_path: Path) -> Non
     assert (hf.vocab_size, hf.eos_token_id, hf.pad_token_id) == (V, EOS, 31999)
     request = SampleRequest(prompts=((31997, 5),), params=SamplingParams(max_new_tokens=2), n=3, seed=1)
     validate_batch(base.sample(request), request, base, role="baseline")
+
+
+def _uniform_function_spec() -> str:
+    return f"{Path(__file__).resolve()}:uniform_32k"
+
+
+#: Every built-in engine (and a plain function), with the options that build it without a server or a download.
+BUILTIN_SPECS = [
+    ("baseline", {}), ("reference", {}), ("hf-sample", {}), ("hf-assisted", {}), ("hf-prompt-lookup", {}),
+    ("mutant:bonus-from-draft", {}), ("openai", {"base_url": "http://127.0.0.1:9"}), ("function", {}),
+]
+
+
+@pytest.mark.parametrize("spec,options", BUILTIN_SPECS, ids=[s for s, _ in BUILTIN_SPECS])
+@pytest.mark.parametrize("role", ["baseline", "candidate"])
+def test_an_out_of_vocabulary_prompt_suggests_only_options_the_engine_takes(spec, options, role) -> None:
+    """The hint of a prompt id outside the vocabulary names options that the same engine accepts when built."""
+    import re
+
+    from speceq.engines.registry import resolve_engine
+    from speceq.pipeline.checks import check_case_vocabularies
+
+    spec = _uniform_function_spec() if spec == "function" else spec
+    engine = resolve_engine(spec, options=options)
+    case = Case(case_id="huge-id", prompt_ids=(1, 10**6), params=SamplingParams(max_new_tokens=2))
+    with pytest.raises(ConfigError, match=r"case 'huge-id'.prompt: token 1 is 1000000, outside the vocabulary") as e:
+        wide = FunctionEngine(uniform_32k, vocab_size=2 * 10**6, eos_token_id=EOS)  # the other role fits the id
+        check_case_vocabularies([case], {"baseline": wide, "candidate": wide, role: engine})
+    msg = str(e.value)
+    suggested = re.findall(rf"--{role}-option (\w+)=", msg)
+    assert suggested, msg  # every hint names an option or says what to do instead
+    for option in suggested:
+        try:
+            resolve_engine(spec, options={**options, option: "32000" if option == "vocab_size" else "no/such/model"})
+        except (ConfigError, OSError) as built:  # a bad value is fine here; an unknown option is the defect
+            assert "unknown option" not in str(built), f"{spec}: the hint suggests {option!r}: {msg}"
+    if spec in ("baseline", "reference", "hf-sample", "hf-assisted", "hf-prompt-lookup", "mutant:bonus-from-draft"):
+        assert suggested == ["target"] and "its model's" in msg and "tokenizer" in msg
+    else:
+        assert "vocab_size" in suggested

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parents[1]  # fake_engines.py (on sys.path through tests/conftest.py)
 
-from speceq.errors import EngineError  # noqa: E402
 from speceq.faces import cli  # noqa: E402
 from speceq.faces.cli import EXIT_INTERRUPTED, main  # noqa: E402
 from speceq.verdicts.result import CaseResult, RunResult  # noqa: E402
@@ -93,8 +93,40 @@ def test_engine_failure_exit_2_one_line_and_debug_shows_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("speceq: error: engine 'fake', case 'one': sample() failed on slice 1: RuntimeError")
     assert "Traceback" not in err
-    with pytest.raises(EngineError, match="simulated engine crash"):
-        main([*argv, "--debug"])
+    assert main([*argv, "--debug"]) == 2  # the same code: --debug only adds the traceback
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "simulated engine crash" in err
+    last = err.splitlines()[-1]  # the rerun resumes from the stored chunks, so another call fails
+    assert last.startswith("speceq: error: engine 'fake', case ") and "simulated engine crash" in last
+
+
+def test_debug_keeps_the_exit_code_of_a_malformed_cases_file(tmp_path):
+    """Through the interpreter, as CI runs it: exit 2 (never 1, which means shifted) with or without --debug."""
+    p = tmp_path / "bad.json"
+    p.write_text('{"cases": [{"id": "x", "prompt": "a",')
+    argv = fake_run(tmp_path)
+    argv[argv.index("--cases") + 1] = str(p)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    for extra, traceback in (([], False), (["--debug"], True)):
+        done = subprocess.run([sys.executable, "-m", "speceq", *argv, *extra], capture_output=True, text=True,
+                              env=env, timeout=120, check=False)
+        assert done.returncode == 2, done.stderr
+        assert ("Traceback" in done.stderr) is traceback
+        assert done.stderr.splitlines()[-1].startswith(f"speceq: error: {p}: malformed JSON")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unexpected_crash_exits_2_not_1_with_or_without_debug(tmp_path, capsys, monkeypatch, debug):
+    def crash(args):
+        raise ZeroDivisionError("division by zero in a bug")
+
+    help_text, add_arguments, _ = cli.COMMANDS["run"]
+    monkeypatch.setitem(cli.COMMANDS, "run", (help_text, add_arguments, crash))
+    assert main(fake_run(tmp_path, *(["--debug"] if debug else []))) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == ("speceq: error: unexpected ZeroDivisionError: division by zero in a bug "
+                                    "(a bug; --debug shows the traceback)")
+    assert ("Traceback" in err) is debug
 
 
 def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
@@ -103,6 +135,47 @@ def test_changed_settings_on_resume_exit_2_with_a_hint(tmp_path, capsys):
     assert main(fake_run(tmp_path, "--seed", "5")) == 2
     err = capsys.readouterr().err
     assert "run_seed: stored 0, now 5" in err and "--fresh discards the stored samples" in err
+
+
+def test_fresh_discards_a_symlinked_chunks_folder_and_never_reports_reuse(tmp_path, capsys):
+    first = main(fake_run(tmp_path))
+    assert first in (0, 3)  # a verdict, not an error
+    out = tmp_path / "out"
+    (out / "chunks").rename(tmp_path / "kept-elsewhere")
+    (out / "chunks").symlink_to(tmp_path / "kept-elsewhere", target_is_directory=True)
+    capsys.readouterr()
+    assert main(fake_run(tmp_path, "--fresh")) == first
+    err = capsys.readouterr().err
+    assert "chunks: 0 reused from the store, 8 sampled" in err, err
+
+
+def test_an_unreadable_chunk_is_reported_and_recorded_when_it_is_sampled_again(tmp_path, capsys):
+    first = main(fake_run(tmp_path))
+    assert first in (0, 3)
+    broken = sorted((tmp_path / "out" / "chunks").rglob("slice-*.npz"))[0]
+    broken.write_bytes(b"not a chunk")
+    capsys.readouterr()
+    assert main(fake_run(tmp_path)) == first
+    err = capsys.readouterr().err
+    assert f"chunk file {broken} is unreadable" in err and "drawn again" in err
+    assert "chunks: 7 reused from the store, 1 sampled" in err
+    chunks = json.loads((tmp_path / "out" / "provenance.json").read_text())["chunks"]
+    assert [d["path"] for d in chunks["discarded_unreadable"]] == [str(broken)]
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_credentials_in_an_openai_url_reach_neither_provenance_nor_the_error_line(tmp_path, capsys, debug):
+    url = "http://alice:PASSWORD-1@127.0.0.1:9/v1?api_key=QUERY-KEY-2"  # nothing listens on port 9
+    argv = ["run", "--candidate", "openai", "--candidate-option", f"base_url={url}", "--candidate-option",
+            "max_retries=0", "--cases", str(cases_file(tmp_path)), "--no-oracle", "--out", str(tmp_path / "out"),
+            "--no-progress", "--samples", "40", "--workers", "1", *(["--debug"] if debug else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "speceq: error: engine 'openai'" in err and "alice" not in err
+    written = "".join(p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert "127.0.0.1:9" in written  # the provenance names the server...
+    for secret in ("PASSWORD-1", "QUERY-KEY-2"):
+        assert secret not in err and secret not in written  # ...but not its credentials
 
 
 def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
@@ -155,8 +228,8 @@ def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("speceq: error: engine 'fake', case 'one': token 13 (row 0, prompt index 0, "
-                                  "position 0) is outside the candidate's vocabulary (8); set --candidate-option "
-                                  "vocab_size=")
+                                  "position 0) is outside the candidate's vocabulary (8); this engine declares its "
+                                  "vocabulary itself (it takes no vocab_size option)")
     assert "Traceback" not in proc.stderr
 
 
@@ -190,8 +263,8 @@ def test_table_and_report_of_a_run(tmp_path, capsys):
     first = (tmp_path / "out" / "result.json").read_text()
     assert main(one_case_run(tmp_path, 300, "--json")) == 3
     again, before = RunResult.from_json(capsys.readouterr().out), RunResult.from_json(first)
-    assert again.provenance["chunks"] == {"total": 2, "reused": 2, "sampled": 0}
-    assert before.provenance["chunks"] == {"total": 2, "reused": 0, "sampled": 2}
+    assert again.provenance["chunks"] == {"total": 2, "reused": 2, "sampled": 0, "discarded_unreadable": []}
+    assert before.provenance["chunks"] == {"total": 2, "reused": 0, "sampled": 2, "discarded_unreadable": []}
     assert dataclasses.replace(again, provenance={}) == dataclasses.replace(before, provenance={})
 
 
@@ -280,6 +353,39 @@ def test_markdown_cells_escape_pipes_and_newlines():
                        cases=(case,))
     row = next(x for x in cli.summary_markdown(result).splitlines() if x.startswith("| `a"))
     assert "a\\|b" in row and "hard failure: token x\\|y at 3" in row and row.count(" | ") == 4
+
+
+HOSTILE_ID = "x`<img src=x onerror=alert(1)>`|y ``z"
+
+
+def test_summary_md_keeps_hostile_case_ids_and_reasons_as_text():
+    """A case id with backticks stays in its code span: no raw HTML reaches a PR comment (#47)."""
+    import html
+
+    from markdown_it import MarkdownIt  # rich's Markdown parser: CommonMark, plus GitHub's tables
+
+    case = CaseResult(case_id=HOSTILE_ID, case={"id": HOSTILE_ID, "params": {}}, verdict="shifted", reason="r",
+                      tolerance=0.05, n_baseline=10, n_candidate=10,
+                      hard_failures=("<b>bold</b> *em* [link](http://evil.example) `code`",))
+    result = RunResult(verdict="shifted", alpha=1e-3, tolerance=0.05, seed=0, cases=(case,),
+                       engines={"baseline": {}, "candidate": {}},
+                       provenance={"engines": {"candidate": {"spec": "my`<script>`.py:fn"}}})
+    text = cli.summary_markdown(result)
+    rendered = MarkdownIt("commonmark").enable("table").render(text)
+    for tag in ("<img", "<b>", "<script", "<a ", "<em>"):
+        assert tag not in rendered, (tag, text)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", rendered)
+    assert len(cells) == 5, rendered  # the row still has its five cells
+    assert cells[0] == f"<code>{html.escape(HOSTILE_ID, quote=False)}</code>"
+    assert html.unescape(re.sub(r"<[^>]+>", "", cells[4])).endswith(
+        "<b>bold</b> *em* [link](http://evil.example) `code`")
+    assert f"<code>{html.escape('my`<script>`.py:fn', quote=False)}</code>" in rendered
+
+
+def test_summary_md_fences_a_rerun_command_that_holds_backticks():
+    from speceq.faces.markdown import code_block
+
+    assert code_block("speceq run --cases 'a```b.json'") == ["````", "speceq run --cases 'a```b.json'", "````"]
 
 
 # ---- everything that can fail is checked before sampling ------------------------------------------

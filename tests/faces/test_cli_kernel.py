@@ -48,6 +48,21 @@ def test_drafter_conformance(capsys: pytest.CaptureFixture) -> None:
     assert "not drawn from the q it returns" in capsys.readouterr().out
 
 
+def test_drafter_check_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "drafter.json"
+    assert main(["kernel", "drafter:conforming", "--drafter", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["verdict"] == "equivalent" and data["exit_code"] == 0 and len(data["tests"]) == 9
+
+
+@pytest.mark.parametrize("extra", [["--report", "r.html"], ["--tolerance", "0.1"], ["--scale", "2"], ["--no-solo"],
+                                   ["--layout", "padded"], ["--lossy"]])
+def test_drafter_check_refuses_options_it_cannot_honour(extra: list[str], capsys: pytest.CaptureFixture) -> None:
+    assert main(["kernel", "drafter:conforming", "--drafter", *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"{extra[0]} does not apply to a drafter check" in err and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("argv", [["kernel", "nosuch"], ["kernel", "mutant:nosuch"],
                                   ["kernel", "reference:padded", "--layout", "padded", "--params"],
                                   ["kernel", f"{EXAMPLE}:missing"], ["kernel", "reference", "--alpha", "2"]])

@@ -129,7 +129,7 @@ CASE_ERRORS = [
     ({"id": "c", "prompt": "a", "companions": [3]}, "companions[0]", r"expected a text, a list of token ids or a chat \(list of messages\), got int"),
     ({"id": "c", "prompt": "a", "companions": ["x", ""]}, "companions[1]", r"empty prompt"),
     ({"id": "c", "prompt": "a", "companions": [[1, True]]}, "companions[0][1]", r"expected an integer >= 0, got a boolean"),
-    ({"id": "c", "prompt": "a", "tokenizer": "nope/missing"}, "tokenizer", r"neither 'bytes' nor an existing tokenizer.json"),
+    ({"id": "c", "prompt": "a", "tokenizer": "nope/missing"}, "tokenizer", r"neither a name \(bytes, bpe, smollm2\) nor an existing tokenizer.json"),
 ]
 
 
@@ -214,6 +214,13 @@ plausible = {
     "companions": st.lists(st.text(max_size=4) | st.lists(st.integers(-1, 300), max_size=3), max_size=3),
     "tokenizer": st.just("bytes") | st.text(max_size=5),
     "samples": st.integers(-1, 5000) | st.none(),
+    "min_p": st.floats(-0.5, 1.5),
+    "repetition_penalty": st.floats(-1, 3),
+    "presence_penalty": st.floats(-3, 3),
+    "frequency_penalty": st.floats(-3, 3),
+    "logit_bias": st.dictionaries(st.integers(-2, 300).map(str) | st.text(max_size=3),
+                                  st.floats(-200, 200) | st.text(max_size=2), max_size=3),
+    "processing": st.sampled_from(["vllm", "hf", "x"]),
 }
 ids = st.sampled_from(["a", "b", "c"]) | st.text(max_size=5) | st.integers()
 others = {k: plausible[k] | json_values for k in CASE_FIELDS if k not in ("id", "prompt", "prompt_ids")}
@@ -291,7 +298,8 @@ def test_the_examples_in_docs_cases_md_parse():
 
     text = (REPO / "docs" / "reference" / "cases.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```(json|toml)\n(.*?)```", text, re.S)
-    assert [fmt for fmt, _ in blocks] == ["json", "toml", "json"]  # the third, a chat: tests/inputs/test_chat_cases.py
+    # the third (a chat) and the fourth (named tokenizers) need a tokenizer: tests/docs/test_cases_reference.py
+    assert [fmt for fmt, _ in blocks] == ["json", "toml", "json", "json"]
     parsed = [parse_cases_text(body, fmt=fmt) for fmt, body in blocks[:2]]
     assert [c.case_id for c in parsed[1]] == [c.case_id for c in parsed[0]][:2]
 
@@ -342,3 +350,66 @@ def test_cases_document_reads_back_as_the_same_cases():
 
     for cases in (default_cases(), bpe_cases()):
         assert parse_cases(cases_document(cases)) == [dataclasses.replace(c, text=None) for c in cases]
+
+
+def test_request_fields_parse_from_json_and_toml(tmp_path):
+    doc = {"defaults": {"min_p": 0.05, "logit_bias": {"10": 3.0}},
+           "cases": [{"id": "a", "prompt_ids": [1, 2], "repetition_penalty": 1.2, "presence_penalty": 0.5,
+                      "frequency_penalty": 0.25, "processing": "vllm"},
+                     {"id": "b", "prompt_ids": [1], "processing": "hf", "logit_bias": {"11": -100}}]}
+    a, b = load_cases(write(tmp_path, doc))
+    assert (a.params.min_p, a.params.repetition_penalty, a.params.presence_penalty, a.params.frequency_penalty) == (
+        0.05, 1.2, 0.5, 0.25)
+    assert a.params.logit_bias == ((10, 3.0),) and b.params.logit_bias == ((11, -100.0),)
+    assert b.params.processing == "hf"
+    toml = write(tmp_path, """
+        [[cases]]
+        id = "a"
+        prompt_ids = [1, 2]
+        min_p = 0.05
+        repetition_penalty = 1.2
+        presence_penalty = 0.5
+        frequency_penalty = 0.25
+        logit_bias = {"10" = 3.0}
+    """, "cases.toml")
+    (t,) = load_cases(toml)
+    assert t.params == a.params
+    # the stored form reads back as the same case (results, fingerprints)
+    again = parse_cases([{"id": "a", "prompt_ids": [1, 2], **a.to_dict()["params"]}])[0]
+    assert again.params == a.params
+
+
+def test_request_fields_from_marker_keywords_with_int_keys():
+    """The pytest marker passes Python keywords: ``logit_bias={10: 3.0}`` with int keys."""
+    (c,) = parse_cases([{"id": "m", "prompt_ids": [1], "logit_bias": {10: 3.0}, "min_p": 0.2}],
+                       source="test_x.py::t: speceq_case marker")
+    assert c.params.logit_bias == ((10, 3.0),) and c.params.min_p == 0.2
+
+
+@pytest.mark.parametrize(("field", "value", "text"), [
+    ("min_p", 1.5, "expected a number in [0, 1]"),
+    ("min_p", "high", "expected a number, got a string"),
+    ("repetition_penalty", 0, "expected a number > 0"),
+    ("repetition_penalty", -0.5, "expected a number > 0"),
+    ("presence_penalty", 3, "expected a number in [-2, 2]"),
+    ("logit_bias", [1, 2], "expected an object {token id: bias}"),
+    ("logit_bias", {"a": 1}, "key 'a' is not a token id"),
+    ("logit_bias", {"1": "big"}, "expected a number, got a string"),
+    ("logit_bias", {"1": 500}, "expected a number in [-100, 100]"),
+    ("processing", "sglang", "expected one of 'vllm', 'hf'"),
+])
+def test_request_field_errors_name_file_case_and_field(tmp_path, field, value, text):
+    p = write(tmp_path, {"cases": [{"id": "ok", "prompt_ids": [1]}, {"id": "bad", "prompt_ids": [1], field: value}]})
+    with pytest.raises(ConfigError) as e:
+        load_cases(p)
+    msg = str(e.value)
+    assert text in msg and f"case 1 (id 'bad'), field '{field}'" in msg and "\n" not in msg
+
+
+def test_logit_bias_key_outside_the_vocabulary_names_case_and_field():
+    (c,) = parse_cases([{"id": "big-key", "prompt_ids": [1], "logit_bias": {str(VOCAB_SIZE): 1.0}}])
+    with pytest.raises(ConfigError) as e:
+        c.check_vocab(VOCAB_SIZE)
+    assert e.value.where == "case 'big-key'.logit_bias" and f"key {VOCAB_SIZE} is outside" in str(e.value)
+    c2 = parse_cases([{"id": "ok", "prompt_ids": [1], "logit_bias": {str(VOCAB_SIZE - 1): 1.0}}])[0]
+    c2.check_vocab(VOCAB_SIZE)

@@ -110,17 +110,3 @@ def test_a_tokenizer_without_a_chat_template_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"case 0 \(id 'c'\), field 'messages': the tokenizer in .*plain-tok has no "
                                           r"chat template"):
         load_cases(p)
-
-
-def test_the_chat_example_of_docs_cases_md_parses(tmp_path: Path, chat_tokenizer: Path) -> None:
-    """The page's chat example, with a chat tokenizer where it names one (models/smollm2)."""
-    from speceq.inputs.cases import parse_cases_text
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "cases.md").read_text(encoding="utf-8")
-    body = re.findall(r"```json\n(.*?)```", text, re.S)[1]
-    (tmp_path / "models").mkdir()
-    chat_tokenizer.rename(tmp_path / "models" / "smollm2")
-    capital, brief = parse_cases_text(body, fmt="json", base_dir=tmp_path)
-    assert capital.prompt_ids == chat_ids(("user", "What is the capital of France?"))
-    assert brief.prompt_ids == chat_ids(("system", "Answer in one word."), ("user", "Name a colour."))
-    assert brief.companions[0] == chat_ids(("user", "Say hi."))

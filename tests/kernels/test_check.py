@@ -50,6 +50,16 @@ def test_a_wrongly_declared_method_fails_only_its_length_law() -> None:
     assert not any(t.component in ("token", "bonus") for t in r.rejected)
 
 
+def test_a_recovered_law_bug_is_not_reported_as_a_length_law_bug() -> None:
+    """#47 item 5: the unnormalised residual emits zero-probability recovered tokens; before the fix those rows
+    were dropped, which removed rejections (L < k) selectively and made the accepted-length law reject too."""
+    k = make("residual-unnormalised")
+    r = check(k, scenarios=quick_scenarios(k.spec, 0.2), solo=False)
+    components = {f.component for f in r.findings}
+    assert "recovered" in components and "invariant:zero-probability" in components, r.summary()
+    assert "length" not in components and not any(t.component == "length" for t in r.rejected), r.summary()
+
+
 def test_the_diagnosis_names_the_parameter_that_moved() -> None:
     k = make("temperature-one-side")
     r = check(k, scenarios=quick_scenarios(k.spec, 0.25), solo=False)

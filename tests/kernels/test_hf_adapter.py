@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from kernel_support import quick_scenarios
 
@@ -89,3 +90,45 @@ def test_the_adapter_draws_what_the_function_draws_after_torch_manual_seed() -> 
         assert torch.equal(got, want[0])
         emitted.add(tuple(got.tolist()))
     assert len(emitted) > 30  # the requests draw different outcomes: the comparison is not of constants
+
+
+def _example():  # noqa: ANN202 - the how-to's example module
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples/kernels/hf_signature.py"
+    spec = importlib.util.spec_from_file_location("hf_signature_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_function_with_transformers_signature_is_wrapped_by_fn() -> None:
+    """#48 bullet 4: the documented adapter drives a user's function; its planted mutant is shifted."""
+    ex = _example()
+    assert ex.my_kernel.spec.layout == "single" and ex.my_kernel.name == "my_speculative_sampling"
+    scenarios = quick_scenarios(ex.my_kernel.spec, 0.1)
+    good = check(ex.my_kernel, scenarios=scenarios)
+    assert good.verdict == "equivalent", good.summary()
+    bad = check(ex.my_buggy_kernel, scenarios=scenarios, solo=False)
+    assert bad.verdict == "shifted" and any(f.component == "recovered" for f in bad.findings), bad.summary()
+
+
+def test_fn_gets_the_ensemble_weight_only_when_given_and_must_be_callable() -> None:
+    from speceq.errors import ConfigError
+
+    seen: list[dict] = []
+
+    def step(ids, draft_logits, k, target_logits, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        seen.append(kwargs)
+        return ids[:, 1:2], 0  # the first draft (whatever it is): a wrong kernel, only the call is checked here
+
+    req = SingleRequest(vocab_size=3, draft_token_ids=torch.tensor([1]), draft_probs=torch.full((1, 3), 1 / 3),
+                        target_probs=torch.full((2, 3), 1 / 3), uniforms=torch.zeros(1, dtype=torch.float64),
+                        sample_uniform=0.5, seed=1, generator=torch.Generator())
+    transformers_speculative_sampling(fn=step)(req)
+    weighted = transformers_speculative_sampling(fn=step, assistant_ensemble_weight=0.5)
+    weighted(req)
+    assert seen == [{}, {"assistant_ensemble_weight": 0.5}] and weighted.spec.lossy
+    with pytest.raises(ConfigError, match="signature"):
+        transformers_speculative_sampling(fn=42)  # type: ignore[arg-type]

@@ -33,19 +33,28 @@ def test_a_correct_row_passes_and_gives_its_length() -> None:
     assert bonus.violations == () and bonus.lengths.tolist() == [2]
 
 
-@pytest.mark.parametrize(("tokens", "drafts", "kind"), [
-    ([[1, 6, -1]], [[1, 3]], "id-range"),
-    ([[1, -7, -1]], [[1, 3]], "id-range"),
-    ([[-1, -1, -1]], [[1, 3]], "no-token"),
-    ([[1, -1, 2]], [[1, 3]], "padding"),
-    ([[0, 0, -1]], [[1, 3]], "draft-mismatch"),
-    ([[4, -1, -1]], [[1, 3]], "zero-probability"),
-    ([[1]], [[1, 3]], "shape"),
+@pytest.mark.parametrize(("tokens", "drafts", "kind", "length"), [
+    ([[1, 6, -1]], [[1, 3]], "id-range", -1),
+    ([[1, -7, -1]], [[1, 3]], "id-range", -1),
+    ([[-1, -1, -1]], [[1, 3]], "no-token", -1),
+    ([[1, -1, 2]], [[1, 3]], "padding", -1),
+    ([[0, 0, -1]], [[1, 3]], "draft-mismatch", 1),
+    ([[4, -1, -1]], [[1, 3]], "zero-probability", 0),
+    ([[1]], [[1, 3]], "shape", -1),
 ])
-def test_each_planted_violation_is_found(tokens, drafts, kind) -> None:
+def test_each_planted_violation_is_found(tokens, drafts, kind, length) -> None:
+    """Unreadable rows get length -1; rows whose length can be read keep it (and their tokens)."""
     got = _parse(tokens, drafts)
     assert [v.kind for v in got.violations] == [kind]
-    assert got.lengths.tolist() == [-1]
+    assert got.lengths.tolist() == [length]
+
+
+def test_a_zero_probability_row_stays_in_the_tests_with_its_length_and_tokens() -> None:
+    """#47 item 5: dropping a row for a zero-probability recovered token drops it by its length, biasing L's law."""
+    got = _parse([[1, 4, -1], [1, 2, 0]], [[1, 3], [1, 2]], slots=(0, 0))
+    assert [v.kind for v in got.violations] == ["zero-probability"]
+    assert got.lengths.tolist() == [1, 2]
+    assert got.tokens.tolist() == [[1, 4, -1], [1, 2, 0]]
 
 
 def test_greedy_rows_must_follow_the_argmax_path() -> None:

@@ -5,7 +5,8 @@ collection's way); ``per_request_parse`` below is the former loop over requests,
 oracle. Both read the same random, partly corrupted kernel outputs (paths off the tree,
 interleaved -1, ids out of range, tokens after the final one, tokens of probability 0), exactly
 [B, N] or wider with -1 padding, and must give the same accepted paths, tokens and violation
-counts and examples, in the same order.
+counts and examples, in the same order. Rows that break only draft-mismatch or zero-probability
+keep their path and tokens (they are readable); the others are set to -2.
 """
 
 from __future__ import annotations
@@ -69,11 +70,9 @@ def per_request_parse(tok: np.ndarray, path: np.ndarray, tokens_in: np.ndarray, 
                 flag("id-range", r, text)
                 ok = False
             elif (emitted[:depth] != tokens_in[r, nodes]).any():
-                flag("draft-mismatch", r, text)
-                ok = False
+                flag("draft-mismatch", r, text)  # flagged, but the row stays readable (not dropped)
             elif t.law[prev, emitted[depth]] == 0 or any(t.law[t.parents[c], tokens_in[r, c]] == 0 for c in nodes):
-                flag("zero-probability", r, text)
-                ok = False
+                flag("zero-probability", r, text)  # flagged, but the row stays readable (not dropped)
         if not ok:
             path[r] = -2
             tok[r] = -2

@@ -333,7 +333,8 @@ def test_run_writes_result_and_provenance(tmp_path):
     assert RunResult.from_json((tmp_path / "result.json").read_text()) == result
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert prov == result.provenance
-    assert prov["status"] == "complete" and prov["chunks"] == {"total": 12, "reused": 0, "sampled": 12}
+    assert prov["status"] == "complete" and prov["chunks"] == {"total": 12, "reused": 0, "sampled": 12,
+                                                               "discarded_unreadable": []}
     assert prov["executor"] == "serial, in this process"
     assert prov["engines"]["baseline"]["code"]["file"] == "fake_engines.py"
     assert set(prov["packages"]) == {"speceq", "torch", "transformers", "numpy", "scipy"}

@@ -54,3 +54,11 @@ def test_the_run_report_includes_the_section(tmp_path: Path) -> None:
     assert "Kernel checks" in html and "kernel-1" in html
     assert "Kernel checks" not in render_report(run)
     json.dumps(RESULT)
+
+
+def test_a_test_on_a_kernel_chosen_subset_says_so() -> None:
+    subset = {"scenario": "s", "template": "u", "component": "length", "position": None, "n": 44, "pvalue": 1e-12,
+              "holm": 1e-10, "tv": 0.9, "tv_upper": 1.0, "rejected": False, "requests": 400, "unread": 356}
+    html = render_kernel_report([{**RESULT, "tests": [*RESULT["tests"], subset]}])
+    assert "356 of 400 requests unreadable: not a law test" in html
+    assert "unreadable" not in render_kernel_report([RESULT])

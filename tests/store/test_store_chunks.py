@@ -113,7 +113,7 @@ def test_case_dirs_are_safe_and_distinct():
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "empty", "bad-meta"])
-def test_corrupt_chunk_is_dropped_by_the_writer_and_redone(tmp_path, damage):
+def test_corrupt_chunk_is_dropped_by_the_writer_and_redone(tmp_path, damage, capsys):
     store = SampleStore(tmp_path)
     k = key()
     path = store.put(k, make_batch(0))
@@ -136,11 +136,14 @@ def test_corrupt_chunk_is_dropped_by_the_writer_and_redone(tmp_path, damage):
     # a reader skips it and leaves the file alone
     reader = SampleStore(tmp_path)
     assert reader.keys() == [] and path.exists()
-    # the writer deletes it, reports it missing, and can store it again
+    # the writer deletes it, reports it missing (and says so), and can store it again
     store.acquire_writer_lock()
     try:
         assert not store.has(k)
         assert not path.exists()
+        err = capsys.readouterr().err
+        assert f"chunk file {path} is unreadable (" in err and "deleted, its samples are drawn again" in err
+        assert [d["path"] for d in store.discarded] == [str(path)] and store.discarded[0]["reason"]
         store.put(k, make_batch(0))
         assert_same_batch(store.get(k), make_batch(0))
     finally:
@@ -188,6 +191,43 @@ def test_discard_all_removes_chunks_only(tmp_path):
     write_json_atomic(tmp_path / "provenance.json", {"a": 1})
     store.discard_all()
     assert store.keys() == [] and (tmp_path / "provenance.json").exists()
+
+
+def test_discard_all_empties_a_symlinked_chunks_folder_and_keeps_the_link(tmp_path):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    store = SampleStore(out)
+    store.put(key(), make_batch(0))
+    store.put(key("candidate"), make_batch(1))
+    (out / "chunks").rename(elsewhere)
+    (out / "chunks").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "not-the-stores.txt").write_text("kept")  # the link's target may hold other things
+    assert len(store.keys()) == 2  # read through the link
+    assert store.discard_all() == 2
+    assert store.keys() == [] and not list(elsewhere.rglob("*.npz"))
+    assert (out / "chunks").is_symlink() and sorted(p.name for p in elsewhere.iterdir()) == ["not-the-stores.txt"]
+
+
+def test_discard_all_that_cannot_delete_a_chunk_raises_naming_it(tmp_path, monkeypatch):
+    store = SampleStore(tmp_path)
+    path = store.put(key(), make_batch(0))
+    real_unlink = os.unlink
+
+    def refuse_chunks(p, *args, **kwargs):  # as a read-only folder or a busy network share would
+        if str(p).endswith(".npz"):
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_unlink(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refuse_chunks)
+    with pytest.raises(StoreError, match=r"cannot discard the stored samples in .*chunks \(1 chunk file\(s\) left: "
+                                         r".*slice-00000\.npz: Permission denied"):
+        store.discard_all()
+    assert path.exists()
+
+
+def test_discard_all_refuses_a_dangling_chunks_link_naming_it(tmp_path):
+    (tmp_path / "chunks").symlink_to(tmp_path / "gone", target_is_directory=True)
+    with pytest.raises(StoreError, match=r"chunks is a symbolic link to a missing folder"):
+        SampleStore(tmp_path).discard_all()
 
 
 def test_write_json_atomic_replaces_whole_file_and_leaves_no_temp(tmp_path):

@@ -31,6 +31,7 @@ from speceq.faces.pytest_support.probes import Repeatability, SoloEngine, repeat
 from speceq.faces.pytest_support.session import ITEM_NOTES_KEY, ITEM_RESULTS_KEY, EquivalenceSession
 from speceq.inputs.cases import Case
 from speceq.verdicts.result import CaseResult, RunResult
+from speceq.verdicts.verdict import Verdict
 
 CaseLike = Case | Mapping[str, Any]
 Cases = CaseLike | Sequence[CaseLike] | str | Path | None
@@ -205,7 +206,7 @@ class EquivalenceChecker:
             for c in result.cases:
                 self.note(f"  {c.case_id}: {c.verdict} — {c.reason}")
         self._item.stash[ITEM_RESULTS_KEY].append((result, out_dir))
-        self._item.user_properties.append((f"speceq_check_{index + 1}", result.verdict))
+        self._item.user_properties.append((f"speceq_check_{index + 1}", str(result.verdict)))
         self._session.record(self._item.nodeid, index, result, out_dir)
         self._item.config.hook.pytest_speceq_result(config=self._item.config, item=self._item, result=result)
         return result
@@ -225,9 +226,9 @@ class EquivalenceChecker:
                               where="speceq.check inconclusive")
         result = self.run(cases, **overrides)
         store = self._item.stash[ITEM_RESULTS_KEY][-1][1]
-        if result.verdict == "shifted":
+        if result.verdict == Verdict.SHIFTED:
             raise DistributionMismatch(explain_run(result, store=store), verdict=result)
-        if result.verdict == "inconclusive":
+        if result.verdict == Verdict.INCONCLUSIVE:
             if outcome == "fail":
                 raise EquivalenceInconclusive(
                     "INCONCLUSIVE (no shift detected, but equivalence within the tolerance is not shown at this "
@@ -257,7 +258,7 @@ class EquivalenceChecker:
 
 
 def _skip_reason(result: RunResult) -> str:
-    undecided = [c for c in result.cases if c.verdict == "inconclusive"]
+    undecided = [c for c in result.cases if c.verdict == Verdict.INCONCLUSIVE]
     first = undecided[0]
     more = f" (+{len(undecided) - 1} more cases)" if len(undecided) > 1 else ""
     return f"speceq inconclusive: case {first.case_id!r}: {first.reason}{more}"

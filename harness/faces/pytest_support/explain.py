@@ -13,6 +13,7 @@ from pathlib import Path
 
 from speceq.verdicts.reasons import skipped_tests
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
+from speceq.verdicts.verdict import Verdict
 
 #: Rejecting tests and moved tokens listed per case.
 MAX_TESTS = 5
@@ -89,7 +90,7 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
     for failure in case.hard_failures[:MAX_FAILURES]:
         lines.append(f"  hard failure: {failure}")
     moved = moved_tokens(case)
-    if moved and case.verdict != "equivalent":
+    if moved and case.verdict != Verdict.EQUIVALENT:
         lines.append("  tokens that moved most:")
         lines.extend(f"    {_token_line(t, case)}" for t in moved)
     if case.greedy is not None:
@@ -102,7 +103,7 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
     tv = _tv_line(case)
     if tv:
         lines.append(f"  {tv}")
-    if case.verdict == "inconclusive" and case.required_n is not None:
+    if case.verdict == Verdict.INCONCLUSIVE and case.required_n is not None:
         lines.append(f"  about {case.required_n} samples per engine would decide (now {case.n_baseline})")
     lines.extend(f"  note: {n}" for n in case.notes)
     return "\n".join(lines)
@@ -117,7 +118,7 @@ def engines_line(result: RunResult) -> str:
 
 
 def explain_run(result: RunResult, *, store: Path | None = None,
-                only: Sequence[str] = ("shifted", "inconclusive")) -> str:
+                only: Sequence[str] = (Verdict.SHIFTED, Verdict.INCONCLUSIVE)) -> str:
     """Explanation of a run: summary line, then every case (evidence for those in ``only``)."""
     lines = [f"speceq: {engines_line(result)}: {result.summary()}"]
     for case in result.cases:
@@ -135,7 +136,7 @@ def section_text(results: Sequence[tuple[RunResult, Path | None]], notes: Sequen
     Compact by default (a line per case: the failure message already holds the evidence);
     ``detail`` adds the evidence of every shifted or inconclusive case (for pytest-html).
     """
-    only = ("shifted", "inconclusive") if detail else ()
+    only = (Verdict.SHIFTED, Verdict.INCONCLUSIVE) if detail else ()
     blocks = [explain_run(r, store=s, only=only) for r, s in results]
     blocks.extend(f"info: {n}" for n in notes)
     return "\n\n".join(blocks)

@@ -20,6 +20,7 @@ import pytest
 
 from speceq.errors import DistributionMismatch
 from speceq.faces.pytest_support.session import ITEM_NOTES_KEY, EquivalenceSession
+from speceq.verdicts.verdict import Verdict
 
 
 class KernelChecker:
@@ -52,9 +53,9 @@ class KernelChecker:
         index = sum(1 for n in self._item.stash[ITEM_NOTES_KEY] if n.startswith("kernel check"))
         self._session.record_kernel(self._item.nodeid, index, result.to_dict())
         self._item.stash[ITEM_NOTES_KEY].append(f"kernel check {index + 1}: {result.summary()}")
-        if result.verdict == "shifted":
+        if result.verdict == Verdict.SHIFTED:
             raise DistributionMismatch(result.summary(), verdict=result)
-        if result.verdict == "inconclusive":
+        if result.verdict == Verdict.INCONCLUSIVE:
             outcome = self.settings.inconclusive
             if outcome == "fail":
                 pytest.fail(result.summary(), pytrace=False)
@@ -75,6 +76,6 @@ class KernelChecker:
         options.update(overrides)
         result = check_drafter(fn, **options)
         self._item.stash[ITEM_NOTES_KEY].append(f"drafter check: {result.summary()}")
-        if result.verdict != "conforms":
+        if result.verdict != Verdict.EQUIVALENT:
             raise DistributionMismatch(result.summary(), verdict=result)
         return result

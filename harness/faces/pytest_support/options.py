@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from speceq.core.defaults import DEFAULT_ALPHA, PYTEST_TOLERANCE
+
 #: What ``--speceq-inconclusive`` may say: fail the test, skip it, or let it pass. The default
 #: is skip: an inconclusive check found no shift (a shift fails the test) but could not
 #: certify TV < tolerance, which on a CPU is the usual state of a correct engine at feasible
@@ -39,7 +41,7 @@ _OFF = frozenset({"off", "false", "no", "0", "none"})
 def default_samples() -> int:
     """Samples per case and engine when nothing else says: the same as ``speceq run``.
 
-    Read from :data:`speceq.pipeline.runner.DEFAULT_SAMPLES` when needed (``--help``, configure), so
+    Read from :data:`speceq.core.defaults.DEFAULT_SAMPLES` when needed (``--help``, configure), so
     that loading the plugin imports nothing but pytest.
     """
     from speceq.core.defaults import DEFAULT_SAMPLES
@@ -220,12 +222,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                help="score the candidate's tokens with the target: on (the baseline's loaded target, "
                     "else the bundled one), off (two-sample tests only), or a target model folder."),
     OptionSpec(name="samples", default=None, default_factory=default_samples,
-               default_text="as `speceq run` (speceq.pipeline.runner.DEFAULT_SAMPLES)", convert=_int_at_least(1), metavar="N",
+               default_text="as `speceq run` (speceq.core.defaults.DEFAULT_SAMPLES)", convert=_int_at_least(1), metavar="N",
                help="samples of each case's prompt per engine; on the command line it overrides "
                     "every speceq_budget marker (the suites' budgets)."),
-    OptionSpec(name="alpha", default=1e-3, convert=_probability(upper_inclusive=False, what="a level in (0, 1)"),
+    OptionSpec(name="alpha", default=DEFAULT_ALPHA, convert=_probability(upper_inclusive=False, what="a level in (0, 1)"),
                metavar="A", help="family-wise false-alarm level of each check (Holm over its tests)."),
-    OptionSpec(name="tolerance", default=0.05,
+    OptionSpec(name="tolerance", default=PYTEST_TOLERANCE,
                convert=_probability(upper_inclusive=True, what="a total-variation distance in (0, 1]"),
                metavar="EPS", help="TV distance below which a case may be called equivalent."),
     OptionSpec(name="seed", default=0, convert=_int_at_least(0), metavar="N",
@@ -244,7 +246,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                     "equivalence within the tolerance not shown at this budget): skip (undecided, "
                     "with the sample size that would decide), fail (certification gates) or pass."),
     OptionSpec(name="near_tie_nats", default=None, default_factory=default_near_tie_nats,
-               default_text="as `speceq run --near-tie-nats` (speceq.pipeline.greedy.NEAR_TIE_NATS)", convert=_nats,
+               default_text="as `speceq run --near-tie-nats` (speceq.core.defaults.NEAR_TIE_NATS)", convert=_nats,
                metavar="NATS",
                help="greedy cases: the target's top-2 margin (nats) up to which a divergence is a numerical "
                     "near-tie, not a mismatch; raise it for bf16/fp16 engines (~1e-2, docs/explanation/numerics.md)."),

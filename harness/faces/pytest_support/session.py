@@ -79,7 +79,8 @@ def merge_results(records: Sequence[CheckRecord]) -> RunResult:
     The run verdict is the worst of the checks' verdicts. Each check's Holm adjustment is
     over its own tests: the merged result does not re-adjust (a note says so).
     """
-    from speceq.verdicts.result import RunResult, worst_verdict
+    from speceq.verdicts.result import RunResult
+    from speceq.verdicts.verdict import Verdict
 
     if not records:
         raise ValueError("`records` is empty: no check ran")
@@ -91,7 +92,7 @@ def merge_results(records: Sequence[CheckRecord]) -> RunResult:
     for r in ordered:
         label = r.nodeid if per_test[r.nodeid] == 1 else f"{r.nodeid} #{r.index + 1}"
         cases.extend(dataclasses.replace(c, case_id=f"{label} :: {c.case_id}") for c in r.result.cases)
-    verdict = worst_verdict(r.result.verdict for r in ordered)
+    verdict = Verdict.worst(r.result.verdict for r in ordered)
     first = ordered[0].result
     notes = [f"merged from {len(ordered)} checks of {len(per_test)} tests; each check's Holm adjustment "
              f"covers its own tests (family-wise error <= alpha per check, <= {len(ordered)} x alpha for the session)"]

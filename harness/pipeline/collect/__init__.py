@@ -1,5 +1,5 @@
-"""Collection machinery behind :func:`speceq.pipeline.runner.collect`: executors, engine recipes, progress,
-and the code identity that goes into every chunk's fingerprint.
+"""Collection machinery behind the run loops (:mod:`speceq.pipeline.fixed`, :mod:`speceq.pipeline.sequential`):
+executors, engine recipes, progress, and the code identity that goes into every chunk's fingerprint.
 
 Which executor samples (see :mod:`speceq.pipeline.collect.executors`):
 

@@ -34,9 +34,9 @@ SPECEQ_ENGINE_SOURCES: tuple[str, ...] = (
 
 
 def _speceq_root() -> Path:
-    import speceq
+    from speceq.core.package import PACKAGE_DIR
 
-    return Path(speceq.__file__).resolve().parent
+    return PACKAGE_DIR
 
 
 def _file_sha256(path: Path) -> str:
@@ -93,7 +93,7 @@ def engine_code_identity(engine: Any) -> dict[str, Any]:
     path = Path(source).resolve()
     root = _speceq_root()
     if path.is_relative_to(root):
-        from speceq import __version__
+        from speceq.core.package import __version__
 
         return {"hashable": True, "scope": "speceq engine sources", "package": {"name": "speceq", "version": __version__},
                 "sha256": _speceq_sources_sha256()}

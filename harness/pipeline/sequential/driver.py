@@ -41,8 +41,9 @@ from speceq.stats import sequential as seq
 from speceq.stats.scores import TokenScores
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore
 from speceq.verdicts.evidence import SequentialEvidence, SequentialTestEvidence
-from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, worst_verdict
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 from speceq.verdicts.sequential import decide_look
+from speceq.verdicts.verdict import Verdict
 
 SCHEDULE = "sequential-doubling-v1"
 STORE_SUBDIR = "sequential"
@@ -159,7 +160,8 @@ class SequentialLoop:
         finally:
             collector.store.release_writer_lock()
         provenance = prepared.completed({
-            "chunks": {"reused": collector.reused, "sampled": collector.sampled},
+            "chunks": {"reused": collector.reused, "sampled": collector.sampled,
+                       "discarded_unreadable": list(collector.store.discarded)},
             "executor": prepared.session.executor(pending=0).description,  # the open parallel one, else serial
             "sequential": {"tests": k_tests, "level_per_test": level, "schedule": SCHEDULE,
                            "cases": {cid: {"verdict": p.verdict, "looks": p.looks, "n": p.n}
@@ -290,7 +292,7 @@ def _merge(fixed: RunResult, progress: Mapping[str, CaseProgress], k_tests: int)
                            f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
     # the fixed analysis's pooled tests looked at rows chosen along the way: shown, never deciding
     pooled = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in fixed.pooled_tests)
-    return dataclasses.replace(fixed, verdict=worst_verdict(c.verdict for c in cases), cases=tuple(cases), notes=notes,
+    return dataclasses.replace(fixed, verdict=Verdict.worst(c.verdict for c in cases), cases=tuple(cases), notes=notes,
                                pooled_tests=pooled, pooled_reason="")
 
 

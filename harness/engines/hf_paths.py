@@ -1,0 +1,277 @@
+"""transformers' other speculative paths as engines: early exit, an assistant with another tokenizer.
+
+- :class:`HFEarlyExitEngine`: ``generate(assistant_early_exit=L, do_sample=True)``. transformers'
+  ``EarlyExitCandidateGenerator`` drafts with the target itself, running only its first ``L``
+  decoder layers (it sets ``config.num_hidden_layers = L`` on the base model while drafting, then
+  applies the final norm and LM head to layer ``L``'s hidden state), and verifies the drafts with
+  the whole model by speculative sampling. The bundled target was not trained for early exit, so
+  the layer-``L`` drafts are poor (low acceptance) but the method stays lossless: the output law
+  must equal the target's.
+
+- :class:`HFUniversalEngine`: ``generate(assistant_model=draft, tokenizer=..., assistant_tokenizer=...,
+  do_sample=True)``: Universal Speculative Decoding (``UniversalSpeculativeDecodingGenerator`` with an
+  ``AssistantToTargetTranslator``). The draft has its own tokenizer; transformers maps the token
+  strings both vocabularies share, prunes the draft's head to them, drafts there and verifies the
+  translated drafts with the target by speculative sampling (lossless by design).
+
+Like assisted generation, transformers runs these paths at batch size 1 only, so rows run one by
+one; parameter mapping, seeding, acceptance counting and output cutting are those of
+:mod:`speceq.engines.hf`.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from speceq.engines._options import as_int
+from speceq.engines.hf import _model_label, _RowLoopEngine
+from speceq.errors import ConfigError
+from speceq.models.hf_utils import load_causal_lm
+
+
+def decoder_layers(model: Any) -> int:
+    """Number of decoder layers of a causal LM (``num_hidden_layers`` of its text config)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(config.num_hidden_layers)
+
+
+class HFEarlyExitEngine(_RowLoopEngine):
+    """``generate(assistant_early_exit=L)``: the target's first ``L`` layers draft, the whole target verifies.
+
+    ``exit_layer``: the layer whose hidden state drafts (1 <= L < the target's layers; default half
+    of them, rounded down, at least 1: 2 of the bundled target's 4). ``num_assistant_tokens``: drafts
+    per step (constant schedule, no confidence cut-off), default 4.
+    """
+
+    _limitation = "transformers runs early-exit self-speculation at batch size 1 only; rows run one by one"
+
+    def __init__(
+        self,
+        target: Any = None,
+        *,
+        exit_layer: Any = None,
+        num_assistant_tokens: Any = 4,
+        name: str = "hf-early-exit",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+        layers = decoder_layers(self.target)
+        if layers < 2:  # noqa: PLR2004 (one layer leaves nothing to skip)
+            raise ConfigError(
+                f"the target has {layers} decoder layer: early exit needs at least 2 (draft with the first L, "
+                "verify with all)",
+                where="target",
+            )
+        self.exit_layer = max(1, layers // 2) if exit_layer is None else as_int(exit_layer, "exit_layer", minimum=1)
+        if self.exit_layer >= layers:
+            raise ConfigError(
+                f"exit_layer {self.exit_layer} must be below the target's {layers} decoder layers "
+                f"(1..{layers - 1}; at {layers} the draft would be the target itself)",
+                where="exit_layer",
+            )
+        self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
+        # The early-exit drafter copies the *model's* generation config (the model is its own
+        # assistant): a constant schedule and no confidence cut-off make every step draft k tokens.
+        gc = self.target.generation_config
+        gc.num_assistant_tokens = self.num_assistant_tokens
+        gc.num_assistant_tokens_schedule = "constant"
+        gc.assistant_confidence_threshold = 0.0
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {"assistant_early_exit": self.exit_layer}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "method": "generate(assistant_early_exit=L): self-speculation, the first L layers draft",
+            "exit_layer": self.exit_layer,
+            "decoder_layers": decoder_layers(self.target),
+            "num_assistant_tokens": self.num_assistant_tokens,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+        }
+
+
+#: ``vocab_order`` values of :class:`HFUniversalEngine`.
+VOCAB_ORDERS: tuple[str, ...] = ("tokenizer", "id")
+
+
+def load_tokenizer(spec: Any, model_spec: Any, *, default: Path, option: str) -> Any:
+    """A Hugging Face tokenizer: ``spec`` (a folder, or a loaded tokenizer), else the tokenizer in the
+    model's folder ``model_spec``, else (``model_spec`` None: a bundled model) the one in ``default``."""
+    from transformers import AutoTokenizer
+
+    if spec is not None and not isinstance(spec, (str, Path)):
+        if not hasattr(spec, "get_vocab"):
+            raise ConfigError(f"expected a tokenizer folder or a transformers tokenizer, got {type(spec).__name__}",
+                              where=option)
+        return spec
+    folder = spec if spec is not None else model_spec if isinstance(model_spec, (str, Path)) else None
+    if folder is None:
+        if model_spec is not None:
+            raise ConfigError("an in-memory model needs its tokenizer: give the tokenizer's folder", where=option)
+        folder = default
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"no Hugging Face tokenizer loads from {str(folder)!r}: {exc}", where=option) from None
+
+
+class HFUniversalEngine(_RowLoopEngine):
+    """An assistant with a *different tokenizer* and ``do_sample=True``: transformers' Universal Speculative Decoding.
+
+    ``target`` (default the bundled byte target) and ``draft`` (default the BPE world's draft,
+    ``bpe-draft``: 32 000 tokens, which contain the byte target's 259 strings) are model folders or
+    loaded models; ``tokenizer`` / ``draft_tokenizer`` default to the tokenizer in each model's
+    folder. ``num_assistant_tokens``: drafts per step (constant schedule), default 4.
+    transformers prunes the draft's head in place, so a loaded draft is copied first.
+
+    ``vocab_order``: ``tokenizer`` (default: as transformers runs it) or ``id``. transformers
+    (5.25) keeps the draft's shared tokens, its pruned head, in the order of the draft tokenizer's
+    ``get_vocab()`` (``AssistantToTargetTranslator.__init__``), but scatters the pruned logits back
+    into the target's vocabulary in ascending draft-id order (``get_target_logits``). Unless the two
+    orders agree, the verifier's q belongs to other tokens than the drafts were sampled with, and
+    the output law shifts. A fast tokenizer's ``get_vocab()`` is in hash-map order, which changes
+    from one process to the next (so do the rows a seed gives); ``id`` hands transformers
+    tokenizers whose ``get_vocab()`` is in id order, the workaround under which the orders agree.
+    ``describe()["draft_head_in_id_order"]`` says which case a run was in.
+    """
+
+    _limitation = "transformers runs universal speculative decoding at batch size 1 only; rows run one by one"
+
+    def __init__(
+        self,
+        target: Any = None,
+        draft: Any = None,
+        *,
+        tokenizer: Any = None,
+        draft_tokenizer: Any = None,
+        num_assistant_tokens: Any = 4,
+        vocab_order: Any = "tokenizer",
+        name: str = "hf-universal",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        from speceq.models import TARGET_DIR
+        from speceq.models.bpe import BPE_DRAFT_DIR
+
+        super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+        self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
+        draft_spec = BPE_DRAFT_DIR if draft is None else draft
+        if vocab_order not in VOCAB_ORDERS:
+            raise ConfigError(f"expected one of {', '.join(VOCAB_ORDERS)}, got {vocab_order!r}", where="vocab_order")
+        self.vocab_order = str(vocab_order)
+        self.target_tokenizer = load_tokenizer(tokenizer, target, default=TARGET_DIR, option="tokenizer")
+        self.draft_tokenizer = load_tokenizer(draft_tokenizer, draft_spec, default=BPE_DRAFT_DIR,
+                                              option="draft_tokenizer")
+        if self.vocab_order == "id":
+            self.target_tokenizer, self.draft_tokenizer = map(in_id_order, (self.target_tokenizer, self.draft_tokenizer))
+        shared, draft_only = shared_strings(self.target_tokenizer, self.draft_tokenizer)
+        if shared == 0:
+            raise ConfigError("the draft's tokenizer shares no token string with the target's: nothing to draft",
+                              where="draft_tokenizer")
+        if draft_only == 0:
+            import transformers
+
+            raise ConfigError(
+                f"every token string of the draft's tokenizer is in the target's; transformers "
+                f"{transformers.__version__}'s universal speculative decoding then fails in "
+                "AssistantToTargetTranslator.get_target_ids (AttributeError: no assistant_overlap_token_ids; seen on "
+                "5.25). Give a draft whose tokenizer has strings the target lacks, or use hf-assisted for a draft that "
+                "shares the target's tokenizer",
+                where="draft",
+            )
+        self.shared_strings, self.draft_only_strings = shared, draft_only
+        loaded = draft_spec if isinstance(draft_spec, (str, Path)) else copy.deepcopy(draft_spec)
+        # not ``.draft``: the oracle scores an engine's ``.draft`` in the target's vocabulary, this one has its own
+        self.assistant = load_causal_lm(loaded, role="draft", device=self.device, dtype=self.dtype)
+        self._draft_label = _model_label(draft_spec, self.assistant)
+        gc = self.assistant.generation_config
+        gc.num_assistant_tokens = self.num_assistant_tokens
+        gc.num_assistant_tokens_schedule = "constant"
+        gc.assistant_confidence_threshold = 0.0
+        self._build_translator()
+
+    def _build_translator(self) -> None:
+        """Run one short generate call so that transformers builds its vocabulary translator now.
+
+        Building it prunes the draft's head with ``prune_linear_layer``, whose new ``nn.Linear``
+        draws its (overwritten) initial weights from torch's global generator: inside the first
+        sampled row that shifted the row's random stream, so the first row of an engine's life
+        differed from the same row later. Here it runs under a forked generator, before any row.
+        """
+        from speceq.core.params import SamplingParams
+
+        torch = self._torch
+        params = SamplingParams(max_new_tokens=2)
+        # a prompt of ordinary text: special tokens are dropped when transformers re-encodes it for the draft
+        text_ids = self.target_tokenizer("def f", add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([text_ids], dtype=torch.long, device=self.device)
+        with self._seeded(0), torch.inference_mode():
+            self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **self._kwargs(params),
+                                 **self._extra_kwargs())
+        from transformers.generation.candidate_generator import AssistantVocabTranslatorCache
+
+        translator = AssistantVocabTranslatorCache.get_translator(self.target_tokenizer, self.draft_tokenizer,
+                                                                  self.vocab_size)
+        kept = getattr(translator, "assistant_overlap_token_ids", None)
+        self.draft_head_in_id_order = None if kept is None else bool(torch.all(kept[1:] > kept[:-1]))
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {"assistant_model": self.assistant, "tokenizer": self.target_tokenizer,
+                "assistant_tokenizer": self.draft_tokenizer}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "method": "generate(assistant_model=draft, tokenizer, assistant_tokenizer, do_sample=True): "
+                      "universal speculative decoding",
+            "draft": self._draft_label,
+            "draft_parameters": int(sum(p.numel() for p in self.assistant.parameters())),
+            "draft_vocab_strings": self.shared_strings + self.draft_only_strings,
+            "shared_token_strings": self.shared_strings,
+            "vocab_order": self.vocab_order,
+            "draft_head_in_id_order": self.draft_head_in_id_order,
+            "num_assistant_tokens": self.num_assistant_tokens,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+        }
+
+
+def in_id_order(tokenizer: Any) -> Any:
+    """``tokenizer`` with ``get_vocab()`` ordered by token id (the instance's method replaced).
+
+    A fast tokenizer's ``get_vocab()`` comes from a Rust hash map whose order changes from one
+    process to the next; transformers' translator keeps the shared tokens (the draft's pruned head)
+    in that order but scatters their logits in id order (see :class:`HFUniversalEngine`). In id
+    order the two agree and the rows depend only on the seed.
+    """
+    unordered = tokenizer.get_vocab
+
+    def get_vocab() -> dict[str, int]:
+        return dict(sorted(unordered().items(), key=lambda item: item[1]))
+
+    tokenizer.get_vocab = get_vocab
+    return tokenizer
+
+
+def shared_strings(target_tokenizer: Any, draft_tokenizer: Any) -> tuple[int, int]:
+    """(draft token strings the target's vocabulary has, draft strings it lacks), compared as transformers'
+    translator compares them (the draft's leading space sign replaced by the target's)."""
+    target_vocab = set(target_tokenizer.get_vocab())
+    draft_vocab = list(draft_tokenizer.get_vocab())
+
+    def space_sign(tok: Any) -> str | None:
+        ids = tok(" ", add_special_tokens=False)["input_ids"]
+        return tok.convert_ids_to_tokens(ids)[0][0] if ids else None
+
+    t_sign, d_sign = space_sign(target_tokenizer), space_sign(draft_tokenizer)
+    if t_sign is not None and d_sign is not None and t_sign != d_sign:
+        draft_vocab = [t.replace(d_sign, t_sign, 1) if t.startswith(d_sign) else t for t in draft_vocab]
+    shared = sum(1 for t in draft_vocab if t in target_vocab)
+    return shared, len(draft_vocab) - shared

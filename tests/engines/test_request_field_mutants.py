@@ -1,0 +1,95 @@
+"""The request-field mutants: each bug shows in the verified law itself (deterministically), and on the
+bundled models a case using the field goes ``shifted`` for each mutant and not for the reference engine.
+
+Sample sizes: measured with ``benchmarks``-style runs of :func:`verdict` below (see the commit message and
+docs/measurements/power.md for the figures); the budgets here are what detected every mutant at the fixed seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from speceq.core.params import SamplingParams
+from speceq.core.processing import process_logits, token_history
+from speceq.engines.base import SampleRequest
+from speceq.engines.baseline import BaselineEngine
+from speceq.engines.mutants import MUTANTS, make_mutant
+from speceq.engines.reference import ReferenceSpeculativeEngine
+from speceq.inputs.cases import Case
+from speceq.models import EOS_ID, ByteTokenizer, load_draft, load_target
+from speceq.models.prompts import DEFAULT_PROMPTS
+from speceq.oracles.hf import TargetOracle
+from speceq.pipeline.analysis import analyse_run
+
+NEW = [n for n, s in MUTANTS.items() if s.bug_class == "request-fields"]
+PROMPT = tuple(ByteTokenizer().encode(DEFAULT_PROMPTS[0]))
+#: Samples per engine of the fixed-seed verdicts (see the module docstring).
+SAMPLES = 800
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[torch.nn.Module, torch.nn.Module]:
+    return load_target(), load_draft()
+
+
+def case_of(name: str, tokens: int = 6) -> Case:
+    return Case(case_id=name, prompt_ids=PROMPT, params=SamplingParams(max_new_tokens=tokens, **MUTANTS[name].params),
+                batch_size=64)
+
+
+def engine_of(name: str, models, *, reference: bool = False, trace: bool = False) -> ReferenceSpeculativeEngine:
+    options = {"target": models[0], "draft": models[1], **MUTANTS[name].options, "trace": trace}
+    return ReferenceSpeculativeEngine(**options) if reference else make_mutant(name, **options)
+
+
+def test_the_gallery_lists_the_four_request_field_bugs() -> None:
+    assert set(NEW) == {"penalty-history-late", "penalty-block-start", "min-p-untempered", "logit-bias-verify-dropped"}
+    for name in NEW:
+        assert not MUTANTS[name].lossless and MUTANTS[name].params
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_each_bug_moves_the_verified_law_away_from_the_rows_own_processed_law(models, name) -> None:
+    """The traced target law at emitted positions against the law computed by hand from each row's history:
+    equal for the reference engine (1e-5), off by more than 0.01 somewhere for the mutant."""
+    case = case_of(name)
+    request = SampleRequest(prompts=(PROMPT,), params=case.params, n=64, seed=3, batch_size=64)
+    target = models[0]
+    gaps = {}
+    for reference in (True, False):
+        batch = engine_of(name, models, reference=reference, trace=True).sample(request)
+        worst = 0.0
+        with torch.inference_mode():
+            for r in range(batch.rows):
+                row = batch.row_tokens(r)
+                logits = target(input_ids=torch.tensor([list(PROMPT) + row[:-1]])).logits[0]  # [len(row)+P-1, V]
+                for t in range(len(row)):
+                    hist = token_history([PROMPT], [row[:t]], logits.shape[-1])
+                    want = process_logits(logits[len(PROMPT) - 1 + t][None], case.params, eos_token_id=EOS_ID,
+                                          history=hist)[0].numpy()
+                    worst = max(worst, float(np.abs(batch.info["trace_probs"][r, t] - want).max()))
+        gaps[reference] = worst
+    assert gaps[True] < 1e-5, gaps
+    assert gaps[False] > 0.01, gaps
+
+
+def verdict(models, name: str, n: int, *, reference: bool, seed: int = 202) -> str:
+    case = case_of(name)
+    request = SampleRequest(prompts=(PROMPT,), params=case.params, n=n, seed=seed, batch_size=case.batch_size)
+    base = BaselineEngine(models[0]).sample(SampleRequest(prompts=(PROMPT,), params=case.params, n=n, seed=101,
+                                                          batch_size=case.batch_size))
+    engine = engine_of(name, models, reference=reference)
+    oracle = TargetOracle(models[0], draft=models[1])
+    result = analyse_run([case], {name: base}, {name: engine.sample(request)}, oracle=oracle, alpha=1e-3,
+                         tolerance=0.05, seed=0, engines={"baseline": {}, "candidate": engine.describe()},
+                         provenance={})
+    return result.cases[0].verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NEW)
+def test_a_case_with_the_field_is_shifted_for_the_mutant_and_not_for_the_reference(models, name) -> None:
+    assert verdict(models, name, SAMPLES, reference=False) == "shifted"
+    assert verdict(models, name, SAMPLES, reference=True) != "shifted"
