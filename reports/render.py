@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,8 +33,6 @@ OPEN_POSITIONS = 2
 #: Pointwise coverage of the uniform band drawn on PIT histograms.
 PIT_BAND_LEVEL = why.PIT_BAND_LEVEL
 #: Cases are shown in this order of verdicts (then in run order).
-#: A per-test TV bound in a test's note (each at its own level); the case card states one bound only.
-_TV_IN_NOTE = re.compile(r";? ?TV=[0-9.eE+-]+ <= [0-9.eE+-]+ \(confidence [^)]*\)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +40,7 @@ class TestRow:
     test: TestOutcome
     rejects: bool  # primary and Holm-adjusted p <= alpha
     decides: bool = False  # the test that made the case shifted
-    note: str = ""  # the test's summary without its own TV bound
+    note: str = ""  # the test's summary (its own TV bound, at its own level, is data in ``effect``: not repeated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +126,7 @@ def _engine_blocks(engines: dict[str, Any]) -> list[tuple[str, list[tuple[str, s
 
 def _test_rows(tests: Sequence[TestOutcome], alpha: float, deciding: TestOutcome | None) -> list[TestRow]:
     return [TestRow(test=t, rejects=bool(t.primary and t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha),
-                    decides=deciding is not None and t is deciding, note=_TV_IN_NOTE.sub("", t.summary))
+                    decides=deciding is not None and t is deciding, note=t.summary)
             for t in tests]
 
 

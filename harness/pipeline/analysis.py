@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shlex
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,8 +64,22 @@ from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ScoreRequest
 from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
+from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
+from speceq.verdicts.failures import FailureKind, HardFailure
+from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.reasons import (
+    TOP_K_ORACLE_NOTE,
+    UNBOUNDED_SUPPORT_NOTE,
+    TokenLabels,
+    baseline_outside_margin_note,
+    baseline_zero_probability_note,
+    failure_lines,
+    offset_readings,
+    sampling_time_estimate,
+    settings_rerun_command,
+)
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -90,10 +103,12 @@ _ORACLE_PRIMARY_TESTS = 6
 #: Sampling cases with an oracle needed before the row-score comparisons are also pooled over the run's cases.
 POOLED_MIN_CASES = 2
 #: The one-sample z diagnostics and the comparison each one is read against.
-_Z_DIAGNOSTICS = (("z argmax leak", stats.argmax_leak_z, "argmax comparison"),
-                  ("z temperature drift", stats.temperature_drift_z, "log-likelihood comparison"),
-                  ("z draft ratio", stats.draft_ratio_z, "draft ratio comparison"),
-                  ("z draft drift", stats.draft_drift_z, "draft log-ratio comparison"))
+_Z_DIAGNOSTICS = ((TestKind.Z_ARGMAX_LEAK, stats.argmax_leak_z, "argmax comparison"),
+                  (TestKind.Z_TEMPERATURE_DRIFT, stats.temperature_drift_z, "log-likelihood comparison"),
+                  (TestKind.Z_DRAFT_RATIO, stats.draft_ratio_z, "draft ratio comparison"),
+                  (TestKind.Z_DRAFT_DRIFT, stats.draft_drift_z, "draft log-ratio comparison"))
+#: The normal quantile of the z-tests' two-sided EFFECT_LEVEL interval.
+_Z_975 = 1.959963984540054
 
 
 def case_rng(seed: int, case_id: str, stream: int) -> np.random.Generator:
@@ -117,7 +132,7 @@ class OracleFindings:
     """Oracle tests of one case: the comparisons (primary), the one-sample diagnostics, their reading."""
 
     tests: tuple[TestOutcome, ...]
-    support_failures: tuple[str, ...]
+    support_failures: tuple[HardFailure, ...]
     histogram: tuple[int, ...]
     notes: tuple[str, ...] = ()
     z_paths: tuple[Any, ...] = ()
@@ -145,8 +160,41 @@ class CaseDetails:
     test_bins: tuple[Any, ...] = ()
 
 
-def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | None = None) -> TestOutcome:
+#: Level of the effects' two-sided confidence intervals (a chi-square's TV keeps its own one-sided level).
+EFFECT_LEVEL = 0.95
+
+
+def _effect(res: Any) -> Effect | None:
+    """The effect size of a test result with its confidence interval, or None (a uniformity statistic has none)."""
+    if isinstance(res, (stats.HomogeneityResult, stats.GoodnessOfFitResult)):
+        return Effect(name="TV", unit="total variation distance", estimate=float(res.tv), low=0.0,
+                      high=float(res.tv_upper_bound), level=1.0 - float(res.tv_alpha))
+    if isinstance(res, stats.ComparisonResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return Effect(name="row score difference", unit="candidate minus baseline row score (score units per row)",
+                      estimate=float(res.mean_difference), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.PooledComparisonResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return Effect(name="standardised row score difference", unit="mean over rms of the pair differences",
+                      estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.SupportComparisonResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return Effect(name="row rate difference", unit="candidate minus baseline share of rows holding a token of "
+                      "oracle probability 0", estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.ZTestResult):
+        half = None
+        if res.summed_variance is not None and res.summed_variance > 0 and res.n > 0:
+            half = float(_Z_975 * math.sqrt(res.summed_variance) / res.n)  # the martingale CLT's normal interval
+        return Effect(name="per-token excess", unit="mean of f minus its mean under the oracle (f's units per token)",
+                      estimate=float(res.effect), low=None if half is None else res.effect - half,
+                      high=None if half is None else res.effect + half, level=None if half is None else EFFECT_LEVEL)
+    return None
+
+
+def _outcome(name: str, family: str, primary: bool, res: Any, kind: TestKind) -> TestOutcome:
     stat = float(res.statistic)
+    effect = _effect(res)
+    summary = res.summary(effect=False) if effect is not None and effect.name == "TV" else res.summary()
     return TestOutcome(
         name=name,
         family=family,
@@ -155,7 +203,9 @@ def _outcome(name: str, family: str, primary: bool, res: Any, summary: str | Non
         pvalue=float(res.pvalue),
         dof=float(res.dof) if getattr(res, "dof", None) is not None else None,
         n=int(res.n) if getattr(res, "n", None) is not None else None,
-        summary=summary if summary is not None else res.summary(),
+        summary=summary,
+        kind=kind,
+        effect=effect,
     )
 
 
@@ -168,29 +218,6 @@ def _tokens_per_s(batch: SampleBatch) -> float | None:
     if not batch.wall_time_s:
         return None
     return float(batch.lengths.sum()) / batch.wall_time_s
-
-
-class _Tok:
-    """Token labels for display: ByteTokenizer for the bundled vocabulary, ids otherwise."""
-
-    def __init__(self, vocab_size: int) -> None:
-        from speceq.models import VOCAB_SIZE, ByteTokenizer
-
-        self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
-
-    def _bytes(self, ids: Sequence[int]) -> bool:
-        # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
-        return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
-
-    def token(self, t: int) -> str:
-        if t == stats.END:
-            return "<END>"
-        if t < 0:
-            return "<ended>"
-        return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
-
-    def text(self, ids: Sequence[int]) -> str:
-        return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
 
 
 def score_requests(cases: Sequence[Case], baseline: Mapping[str, SampleBatch],
@@ -228,7 +255,7 @@ def pooled_tests(differences: Sequence[Mapping[str, np.ndarray]]) -> tuple[TestO
         if len(parts) < POOLED_MIN_CASES:
             continue
         res = stats.pooled_comparison(parts, name=f"pooled {k} comparison")
-        out.append(_outcome(res.name, "pooled oracle comparison", True, res))
+        out.append(_outcome(res.name, "pooled oracle comparison", True, res, TestKind.POOLED_COMPARISON))
     return tuple(out)
 
 
@@ -245,7 +272,7 @@ def planned_primary_tests(case: Case, *, oracle: bool) -> int:
 
 def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode: bool, alpha: float,
                 mc_level: float, rng: np.random.Generator,
-                tok: _Tok) -> tuple[list[TestOutcome], list[PositionComparison], list[Any]]:
+                tok: TokenLabels) -> tuple[list[TestOutcome], list[PositionComparison], list[Any]]:
     """Per-position chi-square tests (all prompts), joint and length tests; TV of the case prompt.
 
     Also the largest bins of every primary test with raw p <= alpha (one that may decide the
@@ -272,7 +299,7 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
             labels, ca, cb = stats.paired_counts(sa, sb)
             res = chi2(ca, cb, tv_alpha=tv_alpha)
             primary = t == 0 or not oracle_mode
-            tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res),
+            tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res, TestKind.CHI2_POSITION),
                                              prompt=j, position=t))
             if primary and res.pvalue <= alpha:
                 bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
@@ -283,20 +310,20 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
     if L >= 2:
         labels, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
         res = chi2(ca, cb)
-        tests.append(_outcome("chi2 joint first 2", "two-sample", True, res))
+        tests.append(_outcome("chi2 joint first 2", "two-sample", True, res, TestKind.CHI2_JOINT))
         if res.pvalue <= alpha:
             pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
             bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
     if not case.params.ignore_eos and L >= 2:
         labels, ca, cb = stats.paired_counts(la, lb)
         res = chi2(ca, cb)
-        tests.append(_outcome("chi2 length", "sequence", True, res))
+        tests.append(_outcome("chi2 length", "sequence", True, res, TestKind.CHI2_LENGTH))
         if res.pvalue <= alpha:
             bins.append(chi2_bins("chi2 length", [f"{int(x)} tokens" for x in labels], ca, cb))
     return tests, per_position, bins
 
 
-def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
+def _top_tokens(per_position: Sequence[PositionComparison], tok: TokenLabels,
                 first_probs: np.ndarray | None) -> tuple[TokenFrequency, ...]:
     out = []
     for pc in per_position:
@@ -314,35 +341,39 @@ def _top_tokens(per_position: Sequence[PositionComparison], tok: _Tok,
     return tuple(out)
 
 
-def _impossible_tokens(case: Case, batch: SampleBatch, scores: stats.TokenScores, tok: _Tok) -> list[str]:
-    """Up to 5 descriptions of tokens of probability 0 under the oracle, with their prefixes."""
+def _prefix(case: Case, batch: SampleBatch, row: int, position: int) -> tuple[int, ...]:
+    """The prompt's ids then the row's tokens before ``position``: what the token at ``position`` followed."""
+    return tuple(int(i) for i in (*case.prompts[int(batch.prompt_index[row])], *batch.row_tokens(row)[:position]))
+
+
+def _impossible_tokens(case: Case, batch: SampleBatch, scores: stats.TokenScores,
+                       tok: TokenLabels) -> list[HardFailure]:
+    """Up to 5 tokens of probability 0 under the oracle, with their prefixes."""
     sup = stats.support_violations(scores)
     out = []
     for idx in sup.indices[:5]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
-        pj = int(batch.prompt_index[r])
-        prefix = tok.text(list(case.prompts[pj]) + batch.row_tokens(r)[:t])
-        out.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} has probability 0 "
-                   f"under the processed target after {prefix[-40:]!r}")
+        out.append(HardFailure(kind=FailureKind.ZERO_PROBABILITY, prompt=int(batch.prompt_index[r]), position=t,
+                               token=int(scores.token[idx]), prefix=_prefix(case, batch, r, t),
+                               vocab_size=tok.vocab_size, row=r))
     return out
 
 
-def _describe_outside(case: Case, batch: SampleBatch, scores: stats.TokenScores, mask: np.ndarray, tok: _Tok,
-                      limit: int) -> list[str]:
+def _outside(case: Case, batch: SampleBatch, scores: stats.TokenScores, mask: np.ndarray, tok: TokenLabels,
+             limit: int, margin_nats: float) -> list[HardFailure]:
     out = []
     for idx in np.flatnonzero(mask)[:limit]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
-        pj = int(batch.prompt_index[r])
-        prefix = tok.text(list(case.prompts[pj]) + batch.row_tokens(r)[:t])
-        margin = float(np.asarray(scores.exclusion_margin)[idx])
-        far = "no finite logit error admits it" if math.isinf(margin) else f"its exclusion margin {margin:.3g} nats"
-        out.append(f"row {r} (prompt {pj}) position {t}: token {tok.token(int(scores.token[idx]))} after "
-                   f"{prefix[-40:]!r} ({far})")
+        out.append(HardFailure(kind=FailureKind.OUTSIDE_MARGIN, prompt=int(batch.prompt_index[r]), position=t,
+                               token=int(scores.token[idx]), prefix=_prefix(case, batch, r, t),
+                               vocab_size=tok.vocab_size, row=r,
+                               margin_nats=float(np.asarray(scores.exclusion_margin)[idx]), threshold_nats=margin_nats))
     return out
 
 
 def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
-                            scores: stats.TokenScores, tok: _Tok, margin_nats: float) -> tuple[list[str], list[str]]:
+                            scores: stats.TokenScores, tok: TokenLabels,
+                            margin_nats: float) -> tuple[list[HardFailure], list[str]]:
     """(hard failures, notes) of the one-sided support check with a numerics margin.
 
     A candidate token is a hard failure when every law whose raw logits are within
@@ -358,26 +389,19 @@ def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.To
         return [], []
     cand_out = stats.outside_margin(scores, margin_nats)
     base_out = stats.outside_margin(base_scores, margin_nats)
-    rule = (f"every law whose logits are within {margin_nats:g} nats of the oracle's excludes it"
-            if margin_nats > 0 else "the oracle (taken as exact: --support-margin-nats 0) gives it probability 0")
     if cand_out is None or base_out is None:
         if np.any(np.asarray(scores.prob) <= 0):
-            return [], ["the oracle cannot bound the processed support of the laws near its own (only top-K "
-                        "log-probabilities): tokens outside its support are judged by the support comparison alone"]
+            return [], [UNBOUNDED_SUPPORT_NOTE]
         return [], []
     if base_out.any():
-        eg = _describe_outside(case, base, base_scores, base_out, tok, 1)[0]
-        return [], [f"the baseline emits {int(base_out.sum())} token(s) outside the processed support by more than the "
-                    f"numerics margin ({rule}), e.g. {eg}: the engines' logits are further from the oracle's than "
-                    f"--support-margin-nats {margin_nats:g} (or the baseline is not correct); no support hard "
-                    "failure, the support comparison decides"]
+        eg = _outside(case, base, base_scores, base_out, tok, 1, margin_nats)[0]
+        return [], [baseline_outside_margin_note(int(base_out.sum()), eg)]
     if not cand_out.any():
         return [], []
-    rows = int(np.unique(np.asarray(scores.row)[cand_out]).size)
-    shown = _describe_outside(case, cand, scores, cand_out, tok, 5)
-    lead = (f"{rows} candidate row(s) hold a token outside the processed target's support beyond the numerics margin "
-            f"({rule}; the baseline's {base.rows} rows none)")
-    return [f"{lead}: {shown[0]}", *shown[1:]], []
+    shown = _outside(case, cand, scores, cand_out, tok, 5, margin_nats)
+    shown[0] = dataclasses.replace(shown[0], rows_flagged=int(np.unique(np.asarray(scores.row)[cand_out]).size),
+                                   baseline_rows=base.rows)
+    return shown, []
 
 
 def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
@@ -387,33 +411,12 @@ def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.Toke
     The check is the same at every look and needs no level: under the margin a correct engine
     never emits such a token, so looking often cannot raise its false-alarm rate.
     """
-    failures, _ = robust_support_failures(case, base, base_scores, cand, scores, _Tok(vocab_size), margin_nats)
-    return tuple(failures)
-
-
-def offset_reading(test: str, baseline: stats.ZTestResult, candidate: stats.ZTestResult,
-                   comparison: TestOutcome | None, alpha: float) -> str | None:
-    """One sentence reading a one-sample z diagnostic of both engines against their comparison (None: nothing to say).
-
-    Said when either engine departs from the oracle at ``alpha``: a departure both share is the
-    oracle's or the numerics', not the speculation's; only the comparison can say the latter.
-    """
-    if min(baseline.pvalue, candidate.pvalue) > alpha:
-        return None
-    zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
-    cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
-    if comparison is not None and comparison.pvalue <= alpha:
-        return (f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the comparison "
-                f"of the two engines rejects ({cmp_p}): the speculation, not the oracle")
-    if baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
-        return (f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
-                f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
-    return (f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not reject "
-            f"({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
+    failures, _ = robust_support_failures(case, base, base_scores, cand, scores, TokenLabels(vocab_size), margin_nats)
+    return failure_lines(failures)
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
-                  tok: _Tok, first_probs: np.ndarray | None, *, alpha: float, mc_level: float,
+                  tok: TokenLabels, first_probs: np.ndarray | None, *, alpha: float, mc_level: float,
                   support_margin_nats: float) -> OracleFindings:
     """Both engines scored by the same oracle: the comparisons (primary), then the one-sample diagnostics."""
     params = case.params
@@ -421,49 +424,48 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
     scores = oracle.score(case.prompts, cand, params)
     found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index),
                                         rng=rng, level=mc_level)
-    tests = [_outcome(t.name, "oracle comparison", True, t) for t in found.tests]
+    tests = [_outcome(t.name, "oracle comparison", True, t, TestKind(t.name)) for t in found.tests]
     sup = found.support
-    tests.append(_outcome("support comparison", "oracle comparison", True, sup))
+    tests.append(_outcome("support comparison", "oracle comparison", True, sup, TestKind.SUPPORT_COMPARISON))
     failures, notes = robust_support_failures(case, base, base_scores, cand, scores, tok, support_margin_nats)
     if not failures and sup.baseline_clean and sup.candidate_flagged and sup.pvalue <= mc_level:
         # impossible tokens only in the candidate, significantly more than chance at the first Holm step
-        lead = (f"{sup.candidate_flagged} of {sup.candidate_rows} candidate rows hold a token the processed target "
-                f"gives probability 0, the baseline's {sup.baseline_rows} rows none (exact p = {sup.pvalue:.2g})")
-        failures = [f"{lead}; {d}" for d in _impossible_tokens(case, cand, scores, tok)[:1]]
-        failures += _impossible_tokens(case, cand, scores, tok)[1:]
+        failures = _impossible_tokens(case, cand, scores, tok)
+        if failures:
+            failures[0] = dataclasses.replace(failures[0], rows_flagged=sup.candidate_flagged,
+                                              rows_total=sup.candidate_rows, baseline_rows=sup.baseline_rows,
+                                              pvalue=float(sup.pvalue))
     pit_u = stats.randomized_pit(scores, rng)
     pit = stats.pit_uniformity(pit_u)
     base_pit = stats.pit_uniformity(stats.randomized_pit(base_scores, rng)).anderson_darling
     tests += [
-        _outcome("PIT Anderson-Darling", "oracle", False, pit.anderson_darling),
-        _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks),
-        _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises),
-        _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2),
-        _outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit),
+        _outcome("PIT Anderson-Darling", "oracle", False, pit.anderson_darling, TestKind.PIT_UNIFORMITY),
+        _outcome("PIT Kolmogorov-Smirnov", "oracle", False, pit.ks, TestKind.PIT_UNIFORMITY),
+        _outcome("PIT Cramér-von Mises", "oracle", False, pit.cramervonmises, TestKind.PIT_UNIFORMITY),
+        _outcome("PIT histogram chi2", "oracle", False, pit.histogram_chi2, TestKind.PIT_UNIFORMITY),
+        _outcome("baseline vs oracle PIT Anderson-Darling", "oracle", False, base_pit, TestKind.PIT_UNIFORMITY),
     ]
     by_name = {t.name: t for t in tests}
-    for name, fn, comparison in _Z_DIAGNOSTICS:
+    pairs = []  # (baseline, candidate, their comparison) per z diagnostic, read together in words below
+    for kind, fn, comparison in _Z_DIAGNOSTICS:
         try:
             zc, zb = fn(scores), fn(base_scores)
         except ValueError:  # the oracle lacks the fields (top-K law, no draft): the test is not run
             continue
-        tests += [_outcome(name, "oracle", False, zc), _outcome(f"baseline {name}", "oracle", False, zb)]
-        reading = offset_reading(name, zb, zc, by_name.get(comparison), alpha)
-        if reading:
-            notes.append(reading)
+        name = kind.value
+        pair = (_outcome(f"baseline {name}", "oracle", False, zb, kind), _outcome(name, "oracle", False, zc, kind))
+        tests += [pair[1], pair[0]]
+        pairs.append((*pair, by_name.get(comparison)))
+    notes += offset_readings(pairs, alpha)
     if first_probs is not None:  # None: the oracle does not know the whole first-token law
         first = (scores.position == 0) & (np.asarray(cand.prompt_index)[scores.row] == 0)
         counts = np.bincount(scores.token[first], minlength=first_probs.size)
         # a diagnostic: its Monte Carlo p-value is sized to alpha, not to the Holm level of the primary tests
         gof = stats.chisquare_gof(counts, first_probs / first_probs.sum(), rng=rng, mc_level=alpha)
-        tests.append(_outcome("chi2 GOF first token", "oracle", False, gof))
+        tests.append(_outcome("chi2 GOF first token", "oracle", False, gof, TestKind.CHI2_FIRST_TOKEN_GOF))
     base_sup = stats.support_violations(base_scores)
     if base_sup.failed:
-        count = f"{base_sup.statistic} token{'s' if base_sup.statistic != 1 else ''}"
-        notes.append(f"the baseline too emits tokens of probability 0 under the oracle ({count}, e.g. "
-                     f"{_impossible_tokens(case, base, base_scores, tok)[0]}): the oracle's processed law is not the "
-                     "engines' at its support's edge (e.g. bf16 rounding at a top-p boundary); the support comparison "
-                     "decides whether the candidate has more of them")
+        notes.append(baseline_zero_probability_note(base_sup.statistic, _impossible_tokens(case, base, base_scores, tok)[0]))
     bins = ()
     if sup.pvalue <= alpha:  # the support comparison may decide: its counts are its picture
         bins = (TestBins(test="support comparison", labels=("rows with a token of oracle probability 0",
@@ -495,11 +497,11 @@ def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) 
 
 
 def _teacher_forced(case: Case, cand: SampleBatch, rows: np.ndarray, diverged_at: np.ndarray, oracle: Oracle,
-                    tok: _Tok, near_tie_nats: float) -> tuple[int, list[str]]:
+                    tok: TokenLabels, near_tie_nats: float) -> tuple[int, list[HardFailure]]:
     """Score the diverging candidate rows through the oracle: after the divergence, every token must be the
     target's argmax or a near-tie.
 
-    Returns (rows off the argmax path, descriptions of up to MAX_DIVERGENCES of them). A row
+    Returns (rows off the argmax path, up to MAX_DIVERGENCES of their tokens off it). A row
     that left the baseline's at a near-tie continues on its own prefix, where the baseline's
     row no longer says anything; the oracle still does. Tokens up to the divergence are the
     baseline's too (the divergence itself is classified by its margin).
@@ -511,20 +513,18 @@ def _teacher_forced(case: Case, cand: SampleBatch, rows: np.ndarray, diverged_at
     after = np.asarray(scores.position) > diverged_at[np.asarray(scores.row)]
     off = after & ~np.asarray(scores.is_argmax) & (np.asarray(scores.raw_top2_margin) > near_tie_nats)
     bad_rows = np.unique(np.asarray(scores.row)[off])
-    msgs = []
+    found = []
     for idx in np.flatnonzero(off)[:MAX_DIVERGENCES]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
-        pj = int(sub.prompt_index[r])
-        prefix = tok.text(list(case.prompts[pj]) + sub.row_tokens(r)[:t])
-        msgs.append(f"greedy row {int(rows[r])} of prompt {pj}, teacher-forced through the oracle after it left the "
-                    f"baseline's row, emits {tok.token(int(scores.token[idx]))} at position {t}, not the target's argmax, "
-                    f"where the top-2 margin is {float(scores.raw_top2_margin[idx]):.3g} nats (> {near_tie_nats:g}) "
-                    f"after {prefix[-30:]!r}")
-    return int(bad_rows.size), msgs
+        found.append(HardFailure(kind=FailureKind.OFF_ARGMAX, prompt=int(sub.prompt_index[r]), position=t,
+                                 token=int(scores.token[idx]), prefix=_prefix(case, sub, r, t),
+                                 vocab_size=tok.vocab_size, row=int(rows[r]),
+                                 margin_nats=float(scores.raw_top2_margin[idx]), threshold_nats=near_tie_nats))
+    return int(bad_rows.size), found
 
 
-def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: _Tok, *, alpha: float,
-            near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[str, ...]]:
+def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: TokenLabels, *, alpha: float,
+            near_tie_nats: float) -> tuple[GreedyEvidence, GreedySummary, tuple[HardFailure, ...]]:
     """Row comparison over every prompt; every divergence classified; mismatches as hard failures.
 
     With an oracle every diverging candidate row is also teacher-forced (:func:`_teacher_forced`):
@@ -533,19 +533,19 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
     rows = [(*_rows_of(base, j), *_rows_of(cand, j)) for j in range(len(case.prompts))]
     cmp = compare_greedy_rows(rows, case.prompts, None if oracle is None else oracle.raw_top2_margin, near_tie_nats)
     mismatches = [d for d in cmp.divergences if d.classification == "mismatch"]
-    failures = [f"greedy rows of prompt {d.prompt_index} differ at position {d.divergence.position} where the target's "
-                f"top-2 margin is {d.margin:.3g} nats (> {near_tie_nats:g}): {tok.token(d.divergence.baseline_token)} vs "
-                f"{tok.token(d.divergence.candidate_token)} after "
-                f"{tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-30:]!r} ({d.rows} rows)"
+    failures = [HardFailure(kind=FailureKind.GREEDY_MISMATCH, prompt=d.prompt_index, position=d.divergence.position,
+                            token=d.divergence.candidate_token, baseline_token=d.divergence.baseline_token,
+                            prefix=(*map(int, case.prompts[d.prompt_index]), *d.divergence.prefix),
+                            vocab_size=tok.vocab_size, margin_nats=d.margin, threshold_nats=near_tie_nats, rows=d.rows)
                 for d in mismatches[:MAX_DIVERGENCES]]
     if len(mismatches) > MAX_DIVERGENCES:
-        failures.append(f"... {len(mismatches)} distinct mismatches in all")
+        failures[0] = dataclasses.replace(failures[0], total=len(mismatches))
     forced, off_path = 0, 0
     if oracle is not None:
         diverging, diverged_at = _diverging_candidate_rows(case, base, cand)
         forced = int(diverging.size)
-        off_path, msgs = _teacher_forced(case, cand, diverging, diverged_at, oracle, tok, near_tie_nats)
-        failures += msgs
+        off_path, off = _teacher_forced(case, cand, diverging, diverged_at, oracle, tok, near_tie_nats)
+        failures += off
     n_case = max(1, cmp.case_rows)
     evidence = GreedyEvidence(
         rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, mismatches=cmp.rows_classified("mismatch"),
@@ -558,7 +558,8 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
     shown = tuple(
         GreedyDivergence(prompt_index=d.prompt_index, position=d.divergence.position,
                          baseline_token=d.divergence.baseline_token, candidate_token=d.divergence.candidate_token,
-                         margin=d.margin, classification=d.classification,
+                         margin=d.margin, classification=d.classification, rows=d.rows,
+                         prefix_ids=(*map(int, case.prompts[d.prompt_index]), *d.divergence.prefix),
                          prefix_text=tok.text(list(case.prompts[d.prompt_index]) + list(d.divergence.prefix))[-60:])
         for d in cmp.divergences[:MAX_DIVERGENCES]
     )
@@ -568,7 +569,7 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
     return evidence, summary, tuple(failures)
 
 
-def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tuple[SampleText, ...]:
+def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: TokenLabels) -> tuple[SampleText, ...]:
     out = []
     for role, batch in (("baseline", base), ("candidate", cand)):
         rows = np.flatnonzero(np.asarray(batch.prompt_index) == 0)[:SAMPLE_TEXTS]
@@ -579,7 +580,7 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: _Tok) -> tup
 
 
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
-                  seed: int, tok: _Tok, mc_level: float, near_tie_nats: float,
+                  seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float,
                   support_margin_nats: float) -> tuple[CaseEvidence, CaseDetails, Mapping[str, np.ndarray] | None]:
     """One case's evidence, what its result shows, and its pair differences per row score (None: no oracle scores)."""
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
@@ -600,7 +601,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     tests, per_position, test_bins = _two_sample(case, base, cand, oracle_mode=oracle is not None, alpha=alpha,
                                                  mc_level=mc_level, rng=rng, tok=tok)
     details = _replace(details, test_bins=tuple(test_bins))
-    failures: tuple[str, ...] = ()
+    failures: tuple[HardFailure, ...] = ()
     notes: list[str] = []
     first_probs = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
@@ -611,10 +612,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         if oracle.knows_full_law(case.params):
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
         else:
-            notes.append("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
-                         "'log-likelihood comparison' and 'z temperature drift' (need log p over the whole law) and "
-                         "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
-                         "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
+            notes.append(TOP_K_ORACLE_NOTE)
         found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
                               alpha=alpha, mc_level=mc_level, support_margin_nats=support_margin_nats)
         tests += found.tests
@@ -649,50 +647,6 @@ def _replace(details: CaseDetails, **changes: Any) -> CaseDetails:
     return dataclasses.replace(details, **changes)
 
 
-def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Case) -> str:
-    """The ``speceq run`` command that reruns with ``samples`` per engine, from the run's settings.
-
-    Stored samples are reused (same ``--out``), so only the missing ones are drawn. A case
-    with its own ``samples`` in a cases file needs that entry raised instead; the command
-    then says so.
-    """
-    args = ["speceq", "run"]
-    if settings.get("cases_file"):
-        args += ["--cases", str(settings["cases_file"])]
-    for role in ("baseline", "candidate"):
-        if role in settings:
-            args += [f"--{role}", str(settings[role])]
-        for k, v in dict(settings.get(f"{role}_options") or {}).items():
-            args += [f"--{role}-option", f"{k}={v}"]
-    if settings.get("oracle") is False:
-        args.append("--no-oracle")
-    else:
-        if settings.get("oracle_model"):
-            args += ["--oracle-model", str(settings["oracle_model"])]
-        draft = settings.get("oracle_draft", "auto")
-        if draft != "auto":
-            args += ["--oracle-draft", "none" if draft is None else str(draft)]
-        if not settings.get("oracle_share_prefix", True):
-            args.append("--no-oracle-share-prefix")
-        if settings.get("oracle_server"):
-            args += ["--oracle-server", str(settings["oracle_server"])]
-            top = settings.get("oracle_top_logprobs")
-            args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
-        if settings.get("oracle_dtype", "float32") != "float32":
-            args += ["--oracle-dtype", str(settings["oracle_dtype"])]
-        if settings.get("certificate", "tv") != "tv":
-            args += ["--certificate", str(settings["certificate"])]
-    args += ["--samples", str(samples)]
-    for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
-                      ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
-        if settings.get(key) is not None:
-            args += [flag, f"{settings[key]:g}" if isinstance(settings[key], float) else str(settings[key])]
-    command = shlex.join(args)
-    if case.samples:
-        command += f"  # and set samples = {samples} for case {case.case_id!r} in the cases file"
-    return command
-
-
 def analyse_run(
     cases: Sequence[Case],
     baseline: Mapping[str, SampleBatch],
@@ -721,7 +675,7 @@ def analyse_run(
     the first Holm step of a case test (alpha / planned primary tests, or the cases' weighted share
     when pooled tests are planned: :func:`speceq.verdicts.decide.first_step_levels`).
     """
-    tok = _Tok(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
+    tok = TokenLabels(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
     planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
     mc_level = first_step_levels(alpha, planned, planned_pooled_tests(cases, oracle=oracle is not None))[0]
     evidence: list[CaseEvidence] = []
@@ -752,28 +706,15 @@ def analyse_run(
     )
 
 
-def sampling_time_estimate(case: Case, required_n: int, n_now: int, x: CaseDetails) -> str | None:
-    """How long drawing ``required_n`` samples per engine would take at this run's measured sampling
-    speed (both engines; the oracle's scoring not included), or None when the speeds are unknown."""
-    if required_n <= n_now or n_now <= 0 or not x.baseline_tokens_per_s or not x.candidate_tokens_per_s:
-        return None
-    rows_now = n_now * len(case.prompts)
-    tokens_per_row = x.candidate_tokens / rows_now
-    extra_rows = (required_n - n_now) * len(case.prompts)
-    seconds = extra_rows * tokens_per_row * (1.0 / x.baseline_tokens_per_s + 1.0 / x.candidate_tokens_per_s)
-    shown = f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
-        else f"{seconds:.0f} s"
-    return (f"at this run's sampling speed ({x.baseline_tokens_per_s:.0f} and {x.candidate_tokens_per_s:.0f} "
-            f"tokens/s), {required_n} samples per engine need about {shown} more sampling (the oracle's "
-            f"scoring not included)")
-
-
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
                  settings: Mapping[str, Any]) -> CaseResult:
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
     rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
     if d.required_n is not None:
-        estimate = sampling_time_estimate(case, d.required_n, ev.n_candidate, x)
+        estimate = sampling_time_estimate(d.required_n, ev.n_candidate, prompts=len(case.prompts),
+                                          candidate_tokens=x.candidate_tokens,
+                                          baseline_tokens_per_s=x.baseline_tokens_per_s,
+                                          candidate_tokens_per_s=x.candidate_tokens_per_s)
         if estimate is not None:
             x = _replace(x, notes=(*x.notes, estimate))
     return CaseResult(
@@ -783,5 +724,5 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
-        samples=x.samples, hard_failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
+        samples=x.samples, hard_failures=failure_lines(ev.hard_failures), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
     )

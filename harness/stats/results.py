@@ -60,6 +60,23 @@ class ConfidenceInterval(_Result):
         return f"[{self.low:.4g}, {self.high:.4g}] ({self.level:.0%})"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Effect(_Result):
+    """An effect size as data: what is measured (``name``, in ``unit``), its estimate and a confidence interval.
+
+    low / high: the interval's ends at ``level`` (None when the test gives none; a one-sided bound
+    has the open end at the quantity's limit, e.g. 0 for a TV). Faces pick their words from these
+    fields; nothing reads an effect back from a summary.
+    """
+
+    name: str
+    unit: str
+    estimate: float
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None
+
+
 class _Test(_Result):
     """Mixin of single tests: ``statistic, pvalue = result`` (as scipy's result objects)."""
 
@@ -100,12 +117,13 @@ class HomogeneityResult(_Test):
         """One-sided upper confidence bound on TV at ``level`` (McDiarmid + Jensen bias)."""
         return ConfidenceInterval(low=0.0, high=tv_upper_bound_two_sample(self.tv, self.n_a, self.n_b, 1.0 - level), level=level)
 
-    def summary(self) -> str:
+    def summary(self, *, effect: bool = True) -> str:
+        """One line; ``effect=False`` leaves out the TV and its bound (for a caller that carries them as data)."""
         mc = f", {self.mc_samples} MC tables" if self.method == "monte-carlo" else ""
+        tv = f"TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); " if effect else ""
         return (
             f"chi2 homogeneity X2={self.statistic:.4g}, dof={self.dof}, p={_fmt_p(self.pvalue)} "
-            f"({self.method}{mc}; {self.n_bins} bins, {self.merged_labels} merged); "
-            f"TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); n={self.n_a}+{self.n_b}"
+            f"({self.method}{mc}; {self.n_bins} bins, {self.merged_labels} merged); {tv}n={self.n_a}+{self.n_b}"
         )
 
 
@@ -136,12 +154,14 @@ class GoodnessOfFitResult(_Test):
         """One-sided upper confidence bound on TV(p_hat law, p) at ``level``."""
         return ConfidenceInterval(low=0.0, high=tv_upper_bound_oracle(self.tv, self.n, 1.0 - level), level=level)
 
-    def summary(self) -> str:
+    def summary(self, *, effect: bool = True) -> str:
+        """One line; ``effect=False`` leaves out the TV and its bound (for a caller that carries them as data)."""
         sv = f", {self.support_violations} outside the support" if self.support_violations else ""
         mc = f", {self.mc_samples} MC tables" if self.method == "monte-carlo" else ""
+        tv = f"TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); " if effect else ""
         return (
             f"chi2 goodness of fit X2={self.statistic:.4g}, dof={self.dof}, p={_fmt_p(self.pvalue)} "
-            f"({self.method}{mc}; {self.n_bins} bins{sv}); TV={self.tv:.4f} <= {self.tv_upper_bound:.4f} (confidence 1-{self.tv_alpha:.2g}); n={self.n}"
+            f"({self.method}{mc}; {self.n_bins} bins{sv}); {tv}n={self.n}"
         )
 
 

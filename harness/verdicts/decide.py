@@ -44,6 +44,8 @@ from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.pit_law import required_n_pit_law
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
 from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
+from speceq.verdicts.failures import HardFailure
+from speceq.verdicts.reasons import effect_bound, failure_lines
 from speceq.verdicts.result import TestOutcome
 from speceq.verdicts.verdict import Verdict
 
@@ -108,6 +110,10 @@ def _case_iv(case: CaseEvidence) -> None:
         v = getattr(case, name)
         if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):
             raise ValueError(f"{where}: `{name}` must be None or a TV distance in [0, 1], got {v!r}")
+    for f in case.hard_failures:
+        if not isinstance(f, HardFailure):
+            raise TypeError(f"{where}: `hard_failures` must hold HardFailure records (with token ids), got "
+                            f"{type(f).__name__}")
     for t in case.tests:
         if not isinstance(t, TestOutcome):
             raise TypeError(f"{where}: `tests` must hold TestOutcome objects, got {type(t).__name__}")
@@ -226,12 +232,14 @@ def _decide_case(
 ) -> CaseDecision:
     common = dict(case_id=case.case_id, tests=tests, tv_estimate=case.tv_estimate, tv_upper_bound=case.tv_upper_bound)
     if case.hard_failures:
-        more = f" (+{len(case.hard_failures) - 1} more)" if len(case.hard_failures) > 1 else ""
-        return CaseDecision(verdict="shifted", reason=f"hard failure: {case.hard_failures[0]}{more}", **common)
+        lines = failure_lines(case.hard_failures)
+        more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+        return CaseDecision(verdict="shifted", reason=f"hard failure: {lines[0]}{more}", **common)
     primary = [t for t in tests if t.primary]
     best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
-        detail = f": {best.summary}" if best.summary else f" (statistic {best.statistic:.4g})"
+        detail = f": {'; '.join(x for x in (best.summary, effect_bound(best)) if x)}" if best.summary \
+            else f" (statistic {best.statistic:.4g})"
         return CaseDecision(
             verdict="shifted",
             reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}",

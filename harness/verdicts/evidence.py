@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.result import TestOutcome
 
 #: What an ``equivalent`` sampling verdict certifies, said in every such verdict's reason.
@@ -78,9 +79,10 @@ class CaseEvidence:
     computed: the case can then not be ``equivalent``). effective_support: an UPPER estimate
     of the effective number of bins k_eff = (sum sqrt p)^2 of the case's widest position, used
     by the sample-size formulas. n_baseline / n_candidate: samples of the case's prompt.
-    hard_failures: descriptions of events impossible under H0 (candidate rows with tokens of
-    oracle probability 0 where the baseline has none, significant at the first Holm step; a
-    greedy mismatch). greedy: the row comparison of a temperature-0 case (None for sampling
+    hard_failures: records of events impossible under H0, with their token ids (candidate rows
+    with tokens of oracle probability 0 where the baseline has none, significant at the first
+    Holm step; tokens outside the support margin; a greedy mismatch; a teacher-forced greedy row
+    off the target's argmax), worded by :func:`speceq.verdicts.reasons.failure_lines`. greedy: the row comparison of a temperature-0 case (None for sampling
     cases). bound_alpha: level at which
     ``tv_upper_bound`` was computed when it is not ``alpha`` (e.g. alpha / L for a bound that
     holds over L positions at once); the certification size uses it. pit_law_upper_bound: the
@@ -96,7 +98,7 @@ class CaseEvidence:
     effective_support: float
     n_baseline: int
     n_candidate: int
-    hard_failures: tuple[str, ...] = ()
+    hard_failures: tuple[HardFailure, ...] = ()
     greedy: GreedyEvidence | None = None
     bound_alpha: float | None = None
     pit_law_upper_bound: float | None = None

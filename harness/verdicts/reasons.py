@@ -5,26 +5,104 @@ summary and the HTML report.
   smallest Holm-adjusted p-value, as :mod:`speceq.verdicts.decide` picks it), or None when a
   hard failure or a greedy mismatch decided it.
 - :func:`decided_by`: one short line naming it, its adjusted p and its effect.
+- :func:`effect` / :func:`effect_bound`: a test's effect in words, from its ``kind`` and ``effect`` fields.
 - :func:`meaning`: one sentence on what the deciding test says about the candidate engine.
 - :func:`skipped_tests`: primary tests that did not run, and how to enable them.
+- :class:`TokenLabels` / :func:`failure_lines`: token ids as text, and the hard-failure records in words.
 """
 
 from __future__ import annotations
 
-import re
+import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from speceq.verdicts.failures import FailureKind, HardFailure
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 
 #: Said wherever a fixed-size rerun with more samples is advised.
 SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spend up to k x alpha; "
                "--sequential stays valid however often it looks")
 
-_TV = re.compile(r"\bTV=([0-9.eE+-]+)")
-_MEAN_F = re.compile(r"mean f (\S+) vs expected (\S+?)[ (;]")
-_ROW_DIFF = re.compile(r"\(difference ([0-9.eE+-]+);")
+class TokenLabels:
+    """Token ids as display text: the bundled byte vocabulary decoded, ids of any other vocabulary as numbers."""
+
+    def __init__(self, vocab_size: int) -> None:
+        from speceq.models import VOCAB_SIZE, ByteTokenizer
+
+        self.vocab_size = vocab_size
+        self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
+
+    def _bytes(self, ids: Sequence[int]) -> bool:
+        # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
+        return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
+
+    def token(self, t: int) -> str:
+        """One token: its text, ``<END>`` (the end symbol of the position tests), ``<ended>`` (a row that ended)."""
+        from speceq.stats.counts import END
+
+        if t == END:
+            return "<END>"
+        if t < 0:
+            return "<ended>"
+        return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
+
+    def text(self, ids: Sequence[int]) -> str:
+        """A run of tokens: decoded bytes, or the ids separated by spaces."""
+        return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
+
+
+def _where(f: HardFailure) -> str:
+    return f"row {f.row} (prompt {f.prompt}) position {f.position}"
+
+
+def failure_line(f: HardFailure) -> str:
+    """One hard failure in words, without its group's counts (see :func:`failure_lines`)."""
+    labels = TokenLabels(f.vocab_size)
+    after = labels.text(f.prefix)
+    if f.kind is FailureKind.ZERO_PROBABILITY:
+        return (f"{_where(f)}: token {labels.token(f.token)} has probability 0 under the processed target "
+                f"after {after[-40:]!r}")
+    if f.kind is FailureKind.OUTSIDE_MARGIN:
+        far = ("no finite logit error admits it" if f.margin_nats is None or math.isinf(f.margin_nats)
+               else f"its exclusion margin {f.margin_nats:.3g} nats")
+        return f"{_where(f)}: token {labels.token(f.token)} after {after[-40:]!r} ({far})"
+    if f.kind is FailureKind.GREEDY_MISMATCH:
+        return (f"greedy rows of prompt {f.prompt} differ at position {f.position} where the target's top-2 margin is "
+                f"{f.margin_nats:.3g} nats (> {f.threshold_nats:g}): {labels.token(f.baseline_token)} vs "
+                f"{labels.token(f.token)} after {after[-30:]!r} ({f.rows} rows)")
+    return (f"greedy row {f.row} of prompt {f.prompt}, teacher-forced through the oracle after it left the "
+            f"baseline's row, emits {labels.token(f.token)} at position {f.position}, not the target's argmax, "
+            f"where the top-2 margin is {f.margin_nats:.3g} nats (> {f.threshold_nats:g}) after {after[-30:]!r}")
+
+
+def support_rule(margin_nats: float) -> str:
+    """What puts a token outside the processed support at a support margin (nats; 0: the oracle taken as exact)."""
+    return (f"every law whose logits are within {margin_nats:g} nats of the oracle's excludes it" if margin_nats > 0
+            else "the oracle (taken as exact: --support-margin-nats 0) gives it probability 0")
+
+
+def failure_lines(failures: Sequence[HardFailure]) -> tuple[str, ...]:
+    """The hard failures of a case in words, one line each; the first of a group leads with its counts."""
+    out: list[str] = []
+    for i, f in enumerate(failures):
+        line = failure_line(f)
+        if f.kind is FailureKind.ZERO_PROBABILITY and f.rows_flagged is not None:
+            line = (f"{f.rows_flagged} of {f.rows_total} candidate rows hold a token the processed target gives "
+                    f"probability 0, the baseline's {f.baseline_rows} rows none (exact p = {f.pvalue:.2g}); {line}")
+        elif f.kind is FailureKind.OUTSIDE_MARGIN and f.rows_flagged is not None:
+            line = (f"{f.rows_flagged} candidate row(s) hold a token outside the processed target's support beyond "
+                    f"the numerics margin ({support_rule(f.threshold_nats or 0.0)}; the baseline's {f.baseline_rows} "
+                    f"rows none): {line}")
+        out.append(line)
+        last_mismatch = f.kind is FailureKind.GREEDY_MISMATCH and (
+            i + 1 == len(failures) or failures[i + 1].kind is not FailureKind.GREEDY_MISMATCH)
+        first = next((g for g in failures if g.kind is FailureKind.GREEDY_MISMATCH), None)
+        if last_mismatch and first is not None and first.total is not None:
+            out.append(f"... {first.total} distinct mismatches in all")
+    return tuple(out)
 
 
 def deciding_test(case: CaseResult, alpha: float) -> TestOutcome | None:
@@ -39,22 +117,35 @@ def _fmt_p(p: float | None) -> str:
     return "0 (underflow)" if p == 0 else f"{p:.2g}"
 
 
+def test_kind(test: TestOutcome) -> TestKind | None:
+    """The test's kind; for a result written before kinds were stored, the kind whose value is exactly its name."""
+    if test.kind is not None:
+        return test.kind
+    return next((k for k in TestKind if k.value == test.name), None)
+
+
 def effect(test: TestOutcome) -> str:
-    """The test's effect in its own units, from its stored summary: TV for chi-square tests, the
-    mean row-score difference for comparisons, per-token excess of f for z-tests, the statistic otherwise."""
-    d = _ROW_DIFF.search(test.summary)
-    if test.name.endswith(" comparison") and d:
-        return f"Z={test.statistic:+.3g}, candidate minus baseline row score {float(d.group(1)):+.3g}"
-    m = _MEAN_F.search(test.summary + " ")
-    if test.name.startswith("z ") and m:
-        try:
-            return f"Z={test.statistic:+.3g}, per-token excess {float(m.group(1)) - float(m.group(2)):+.3g}"
-        except ValueError:
-            pass
-    tv = _TV.search(test.summary)
-    if tv and test.name.startswith("chi2"):
-        return f"TV={tv.group(1)}"
+    """The test's effect in its own units, from its ``kind`` and ``effect`` fields: TV for chi-square tests,
+    the mean row-score difference for row-score comparisons, the per-token excess of f for z-tests, the
+    statistic otherwise (and for results written before effects were stored)."""
+    kind, e = test_kind(test), test.effect
+    if kind is not None and e is not None:
+        if kind.is_row_comparison:
+            return f"Z={test.statistic:+.3g}, candidate minus baseline row score {e.estimate:+.3g}"
+        if kind.is_z_test:
+            return f"Z={test.statistic:+.3g}, per-token excess {e.estimate:+.3g}"
+        if kind.is_chi2:
+            return f"TV={e.estimate:.4f}"
     return f"statistic {test.statistic:.4g}"
+
+
+def effect_bound(test: TestOutcome) -> str:
+    """The test's TV with its own upper bound and level (``"TV=0.0415 <= 0.0754 (confidence 1-0.001)"``), or ''
+    when its effect is not a bounded TV."""
+    e = test.effect
+    if e is None or e.name != "TV" or e.high is None or e.level is None:
+        return ""
+    return f"TV={e.estimate:.4f} <= {e.high:.4f} (confidence 1-{1.0 - e.level:.2g})"
 
 
 def decided_by(case: CaseResult, alpha: float) -> str:
@@ -82,50 +173,167 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     if test is None:
         return f"{case.reason}."
     up = test.statistic > 0
-    name = test.name
+    kind = test_kind(test)
     same = "than the baseline's do, both scored by the same oracle"
-    if name in ("draft ratio comparison", "draft log-ratio comparison"):
+    if kind in (TestKind.DRAFT_RATIO_COMPARISON, TestKind.DRAFT_LOG_RATIO_COMPARISON):
         return (f"{engine}'s tokens are ones its draft model favours {'more' if up else 'less'} often {same}: its output "
                 f"leans {'toward' if up else 'away from'} the draft, the signature of a wrong accept/resample rule.")
-    if name == "argmax comparison":
+    if kind is TestKind.ARGMAX_COMPARISON:
         return (f"{engine} emits the target's most likely token {'more' if up else 'less'} often than the baseline does: "
                 f"{'some draws behave greedily' if up else 'probability moved off the top token'}.")
-    if name == "log-likelihood comparison":
+    if kind is TestKind.LOG_LIKELIHOOD_COMPARISON:
         return (f"{engine}'s tokens are {'likelier' if up else 'less likely'} under the target {same}: its distribution "
                 f"is {'sharper (a lower temperature or extra truncation)' if up else 'flatter (a higher temperature or missing truncation)'} "
                 "than the baseline's.")
-    if name == "PIT comparison":
+    if kind is TestKind.PIT_COMPARISON:
         return (f"{engine}'s tokens sit {'lower' if up else 'higher'} in the target's ranking {same}: mass moved toward the "
                 f"target's {'unlikely' if up else 'likely'} tokens.")
-    if name == "support comparison":
+    if kind is TestKind.SUPPORT_COMPARISON:
         return (f"{engine} emits tokens the processed target gives probability 0 (outside its top-k/top-p) in more rows "
                 "than the baseline: a correct speculative sampler never does that more often than plain sampling.")
-    if name == "z draft drift":
+    if kind is TestKind.Z_DRAFT_DRIFT:
         return (f"{engine} emits the tokens its draft model favours {'more' if up else 'less'} often than the target "
                 f"allows: its output leans {'toward' if up else 'away from'} the draft, the signature of a wrong "
                 "accept/resample rule.")
-    if name == "z argmax leak":
+    if kind is TestKind.Z_ARGMAX_LEAK:
         return (f"{engine} emits the target's most likely token {'more' if up else 'less'} often than the target's "
                 f"probability allows: {'some draws behave greedily' if up else 'probability moved off the top token'}.")
-    if name == "z temperature drift":
+    if kind is TestKind.Z_TEMPERATURE_DRIFT:
         return (f"{engine}'s tokens are {'likelier' if up else 'less likely'} under the target than sampling from it "
                 f"gives: its distribution is {'sharper (a lower temperature or extra truncation)' if up else 'flatter (a higher temperature or missing truncation)'} "
                 "than the target's.")
-    if name.startswith("PIT"):
+    if kind is TestKind.PIT_UNIFORMITY:
         return (f"{engine}'s tokens do not fall where the target's probabilities put them: mass moved between the "
                 "target's likely and unlikely tokens.")
-    if name == "chi2 GOF first token":
+    if kind is TestKind.CHI2_FIRST_TOKEN_GOF:
         return f"{engine}'s first token does not follow the target's exact next-token probabilities."
-    if name == "chi2 length":
+    if kind is TestKind.CHI2_LENGTH:
         return f"{engine}'s outputs stop (EOS) at different lengths than the baseline's."
-    if name.startswith("chi2 joint"):
+    if kind is TestKind.CHI2_JOINT:
         return (f"{engine} produces the pairs of first two tokens at different rates than the baseline: the law of the "
                 "sequence changed, not only of one token.")
     if test.position is not None:
         prompt = f" of prompt {test.prompt}" if test.prompt is not None else ""
         return (f"At generated position {test.position}{prompt}, {engine} picks tokens at different rates than the "
                 "baseline (the bars show which tokens moved).")
-    return f"{name} rejects: {engine} does not sample the baseline's distribution."
+    return f"{test.name} rejects: {engine} does not sample the baseline's distribution."
+
+
+def offset_readings(pairs: Sequence[tuple[TestOutcome, TestOutcome, TestOutcome | None]], alpha: float) -> list[str]:
+    """One sentence per one-sample z diagnostic worth reading: (baseline's test, candidate's test, their comparison).
+
+    Said when either engine departs from the oracle at ``alpha``: a departure both share is the
+    oracle's or the numerics', not the speculation's; only the comparison can say the latter.
+    """
+    out = []
+    for baseline, candidate, comparison in pairs:
+        if min(baseline.pvalue, candidate.pvalue) > alpha:
+            continue
+        test = candidate.name
+        zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
+        cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
+        if comparison is not None and comparison.pvalue <= alpha:
+            out.append(f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the "
+                       f"comparison of the two engines rejects ({cmp_p}): the speculation, not the oracle")
+        elif baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
+            out.append(f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
+                       f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
+        else:
+            out.append(f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not "
+                       f"reject ({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
+    return out
+
+
+#: Said of a case whose oracle knows only the top-K of each law.
+TOP_K_ORACLE_NOTE = ("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
+                     "'log-likelihood comparison' and 'z temperature drift' (need log p over the whole law) and "
+                     "'chi2 GOF first token' (needs the whole first-token law) are not run, and the PIT is "
+                     "coarsened (top-K tokens plus one tail cell; still exactly uniform under H0)")
+#: Said when the candidate has tokens outside the oracle's support but the oracle cannot bound the support near it.
+UNBOUNDED_SUPPORT_NOTE = ("the oracle cannot bound the processed support of the laws near its own (only top-K "
+                          "log-probabilities): tokens outside its support are judged by the support comparison alone")
+
+
+def baseline_outside_margin_note(count: int, example: HardFailure) -> str:
+    """Why no support hard failure is called: the baseline too emits ``count`` tokens outside the margin (``example``)."""
+    margin = example.threshold_nats or 0.0
+    return (f"the baseline emits {count} token(s) outside the processed support by more than the "
+            f"numerics margin ({support_rule(margin)}), e.g. {failure_line(example)}: the engines' logits are further "
+            f"from the oracle's than --support-margin-nats {margin:g} (or the baseline is not correct); no "
+            "support hard failure, the support comparison decides")
+
+
+def baseline_zero_probability_note(count: int, example: HardFailure) -> str:
+    """The baseline too emits ``count`` tokens of oracle probability 0 (``example``): the oracle's law is off at its edge."""
+    tokens = f"{count} token{'s' if count != 1 else ''}"
+    return (f"the baseline too emits tokens of probability 0 under the oracle ({tokens}, e.g. "
+            f"{failure_line(example)}): the oracle's processed law is not the engines' at its support's edge (e.g. bf16 "
+            "rounding at a top-p boundary); the support comparison decides whether the candidate has more of them")
+
+
+def sampling_time_estimate(required_n: int, n_now: int, *, prompts: int, candidate_tokens: int,
+                           baseline_tokens_per_s: float | None, candidate_tokens_per_s: float | None) -> str | None:
+    """How long drawing ``required_n`` samples per engine would take at a run's measured sampling speed
+    (tokens/s of both engines; the oracle's scoring not included), or None when the speeds are unknown.
+
+    n_now: samples per engine so far; prompts: prompts of the case's batch (rows = samples x prompts);
+    candidate_tokens: tokens the candidate generated so far (the tokens per row it measures).
+    """
+    if required_n <= n_now or n_now <= 0 or not baseline_tokens_per_s or not candidate_tokens_per_s:
+        return None
+    rows_now = n_now * prompts
+    tokens_per_row = candidate_tokens / rows_now
+    extra_rows = (required_n - n_now) * prompts
+    seconds = extra_rows * tokens_per_row * (1.0 / baseline_tokens_per_s + 1.0 / candidate_tokens_per_s)
+    shown = f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
+        else f"{seconds:.0f} s"
+    return (f"at this run's sampling speed ({baseline_tokens_per_s:.0f} and {candidate_tokens_per_s:.0f} "
+            f"tokens/s), {required_n} samples per engine need about {shown} more sampling (the oracle's "
+            f"scoring not included)")
+
+
+def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any) -> str:
+    """The ``speceq run`` command that reruns with ``samples`` per engine, from the run's settings.
+
+    Stored samples are reused (same ``--out``), so only the missing ones are drawn. A case
+    with its own ``samples`` in a cases file needs that entry raised instead; the command
+    then says so. ``case``: anything with the case's ``case_id`` and ``samples`` (a :class:`speceq.inputs.cases.Case`).
+    """
+    args = ["speceq", "run"]
+    if settings.get("cases_file"):
+        args += ["--cases", str(settings["cases_file"])]
+    for role in ("baseline", "candidate"):
+        if role in settings:
+            args += [f"--{role}", str(settings[role])]
+        for k, v in dict(settings.get(f"{role}_options") or {}).items():
+            args += [f"--{role}-option", f"{k}={v}"]
+    if settings.get("oracle") is False:
+        args.append("--no-oracle")
+    else:
+        if settings.get("oracle_model"):
+            args += ["--oracle-model", str(settings["oracle_model"])]
+        draft = settings.get("oracle_draft", "auto")
+        if draft != "auto":
+            args += ["--oracle-draft", "none" if draft is None else str(draft)]
+        if not settings.get("oracle_share_prefix", True):
+            args.append("--no-oracle-share-prefix")
+        if settings.get("oracle_server"):
+            args += ["--oracle-server", str(settings["oracle_server"])]
+            top = settings.get("oracle_top_logprobs")
+            args += ["--oracle-top-logprobs", "all" if top is None else str(top)]
+        if settings.get("oracle_dtype", "float32") != "float32":
+            args += ["--oracle-dtype", str(settings["oracle_dtype"])]
+        if settings.get("certificate", "tv") != "tv":
+            args += ["--certificate", str(settings["certificate"])]
+    args += ["--samples", str(samples)]
+    for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
+                      ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
+        if settings.get(key) is not None:
+            args += [flag, f"{settings[key]:g}" if isinstance(settings[key], float) else str(settings[key])]
+    command = shlex.join(args)
+    if case.samples:
+        command += f"  # and set samples = {samples} for case {case.case_id!r} in the cases file"
+    return command
 
 
 def samples_needed(case: CaseResult) -> str:

@@ -13,6 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from speceq.stats.results import Effect
+from speceq.verdicts.failures import HardFailure
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
 
 #: The ``case_id`` of the run-level pooled tests in :meth:`RunResult.to_dataframe` (no case has it: ids are
@@ -32,6 +35,9 @@ class TestOutcome:
     qvalue: Benjamini-Hochberg q-value over every test of the run (diagnostic).
     prompt / position: for a test of one generated position (``chi2 prompt j position t``),
     which prompt of the batch and which position, so that faces never parse the name back.
+    kind: what test it is (None in results written before kinds were stored). effect: its effect
+    size with a confidence interval, in its own units (None when the test has none, or in older results);
+    faces word the effect from these fields, never from ``summary``.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -48,6 +54,15 @@ class TestOutcome:
     summary: str = ""
     prompt: int | None = None
     position: int | None = None
+    kind: TestKind | None = None
+    effect: Effect | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TestOutcome:
+        """The outcome of ``to_dict`` / ``result.json`` (older files without ``kind`` or ``effect`` read as None)."""
+        kind, effect = d.get("kind"), d.get("effect")
+        return cls(**{**d, "kind": None if kind is None else TestKind(kind),
+                      "effect": None if effect is None else Effect(**effect)})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +83,8 @@ class GreedyDivergence:
 
     margin: the target's top-1 minus top-2 log-probability at that prefix (nats).
     classification: ``"near-tie"`` when margin <= the near-tie threshold, else ``"mismatch"``.
+    rows: row pairs sharing this first divergence; prefix_ids: the prompt's ids then the tokens
+    both rows share before ``position`` (empty in older results); prefix_text: its last characters decoded.
     """
 
     prompt_index: int
@@ -77,6 +94,8 @@ class GreedyDivergence:
     margin: float | None
     classification: str
     prefix_text: str = ""
+    rows: int = 0
+    prefix_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,7 +185,8 @@ class CaseResult:
     pit_histogram: tuple[int, ...] = ()
     greedy: GreedySummary | None = None
     samples: tuple[SampleText, ...] = ()
-    hard_failures: tuple[str, ...] = ()
+    hard_failures: tuple[str, ...] = ()  # the failures below in words (speceq.verdicts.reasons.failure_lines)
+    failures: tuple[HardFailure, ...] = ()  # what happened, with token ids (empty in older results)
     notes: tuple[str, ...] = ()
     z_paths: tuple[ZPath, ...] = ()
     test_bins: tuple[TestBins, ...] = ()
@@ -214,7 +234,7 @@ class RunResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
-        pooled = tuple(TestOutcome(**t) for t in d.get("pooled_tests", ()))
+        pooled = tuple(TestOutcome.from_dict(t) for t in d.get("pooled_tests", ()))
         return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ())), "pooled_tests": pooled})
 
     @classmethod
@@ -259,16 +279,18 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
     g = d.get("greedy")
     greedy = None
     if g is not None:
-        greedy = GreedySummary(**{**g, "divergences": tuple(GreedyDivergence(**x) for x in g["divergences"])})
+        greedy = GreedySummary(**{**g, "divergences": tuple(
+            GreedyDivergence(**{**x, "prefix_ids": tuple(x.get("prefix_ids", ()))}) for x in g["divergences"])})
     return CaseResult(
         **{
             **d,
-            "tests": tuple(TestOutcome(**t) for t in d.get("tests", ())),
+            "tests": tuple(TestOutcome.from_dict(t) for t in d.get("tests", ())),
             "top_tokens": tuple(TokenFrequency(**t) for t in d.get("top_tokens", ())),
             "pit_histogram": tuple(d.get("pit_histogram", ())),
             "greedy": greedy,
             "samples": tuple(SampleText(**{**s, "token_ids": tuple(s.get("token_ids", ()))}) for s in d.get("samples", ())),
             "hard_failures": tuple(d.get("hard_failures", ())),
+            "failures": tuple(HardFailure.from_dict(f) for f in d.get("failures", ())),
             "notes": tuple(d.get("notes", ())),
             "z_paths": tuple(ZPath(**{k: tuple(v) if isinstance(v, list) else v for k, v in z.items()})
                              for z in d.get("z_paths", ())),

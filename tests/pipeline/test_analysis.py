@@ -168,6 +168,17 @@ def test_zero_probability_tokens_only_in_the_candidate_are_a_hard_failure_naming
     assert cr.verdict == "shifted" and cr.reason.startswith("hard failure")
     assert "30 of 500 candidate rows" in cr.hard_failures[0] and "none" in cr.hard_failures[0]
     assert "row 3" in cr.hard_failures[0] and "position 2" in cr.hard_failures[0]
+    # the same failures as records with token ids, worded once by speceq.verdicts.reasons
+    from speceq.verdicts.failures import FailureKind
+    from speceq.verdicts.reasons import failure_lines
+
+    first = cr.failures[0]
+    assert first.kind is FailureKind.ZERO_PROBABILITY and (first.row, first.prompt, first.position, first.token) == (3, 0, 2, 5)
+    assert first.prefix == (100, 101, *cand.tokens[3, :2].tolist()) and first.vocab_size == VOCAB
+    assert (first.rows_flagged, first.rows_total, first.baseline_rows) == (30, 500, 500)
+    assert len(cr.failures) == 5 and [f.row for f in cr.failures] == [3, 4, 5, 6, 7]
+    assert failure_lines(cr.failures) == cr.hard_failures
+    assert RunResult.from_json(r.to_json()).cases[0].failures == cr.failures
     (bins,) = [b for b in cr.test_bins if b.test == "support comparison"]  # the report's picture of it
     assert bins.candidate_counts == (30, 470) and bins.baseline_counts == (0, 500)
     one = sample(p, 1, 500, 4, 2)
@@ -240,6 +251,13 @@ def test_greedy_rows_after_a_near_tie_are_teacher_forced() -> None:
     assert "teacher-forced through the oracle" in ok.reason
     bad = run([c], {"g": base}, {"g": wanders}, oracle=oracle).cases[0]
     assert bad.verdict == "shifted" and "teacher-forced" in bad.hard_failures[0] and "position 3" in bad.hard_failures[0]
+    (off,) = bad.failures
+    assert (off.kind.value, off.row, off.prompt, off.position, off.token) == ("off argmax", 199, 0, 3, 61)
+    assert off.prefix == (100, 101, 65, 70, top) and off.margin_nats == 5.0
+    (divergence,) = bad.greedy.divergences
+    assert divergence.prefix_ids == (100, 101, 65) and divergence.rows == 1
+    assert (divergence.baseline_token, divergence.candidate_token, divergence.position) == (66, 70, 1)
+    assert RunResult.from_json(run([c], {"g": base}, {"g": wanders}, oracle=oracle).to_json()).cases[0] == bad
 
 
 def test_result_round_trips_through_json() -> None:
@@ -251,6 +269,49 @@ def test_result_round_trips_through_json() -> None:
     assert RunResult.from_json(r.to_json()) == r
     df = r.to_dataframe()
     assert set(df["case_id"]) == {"json"} and df["pvalue"].between(0, 1).all()
+
+
+def test_every_test_carries_its_kind_and_effect_and_they_round_trip_through_result_json() -> None:
+    import json
+
+    from speceq.verdicts.kinds import TestKind
+
+    p = law(0)
+    cases = [case("a", companions=((5, 6),)), case("b")]
+    r = run(cases, {"a": sample(p, 2, 500, 4, 1), "b": sample(p, 1, 500, 4, 3)},
+            {"a": sample(law(0, shift=0.05), 2, 500, 4, 2), "b": sample(p, 1, 500, 4, 4)}, oracle=ExactOracle(p))
+    tests = [t for c in r.cases for t in c.tests] + list(r.pooled_tests)
+    assert r.pooled_tests and all(isinstance(t.kind, TestKind) for t in tests)
+    by_kind = {t.kind for t in tests}
+    assert {TestKind.CHI2_POSITION, TestKind.CHI2_JOINT, TestKind.ARGMAX_COMPARISON, TestKind.SUPPORT_COMPARISON,
+            TestKind.POOLED_COMPARISON, TestKind.PIT_UNIFORMITY, TestKind.Z_ARGMAX_LEAK} <= by_kind
+    for t in tests:
+        if t.kind is TestKind.PIT_UNIFORMITY:
+            assert t.effect is None  # a uniformity statistic is no effect size
+            continue
+        e = t.effect
+        assert e is not None and e.name and e.unit, t.name
+        if e.low is not None:
+            assert e.low <= e.estimate <= e.high and 0 < e.level < 1, t.name
+        if t.kind.is_chi2:  # the TV of the test's own counts, with its bound at its own level
+            assert e.name == "TV" and e.low == 0.0 and 0 <= e.estimate <= e.high <= 1 and "TV=" not in t.summary
+    shifted = next(t for t in r.cases[0].tests if t.name == "chi2 prompt 0 position 0")
+    assert shifted.effect.estimate > 0.02  # 5 % of the mass moved to one token
+    data = json.loads(r.to_json())
+    stored = data["cases"][0]["tests"][0]
+    assert stored["kind"] == "chi2 position" and set(stored["effect"]) == {"name", "unit", "estimate", "low", "high", "level"}
+    back = RunResult.from_json(r.to_json())
+    assert back == r
+    assert [(t.kind, t.effect) for c in back.cases for t in c.tests] == [(t.kind, t.effect) for c in r.cases for t in c.tests]
+    assert all(type(t.kind) is TestKind for c in back.cases for t in c.tests)
+
+
+def test_a_result_json_written_before_kinds_and_effects_still_reads() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "reports" / "data" / "result-reference-equivalent.json").read_text()
+    old = RunResult.from_json(text)
+    assert old.cases and all(t.kind is None and t.effect is None for c in old.cases for t in c.tests)
 
 
 def first_token_batch(counts: list[int], tokens: list[int]) -> SampleBatch:

@@ -47,18 +47,15 @@ def test_pit_law_needs_the_oracle_and_a_fixed_size_run(kwargs: dict, message: st
 
 
 def test_an_inconclusive_case_says_how_long_its_required_samples_would_take() -> None:
-    from speceq.pipeline.analysis import CaseDetails, sampling_time_estimate
+    from speceq.verdicts.reasons import sampling_time_estimate
 
-    case = Case(case_id="c", prompt_ids=(1, 2), companions=((3,),))  # 2 prompts: rows = 2 x samples
-    details = CaseDetails(samples=(), candidate_tokens=2000, acceptance_rate=None, baseline_tokens_per_s=100.0,
-                          candidate_tokens_per_s=25.0)
-    # 1000 rows now, 2 tokens each; 4000 more rows x 2 tokens x (1/100 + 1/25) s = 400 s
-    text = sampling_time_estimate(case, 2500, 500, details)
+    speeds = dict(prompts=2, candidate_tokens=2000, baseline_tokens_per_s=100.0, candidate_tokens_per_s=25.0)
+    # 2 prompts: rows = 2 x samples; 1000 rows now, 2 tokens each; 4000 more rows x 2 tokens x (1/100 + 1/25) s = 400 s
+    text = sampling_time_estimate(2500, 500, **speeds)
     assert text is not None and "2500 samples per engine need about 7 min more sampling" in text
-    assert sampling_time_estimate(case, 400, 500, details) is None  # enough already
-    no_speed = CaseDetails(samples=(), candidate_tokens=1, acceptance_rate=None, baseline_tokens_per_s=None,
-                           candidate_tokens_per_s=None)
-    assert sampling_time_estimate(case, 2500, 500, no_speed) is None
+    assert sampling_time_estimate(400, 500, **speeds) is None  # enough already
+    no_speed = {**speeds, "baseline_tokens_per_s": None, "candidate_tokens_per_s": None}
+    assert sampling_time_estimate(2500, 500, **no_speed) is None
 
 
 def test_the_estimate_is_in_the_notes_of_an_inconclusive_run(tmp_path: Path) -> None:

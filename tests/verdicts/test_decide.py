@@ -18,7 +18,12 @@ from speceq.verdicts.decide import (
     decide_run_pooled,
     run_verdict,
 )
+from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.result import TestOutcome as Outcome  # aliased: pytest would try to collect "Test*"
+
+#: A greedy mismatch record: rows of prompt 0 differ at position 2, where the target's top-2 margin is 2.3 nats.
+_MISMATCH = HardFailure(kind=FailureKind.GREEDY_MISMATCH, prompt=0, position=2, token=70, baseline_token=71,
+                        prefix=(104, 105, 32, 33), vocab_size=259, margin_nats=2.3, threshold_nats=1e-3, rows=4)
 
 
 def _test(name: str, p: float, primary: bool = True) -> Outcome:
@@ -26,7 +31,7 @@ def _test(name: str, p: float, primary: bool = True) -> Outcome:
 
 
 def _case(case_id: str, pvalues: list[float], *, diagnostics: tuple[float, ...] = (), upper: float | None = 0.01,
-          k: float = 10.0, n: int = 1000, hard: tuple[str, ...] = (), greedy: GreedyEvidence | None = None
+          k: float = 10.0, n: int = 1000, hard: tuple[HardFailure, ...] = (), greedy: GreedyEvidence | None = None
           ) -> CaseEvidence:
     tests = tuple(_test(f"{case_id} t{i}", p) for i, p in enumerate(pvalues))
     tests += tuple(_test(f"{case_id} d{i}", p, primary=False) for i, p in enumerate(diagnostics))
@@ -111,7 +116,7 @@ def test_greedy_cases_are_decided_here() -> None:
         _case("equal", [], upper=0.16, greedy=_greedy()),
         _case("ties", [], upper=0.16, greedy=_greedy(rows_equal=37, near_ties=3, rows_teacher_forced=3)),
         _case("unexplained", [], upper=0.16, greedy=_greedy(rows_equal=38, unexplained=2)),
-        _case("mismatch", [], upper=0.16, greedy=_greedy(rows_equal=39, mismatches=1), hard=("greedy rows differ",)),
+        _case("mismatch", [], upper=0.16, greedy=_greedy(rows_equal=39, mismatches=1), hard=(_MISMATCH,)),
     ]
     d = decide_run(cases, alpha=0.01, tolerance=0.2)
     assert [x.verdict for x in d] == ["equivalent", "equivalent", "inconclusive", "shifted"]
@@ -142,8 +147,12 @@ def test_equivalent_says_what_it_certifies() -> None:
 
 
 def test_hard_failure_is_shifted_whatever_the_p_values() -> None:
-    (d,) = decide_run([_case("a", [0.9], hard=("token 7 at row 3 has p = 0", "another"))], alpha=0.01, tolerance=0.05)
-    assert d.verdict == "shifted" and d.reason == "hard failure: token 7 at row 3 has p = 0 (+1 more)"
+    zero = HardFailure(kind=FailureKind.ZERO_PROBABILITY, prompt=0, position=1, token=7, prefix=(104, 105),
+                       vocab_size=259, row=3)
+    (d,) = decide_run([_case("a", [0.9], hard=(zero, _MISMATCH))], alpha=0.01, tolerance=0.05)
+    assert d.verdict == "shifted" and d.reason == (
+        "hard failure: row 3 (prompt 0) position 1: token 0x07 has probability 0 under the processed target after "
+        "'hi' (+1 more)")
 
 
 def test_run_verdict() -> None:
