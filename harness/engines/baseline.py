@@ -132,7 +132,9 @@ class BaselineEngine:
         history = (token_history(prompts, [[] for _ in prompts], self.vocab_size, self.device)
                    if params.uses_history else None)  # [active, vocab]: each row's prompt and tokens so far
         for t in range(L):
-            probs = self.process(logits, params, history)  # [active, vocab]
+            # a subclass that overrides process(logits, params) keeps working for cases without a penalty
+            probs = (self.process(logits, params) if history is None
+                     else self.process(logits, params, history))  # [active, vocab]
             tok = sample_from_probs(probs, gen)  # [active]
             if history is not None:
                 history = TokenHistory(history.prompt_mask,
