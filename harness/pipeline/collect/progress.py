@@ -38,6 +38,8 @@ class Progress(Protocol):
     def __exit__(self, *exc: Any) -> None: ...
     def started(self, chunk: ChunkLike) -> None: ...
     def finished(self, chunk: ChunkLike) -> None: ...
+    def reused(self, chunk: ChunkLike) -> None: ...
+    def settle(self, case_id: str) -> None: ...
 
 
 def _group(chunk: ChunkLike) -> tuple[str, str]:
@@ -59,11 +61,17 @@ class NoProgress:
     def finished(self, chunk: ChunkLike) -> None:
         return None
 
+    def reused(self, chunk: ChunkLike) -> None:
+        return None
+
+    def settle(self, case_id: str) -> None:
+        return None
+
 
 class BarProgress:
     """The rich progress bar over every chunk of the run (terminals only)."""
 
-    def __init__(self, total: int, done: int, console: Any) -> None:
+    def __init__(self, chunks: Sequence[ChunkLike], done: Sequence[ChunkLike], console: Any) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -76,7 +84,10 @@ class BarProgress:
         self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
                                  transient=True)
-        self._task = self._bar.add_task("collecting", total=total, completed=done)
+        self._total = len(chunks)
+        self._task = self._bar.add_task("collecting", total=self._total, completed=len(done))
+        self._open = Counter(c.case.case_id for c in chunks)  # case id -> expected chunks not yet collected
+        self._open.subtract(c.case.case_id for c in done)
 
     def __enter__(self) -> BarProgress:
         self._bar.__enter__()
@@ -89,7 +100,15 @@ class BarProgress:
         self._bar.update(self._task, description=chunk.label())
 
     def finished(self, chunk: ChunkLike) -> None:
+        self._open[chunk.case.case_id] -= 1
         self._bar.advance(self._task)
+
+    def reused(self, chunk: ChunkLike) -> None:
+        self.finished(chunk)
+
+    def settle(self, case_id: str) -> None:
+        self._total -= max(0, self._open.pop(case_id, 0))
+        self._bar.update(self._task, total=self._total)
 
 
 class LineProgress:
@@ -140,6 +159,17 @@ class LineProgress:
                 self._print(f"{role} · {case_id}: {self._done[group]}/{self._total[group]} chunks "
                             f"({100 * share:.0f} %), {now - self._t0:.0f} s")
 
+    def reused(self, chunk: ChunkLike) -> None:
+        """A chunk found in the store: counted as done, no line."""
+        with self._lock:
+            self._done[_group(chunk)] += 1
+
+    def settle(self, case_id: str) -> None:
+        """A case is decided before its last expected chunk: its groups count only what was collected."""
+        with self._lock:
+            for group in [g for g in self._total if g[1] == case_id]:
+                self._total[group] = self._done[group]
+
     def beat(self) -> None:
         """Print a "still sampling" line when nothing was printed for :data:`LINE_INTERVAL_S`."""
         with self._lock:
@@ -162,5 +192,5 @@ def make_progress(enabled: bool, chunks: Sequence[ChunkLike], done: Sequence[Chu
 
     console = Console(stderr=True)
     if console.is_terminal:
-        return BarProgress(len(chunks), len(done), console)
+        return BarProgress(chunks, done, console)
     return LineProgress(chunks, done, sys.stderr)
