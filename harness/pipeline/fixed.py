@@ -67,7 +67,8 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
                                threads=config.threads, engines=engines, specs=specs, pending=pending)
 
     collector = ChunkCollector(SampleStore(config.out_dir), engines, executor, expected=chunks,
-                               resume=config.resume, progress=config.progress, out_dir=config.out_dir)
+                               resume=config.resume, progress=config.progress, out_dir=config.out_dir,
+                               chunk_timeout=config.chunk_timeout)
     with collector:
         (config.out_dir / RESULT_FILE).unlink(missing_ok=True)  # never leave a stale result beside new samples
         batches = collector.gather(chunks)

@@ -12,8 +12,9 @@ collector
   this process only;
 - shows progress (a bar on a terminal, plain lines in a log: :mod:`speceq.pipeline.collect.progress`)
   over the chunks the run expects;
-- turns the first Ctrl-C into "stop after the chunks being sampled are stored" (a second
-  Ctrl-C stops at once) and raises :class:`~speceq.pipeline.stopping.RunInterrupted` saying how
+- stops the run with an engine error when a chunk takes longer than the run's chunk timeout;
+- turns the first Ctrl-C into "stop after the chunks being sampled are stored" (waiting at most
+  :data:`~speceq.core.defaults.STOP_GRACE_S` for them; a second Ctrl-C stops at once) and raises :class:`~speceq.pipeline.stopping.RunInterrupted` saying how
   much is stored and how to resume.
 
 A failure stops the run and keeps every chunk stored before it.
@@ -40,10 +41,13 @@ class ChunkCollector:
     fresh choice). ``expected``: every chunk the run may collect (what progress counts against;
     a sequential run's cases may stop before their last slice, see :meth:`settle`).
     ``resume`` False discards the store's chunks on entry. ``out_dir``: named in the resume hint.
+    ``chunk_timeout``: seconds one chunk may take (None: no limit; past it, an
+    :class:`~speceq.errors.EngineError` naming engine, case and slice, stored chunks kept).
     """
 
     def __init__(self, store: SampleStore, engines: Mapping[str, Engine], executor: Callable[[int], Executor], *,
-                 expected: Sequence[Any], resume: bool, progress: bool, out_dir: Path) -> None:
+                 expected: Sequence[Any], resume: bool, progress: bool, out_dir: Path,
+                 chunk_timeout: float | None = None) -> None:
         self.store = store
         self.engines = engines
         self._executor = executor
@@ -51,6 +55,7 @@ class ChunkCollector:
         self._resume = resume
         self._show = progress
         self._out_dir = out_dir
+        self._timeout = chunk_timeout
         self.reused = self.sampled = self.requested = 0
         self._description: str | None = None
         self._progress: Progress | None = None
@@ -109,7 +114,7 @@ class ChunkCollector:
 
             before = self.sampled
             try:
-                executor.run(missing, progress.started, store_chunk, stop)
+                executor.run(missing, progress.started, store_chunk, stop, timeout_s=self._timeout)
             except KeyboardInterrupt:
                 raise self._interrupted() from None
             if stop.requested and self.sampled - before < len(missing):

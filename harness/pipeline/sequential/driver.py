@@ -144,7 +144,8 @@ class SequentialLoop:
         collector = ChunkCollector(SampleStore(config.out_dir / STORE_SUBDIR), prepared.engines,
                                    lambda pending: prepared.session.executor(pending=pending),
                                    expected=expected_slices(config, cases, prepared.described, names),
-                                   resume=config.resume, progress=config.progress, out_dir=config.out_dir)
+                                   resume=config.resume, progress=config.progress, out_dir=config.out_dir,
+                                   chunk_timeout=config.chunk_timeout)
         slices = _Slices(prepared, collector)
         with collector:
             progress = _run_cases(prepared, slices, names, level)
