@@ -118,3 +118,21 @@ def test_a_sequential_run_shows_progress_in_a_log(tmp_path: Path, capsys: pytest
         line = next(x for x in err.splitlines() if x.startswith(f"speceq: case {cid!r}: "))
         for role in ROLES:  # rows counted against the case's last look
             assert re.search(rf"{role} \d+/{look_totals(300)[-1]} rows", line), line
+
+
+def test_ctrl_c_during_a_sequential_look_stops_at_once_with_the_resume_hint(
+        tmp_path: Path, sigint_default: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import speceq.pipeline.sequential.driver as driver
+
+    real = driver.evaluate_case
+
+    def interrupted(*args, **kwargs):  # the user presses Ctrl-C while the first look is evaluated
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "evaluate_case", interrupted)
+    with pytest.raises(RunInterrupted, match="4 of 4 chunks are stored") as e:
+        run(config(tmp_path, sequential=True), cases(), engines={r: FakeEngine() for r in ROLES})
+    assert "resume" in e.value.message

@@ -11,11 +11,12 @@ collector
   returned batch with :func:`~speceq.engines.base.validate_batch` and stores it atomically, in
   this process only;
 - shows progress (a bar on a terminal, plain lines in a log: :mod:`speceq.pipeline.collect.progress`)
-  over the chunks the run expects;
+  over the rows the run expects;
 - stops the run with an engine error when a chunk takes longer than the run's chunk timeout;
-- turns the first Ctrl-C into "stop after the chunks being sampled are stored" (waiting at most
-  :data:`~speceq.core.defaults.STOP_GRACE_S` for them; a second Ctrl-C stops at once) and raises :class:`~speceq.pipeline.stopping.RunInterrupted` saying how
-  much is stored and how to resume.
+- while it samples, turns the first Ctrl-C into "stop after the chunks being sampled are stored"
+  (waiting at most :data:`~speceq.core.defaults.STOP_GRACE_S` for them; a second Ctrl-C stops at
+  once); a Ctrl-C at any time in its ``with`` block (during a sequential look's scoring, too) ends in
+  :class:`~speceq.pipeline.stopping.RunInterrupted`, saying how much is stored and how to resume.
 
 A failure stops the run and keeps every chunk stored before it.
 """
@@ -59,38 +60,37 @@ class ChunkCollector:
         self.reused = self.sampled = self.requested = 0
         self._description: str | None = None
         self._progress: Progress | None = None
-        self._stop: StopRequest | None = None
 
     def __enter__(self) -> ChunkCollector:
         self.store.acquire_writer_lock()
         try:
             if not self._resume:
                 self.store.discard_all()
-            self._stop = StopRequest().__enter__()
             self._progress = make_progress(self._show, self._expected, []).__enter__()
         except BaseException:
-            self.__exit__(None, None, None)
+            self.store.release_writer_lock()
             raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Stop the progress, release the store; a Ctrl-C between samplings (a sequential look) says how to resume."""
         try:
             if self._progress is not None:
-                self._progress.__exit__(*exc)
-            if self._stop is not None:
-                self._stop.__exit__(*exc)
+                self._progress.__exit__(exc_type, exc, tb)
         finally:
-            self._progress = self._stop = None
+            self._progress = None
             self.store.release_writer_lock()
+        if exc_type is KeyboardInterrupt:
+            raise self._interrupted() from None
 
     def _interrupted(self) -> RunInterrupted:
         return RunInterrupted(interrupted_message(self._out_dir, self.reused + self.sampled, self.requested))
 
     def gather(self, chunks: Sequence[Any]) -> list[SampleBatch]:
         """The stored batch of every chunk of ``chunks`` (in order), sampling and storing those not yet stored."""
-        if self._stop is None or self._progress is None:
+        if self._progress is None:
             raise RuntimeError("ChunkCollector.gather outside its with block")
-        stop, progress = self._stop, self._progress
+        progress = self._progress
         self.requested += len(chunks)
         missing = []
         for chunk in chunks:  # a changed configuration fails here, before any sampling
@@ -99,8 +99,6 @@ class ChunkCollector:
                 progress.reused(chunk)
             else:
                 missing.append(chunk)
-        if stop.requested and missing:
-            raise self._interrupted()
         if missing:
             executor = self._executor(len(missing))
             self._description = executor.description
@@ -113,10 +111,11 @@ class ChunkCollector:
                 progress.finished(chunk)
 
             before = self.sampled
-            try:
-                executor.run(missing, progress.started, store_chunk, stop, timeout_s=self._timeout)
-            except KeyboardInterrupt:
-                raise self._interrupted() from None
+            with StopRequest() as stop:  # only while sampling: elsewhere Ctrl-C interrupts at once
+                try:
+                    executor.run(missing, progress.started, store_chunk, stop, timeout_s=self._timeout)
+                except KeyboardInterrupt:
+                    raise self._interrupted() from None
             if stop.requested and self.sampled - before < len(missing):
                 raise self._interrupted()
         return [self.store.get(c.key) for c in chunks]  # exactly what is stored, reused or just written
