@@ -37,11 +37,13 @@ def _positive(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kernel", metavar="MODULE:ATTR", help="the kernel (see the command's description)")
     g = p.add_argument_group("what the kernel takes and claims (override its own spec)")
-    g.add_argument("--layout", choices=("ragged", "padded", "single", "tree"), default=None,
+    g.add_argument("--layout", choices=("ragged", "padded", "single", "tree", "model"), default=None,
                    help="the request layout the kernel takes: ragged (vLLM), padded (FlashInfer), single "
-                        "(transformers), tree (SGLang / EAGLE)")
-    g.add_argument("--method", default=None, help="standard, one-hot, exact-match, block; trees: target-only, "
-                   "multi-draft; any name with --lossy")
+                        "(transformers), tree (SGLang / EAGLE), model (the kernel calls exact models itself: "
+                        "block resampling, HSD, re-drafting)")
+    g.add_argument("--method", default=None, help="standard, one-hot, exact-match, block, lossless (token laws only, "
+                   "no accepted-length law); trees: target-only, multi-draft; model layout: lossless; any name with "
+                   "--lossy")
     g.add_argument("--lossy", action="store_true", default=None, help="the method is lossy by design: measure its TV")
     g.add_argument("--params", action="store_true", default=None, help="it applies per-request temperature/top-k/top-p")
     g.add_argument("--greedy", action="store_true", default=None, help="it handles temperature-0 rows (with --params)")
