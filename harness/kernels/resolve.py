@@ -27,10 +27,13 @@ from speceq.errors import ConfigError, EngineNotFound
 from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
 
 BUILTINS = ("reference", "mutant:<name>", "transformers", "model:<name>")
-#: Built-in model-layout kernels: name -> (module, factory).
-MODEL_KERNELS = {
-    "chain": ("speceq.kernels.model_layout", "reference_model_kernel"),
-    "residual-from-target": ("speceq.kernels.model_layout", "residual_from_target_kernel"),
+#: Built-in model-layout kernels: name -> (module, factory, its arguments).
+MODEL_KERNELS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "chain": ("speceq.kernels.model_layout", "reference_model_kernel", ()),
+    "residual-from-target": ("speceq.kernels.model_layout", "residual_from_target_kernel", ()),
+    "block-resampling": ("speceq.kernels.block_resampling", "block_resampling_kernel", ("exact",)),
+    "block-resampling-truncated": ("speceq.kernels.block_resampling", "block_resampling_kernel", ("truncated",)),
+    "block-resampling-capped": ("speceq.kernels.block_resampling", "block_resampling_kernel", ("capped",)),
 }
 
 
@@ -70,8 +73,8 @@ def _builtin(name: str) -> Kernel | None:
     if head == "model":
         if rest not in MODEL_KERNELS:
             raise EngineNotFound(f"unknown model-layout kernel {rest!r}; known: {', '.join(MODEL_KERNELS)}")
-        module, factory = MODEL_KERNELS[rest]
-        return getattr(importlib.import_module(module), factory)()
+        module, factory, args = MODEL_KERNELS[rest]
+        return getattr(importlib.import_module(module), factory)(*args)
     if name == "transformers":
         from speceq.kernels.hf_adapter import transformers_speculative_sampling
 
