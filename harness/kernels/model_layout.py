@@ -224,7 +224,7 @@ def _read_block(tokens: np.ndarray, prompts: np.ndarray, scn: ModelScenario, par
             entry[0] += 1
 
     def row_text(r: int) -> str:
-        return f"request {r} of a call, prompt {list(prompts[r])}: emitted {tokens[r, : min(W, k + 3)].tolist()}"
+        return f"request {r} of a call, prompt {prompts[r].tolist()}: emitted {tokens[r, : min(W, k + 3)].tolist()}"
 
     flag("id-range", bad_id, row_text)
     flag("no-token", empty & ~bad_id, row_text)

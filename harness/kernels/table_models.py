@@ -135,6 +135,18 @@ class TableModel:
         stacked = np.stack(rows, axis=1)
         return self._rows(stacked.reshape(-1), device).reshape(arr.shape[0], tok.shape[1] + 1, self.vocab_size)
 
+    def causal_logits(self, input_ids: object) -> torch.Tensor:
+        """What a causal LM's forward returns: float32 log-probabilities ``[N, T, V]`` (-inf where 0).
+
+        Row t is the log of the law after ``input_ids[:, :t + 1]``: hand this to a package that
+        expects ``model(input_ids) -> logits`` (one call).
+        """
+        arr, device = self._as_array(input_ids, what="input_ids")
+        if arr.shape[1] == 0:
+            raise ConfigError("input_ids must hold at least one token", where=f"{self.name}.causal_logits")
+        laws = self.block(torch.from_numpy(arr[:, :1]).to(device), torch.from_numpy(arr[:, 1:]).to(device))
+        return torch.log(laws)
+
     def reset_counts(self) -> None:
         self.calls = 0
         self.prefixes = 0

@@ -136,3 +136,13 @@ def test_the_builtin_model_kernels_resolve() -> None:
     assert resolve_kernel("model:residual-from-target").name == "model:residual-from-target"
     with pytest.raises(EngineNotFound, match="known: chain"):
         resolve_kernel("model:nope")
+
+
+def test_causal_logits_are_the_laws_after_every_prefix_of_the_input() -> None:
+    m = TableModel(LAWS, salt=5)
+    ids = torch.tensor([[0, 2, 1, 1], [2, 2, 0, 1]])
+    logits = m.causal_logits(ids)
+    assert logits.shape == (2, 4, 3)
+    for t in range(4):
+        np.testing.assert_allclose(logits[:, t].exp().numpy(), m(ids[:, : t + 1]).numpy(), rtol=1e-6)
+    assert torch.isneginf(logits).any()  # log 0 where a row has a zero
