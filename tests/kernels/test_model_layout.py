@@ -146,3 +146,44 @@ def test_causal_logits_are_the_laws_after_every_prefix_of_the_input() -> None:
     for t in range(4):
         np.testing.assert_allclose(logits[:, t].exp().numpy(), m(ids[:, : t + 1]).numpy(), rtol=1e-6)
     assert torch.isneginf(logits).any()  # log 0 where a row has a zero
+
+
+def test_uniforms_are_handed_in_when_declared_and_a_raising_kernel_is_named() -> None:
+    from speceq.errors import EngineError
+
+    ref = reference_model_kernel()
+    seen = []
+
+    def with_uniforms(req):  # noqa: ANN001, ANN202
+        seen.append(req.uniforms)
+        return ref(req)
+
+    r = check(Kernel(with_uniforms, KernelSpec(layout="model", method="lossless", uniforms=True)), scale=0.05)
+    u = seen[0]
+    assert u is not None and u.dtype == torch.float64 and u.shape[1] == 4 * (3 + 1)
+    assert 0.0 <= float(u.min()) and float(u.max()) < 1.0
+    assert r.verdict == Verdict.EQUIVALENT
+    calls = []
+
+    def sometimes(req):  # noqa: ANN001, ANN202
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("boom")
+        return ref(req)
+
+    r = check(Kernel(sometimes, KernelSpec(layout="model", method="lossless")), scale=0.5)
+    assert r.verdict == Verdict.SHIFTED and "raised" in {v.kind for v in r.violations}
+    assert any("RuntimeError: boom" in v.example for v in r.violations)
+    with pytest.raises(EngineError, match="raised on every call"):
+        check(Kernel(lambda req: 1 / 0, KernelSpec(layout="model", method="lossless")), scale=0.05)
+
+
+def test_the_lossless_chain_method_checks_the_token_laws_end_to_end() -> None:
+    from speceq.kernels.mutants import make
+    from speceq.kernels.reference import reference_kernel
+
+    spec = KernelSpec(layout="padded", method="lossless", max_vocab=64)
+    assert check(reference_kernel("padded", "standard"), spec, scale=0.2, solo=False).verdict == Verdict.EQUIVALENT
+    bad = make("residual-from-target")
+    r = check(bad, KernelSpec(layout=bad.spec.layout, method="lossless", max_vocab=64), scale=0.2, solo=False)
+    assert r.verdict == Verdict.SHIFTED and "length" not in {t.component for t in r.tests}
