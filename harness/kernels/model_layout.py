@@ -35,16 +35,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from speceq.errors import EngineError
 from speceq.kernels.collect import seeds62
-from speceq.kernels.contract import Kernel, ModelRequest, Outcome
+from speceq.kernels.contract import Kernel, KernelSpec, ModelRequest, Outcome
 from speceq.kernels.diagnosis import Finding
-from speceq.kernels.evidence import MIN_PLANNED, KernelTest
+from speceq.kernels.evidence import MIN_PLANNED, KernelTest, tv_lower_bound_split
 from speceq.kernels.families import draft_law, target_logits
 from speceq.kernels.gof import chain_gof
 from speceq.kernels.outcomes import Violation, as_token_array, merge
@@ -75,13 +75,17 @@ class ModelTemplate:
 
 @dataclass(frozen=True)
 class ModelScenario:
-    """Exact target and draft tables (``[R, V]`` float64 laws, rows tied), templates, block size k, replicates.
+    """Exact target and draft tables, templates, block size k, replicates.
 
-    row_features[r]: the family and draft relation of row r (what the diagnosis groups by).
+    target32 / draft32: the float32 ``[R, V]`` rows the models hand out (draft row r derived from
+    target row r); target_laws / draft_laws: their float64 laws (what a correct kernel samples
+    from). row_features[r]: the family and draft relation of row r (what the diagnosis groups by).
     """
 
     name: str
     k: int
+    target32: np.ndarray
+    draft32: np.ndarray
     target_laws: np.ndarray
     draft_laws: np.ndarray
     row_features: tuple[Mapping[str, str], ...]
@@ -99,8 +103,8 @@ class ModelScenario:
 
     def models(self) -> tuple[TableModel, TableModel]:
         """A fresh (target, draft) pair (their call counts start at 0)."""
-        return (TableModel(self.target_laws, salt=self.salt, name=f"{self.name}.target"),
-                TableModel(self.draft_laws, salt=self.salt, name=f"{self.name}.draft"))
+        return (TableModel(self.target32, salt=self.salt, name=f"{self.name}.target"),
+                TableModel(self.draft32, salt=self.salt, name=f"{self.name}.draft"))
 
 
 def model_scenario(name: str, vocab: int, k: int, rows: Sequence[tuple[str, str]], rng: np.random.Generator, *,
@@ -129,13 +133,14 @@ def model_scenario(name: str, vocab: int, k: int, rows: Sequence[tuple[str, str]
         seen.add(row)
         chosen.append(ModelTemplate(f"prompt-{len(chosen)}", prompt, {"vocab": str(vocab), "k": str(k),
                                                                       "first row": str(row)}))
-    tl = np.stack(target)
-    dl = np.stack(draft)
-    # the laws a correct kernel samples from are the float32 rows the models hand out
-    tl = TableModel(tl, salt=salt).laws64
-    dl = TableModel(dl, salt=salt).laws64
-    return ModelScenario(name=name, k=k, target_laws=tl, draft_laws=dl, row_features=tuple(feats),
-                         templates=tuple(chosen), replicates=replicates, salt=salt)
+    tables = []
+    for laws in (np.stack(target), np.stack(draft)):
+        t32 = (laws / laws.sum(axis=1, keepdims=True)).astype(np.float32)
+        t32.setflags(write=False)
+        tables.append((t32, TableModel(t32, salt=salt).laws64))  # the laws of the rows the models hand out
+    (t32, tl), (d32, dl) = tables
+    return ModelScenario(name=name, k=k, target32=t32, draft32=d32, target_laws=tl, draft_laws=dl,
+                         row_features=tuple(feats), templates=tuple(chosen), replicates=replicates, salt=salt)
 
 
 def default_model_scenarios(k: int, *, scale: float = 1.0, seed: int = 0) -> list[ModelScenario]:
@@ -293,7 +298,7 @@ def collect_models(kern: Kernel, scenarios: Sequence[ModelScenario], *, seed: in
             kernel_s += time.perf_counter() - t0
             _read_block(tokens, prompts, scn, part, found, counts, read)
         if raised == calls:
-            (kind, _), (_, example) = next(iter(found.items()))
+            example = next(iter(found.values()))[1]
             raise EngineError(f"the kernel raised on every call of {scn.name}: {example}", engine=kern.name)
         violations = merge([Violation(kind, tpl, n, ex) for (kind, tpl), (n, ex) in found.items()])
         total = time.perf_counter() - t_start
@@ -311,8 +316,6 @@ def _flag_all(found: dict[tuple[str, str], list], kind: str, scn: ModelScenario,
 
 def cell_tests(records: Sequence[ModelRecord], *, seed: int, tv_alpha: float, lossy: bool) -> list[KernelTest]:
     """Every planned cell of every scenario, with raw p-values (Holm is applied by the verdict rule)."""
-    from speceq.kernels.evidence import tv_lower_bound_split
-
     out: list[KernelTest] = []
     for rec in records:
         scn = rec.scenario
@@ -359,8 +362,6 @@ def check_model(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str 
     features = {f"{s.name}/{t.name}": dict(t.features) for s in chosen for t in s.templates}
     result = decide(kern, tests, violations, summaries, features, alpha=alpha, tolerance=tolerance, start=start,
                     device=str(device), seed=seed)
-    from dataclasses import replace
-
     return replace(result, findings=result.findings + tuple(_model_calls(records)),
                    seconds=time.perf_counter() - start)
 
@@ -420,15 +421,11 @@ def chain_step(request: ModelRequest, *, residual: bool = True) -> torch.Tensor:
 
 def reference_model_kernel() -> Kernel:
     """Speceq's chain kernel written against the models (:func:`chain_step`): lossless, ``equivalent``."""
-    from speceq.kernels.contract import KernelSpec
-
     return Kernel(lambda r: Outcome(tokens=chain_step(r)), KernelSpec(layout="model", method="lossless",
                                                                       name="reference:model"))
 
 
 def residual_from_target_kernel() -> Kernel:
     """The chain kernel drawing the token after a rejection from p instead of (p - q)+: ``shifted``."""
-    from speceq.kernels.contract import KernelSpec
-
     return Kernel(lambda r: Outcome(tokens=chain_step(r, residual=False)),
                   KernelSpec(layout="model", method="lossless", name="model:residual-from-target"))

@@ -70,8 +70,9 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None)
 class TableModel:
     """An exact next-token model: the law at a prefix is a table row chosen by a hash of the prefix.
 
-    laws: ``[R, V]`` probabilities (rows are stored as float32 and renormalised; :attr:`laws64`
-    is the float64 law of each stored row, what a correct kernel samples from). salt: the hash's
+    laws: ``[R, V]`` probabilities (stored as float32: float32 rows as given, other rows
+    normalised then rounded; :attr:`laws64` is the float64 law of each stored row, renormalised:
+    what a correct kernel samples from). salt: the hash's
     start, shared by a target and its tied draft model. Calling the model with int prefixes
     ``[N, T]`` (a tensor, array or nested list; ``[T]`` for one prefix) returns float32
     probabilities ``[N, V]`` on the prefixes' device. ``calls`` / ``prefixes`` count the calls and
@@ -84,11 +85,13 @@ class TableModel:
             raise ConfigError(f"expected laws [rows, vocab] with vocab >= 2, got shape {table.shape}", where=name)
         if not np.all(np.isfinite(table)) or table.min() < 0 or np.any(table.sum(axis=1) <= 0):
             raise ConfigError("every law row must be finite, non-negative, with positive mass", where=name)
-        t32 = (table / table.sum(axis=1, keepdims=True)).astype(np.float32)
+        given = np.asarray(laws)
+        # float32 rows are used as given (so a table built once is handed out bit for bit); others are normalised
+        t32 = given if given.dtype == np.float32 else (table / table.sum(axis=1, keepdims=True)).astype(np.float32)
         t64 = t32.astype(np.float64)
         self.laws64 = t64 / t64.sum(axis=1, keepdims=True)
         self.laws64.setflags(write=False)
-        self._table = torch.from_numpy(t32)
+        self._table = torch.from_numpy(np.ascontiguousarray(t32, dtype=np.float32).copy())
         self._on: dict[torch.device, torch.Tensor] = {}
         self.salt = int(salt)
         self.name = name

@@ -187,3 +187,15 @@ def test_the_lossless_chain_method_checks_the_token_laws_end_to_end() -> None:
     bad = make("residual-from-target")
     r = check(bad, KernelSpec(layout=bad.spec.layout, method="lossless", max_vocab=64), scale=0.2, solo=False)
     assert r.verdict == Verdict.SHIFTED and "length" not in {t.component for t in r.tests}
+
+
+def test_the_models_hand_out_exactly_the_rows_the_tests_use() -> None:
+    scn = default_model_scenarios(3, scale=0.1)[0]
+    target, draft = scn.models()
+    np.testing.assert_array_equal(target.laws64, scn.target_laws)
+    np.testing.assert_array_equal(draft.laws64, scn.draft_laws)
+    prefixes = np.array([[a, b] for a in range(scn.vocab_size) for b in range(scn.vocab_size)])
+    rows = target.row_of(prefixes)
+    assert set(rows.tolist()) == set(range(scn.rows))
+    np.testing.assert_array_equal(target(prefixes).numpy(), scn.target32[rows])
+    np.testing.assert_array_equal(draft(prefixes).numpy(), scn.draft32[rows])
