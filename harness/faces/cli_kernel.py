@@ -2,7 +2,8 @@
 
 MODULE:ATTR is ``package.module:attr`` or ``path/to/file.py:attr`` (a Kernel, a function
 decorated with ``speceq.kernels.kernel``, or a zero-argument factory of one), or a built-in:
-``reference[:LAYOUT[:METHOD]]``, ``mutant:NAME``, ``transformers``. The spec options (layout,
+``reference[:LAYOUT[:METHOD]]``, ``mutant:NAME``, ``transformers``, ``model:NAME`` (model-layout
+kernels: ``chain``, ``residual-from-target``, ``block-resampling[-truncated|-capped]``). The spec options (layout,
 method, ...) override the kernel's own spec. ``--drafter`` checks a drafter instead (does it
 sample from the q it returns?): MODULE:ATTR is then a drafter function or ``drafter:NAME``. Exit codes as ``speceq run``: 0 equivalent, 1 shifted (or a
 declared-lossy kernel, or a non-conforming drafter), 3 inconclusive, 2 usage or kernel error.
