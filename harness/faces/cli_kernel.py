@@ -2,7 +2,8 @@
 
 MODULE:ATTR is ``package.module:attr`` or ``path/to/file.py:attr`` (a Kernel, a function
 decorated with ``speceq.kernels.kernel``, or a zero-argument factory of one), or a built-in:
-``reference[:LAYOUT[:METHOD]]``, ``mutant:NAME``, ``transformers``. The spec options (layout,
+``reference[:LAYOUT[:METHOD]]``, ``mutant:NAME``, ``transformers``, ``model:NAME`` (model-layout
+kernels: ``chain``, ``residual-from-target``, ``block-resampling[-truncated|-capped]``). The spec options (layout,
 method, ...) override the kernel's own spec. ``--drafter`` checks a drafter instead (does it
 sample from the q it returns?): MODULE:ATTR is then a drafter function or ``drafter:NAME``. Exit codes as ``speceq run``: 0 equivalent, 1 shifted (or a
 declared-lossy kernel, or a non-conforming drafter), 3 inconclusive, 2 usage or kernel error.
@@ -37,11 +38,13 @@ def _positive(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kernel", metavar="MODULE:ATTR", help="the kernel (see the command's description)")
     g = p.add_argument_group("what the kernel takes and claims (override its own spec)")
-    g.add_argument("--layout", choices=("ragged", "padded", "single", "tree"), default=None,
+    g.add_argument("--layout", choices=("ragged", "padded", "single", "tree", "model"), default=None,
                    help="the request layout the kernel takes: ragged (vLLM), padded (FlashInfer), single "
-                        "(transformers), tree (SGLang / EAGLE)")
-    g.add_argument("--method", default=None, help="standard, one-hot, exact-match, block; trees: target-only, "
-                   "multi-draft; any name with --lossy")
+                        "(transformers), tree (SGLang / EAGLE), model (the kernel calls exact models itself: "
+                        "block resampling, HSD, re-drafting)")
+    g.add_argument("--method", default=None, help="standard, one-hot, exact-match, block, lossless (token laws only, "
+                   "no accepted-length law); trees: target-only, multi-draft; model layout: lossless; any name with "
+                   "--lossy")
     g.add_argument("--lossy", action="store_true", default=None, help="the method is lossy by design: measure its TV")
     g.add_argument("--params", action="store_true", default=None, help="it applies per-request temperature/top-k/top-p")
     g.add_argument("--greedy", action="store_true", default=None, help="it handles temperature-0 rows (with --params)")

@@ -55,6 +55,11 @@ def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Sc
         from speceq.kernels.trees import check_tree
 
         return check_tree(kern, scale=scale, seed=seed, device=device, alpha=alpha, tolerance=tolerance)
+    if kern.spec.layout == "model":
+        from speceq.kernels.model_layout import check_model
+
+        return check_model(kern, scale=scale, seed=seed, device=device, alpha=alpha, tolerance=tolerance,
+                           scenarios=scenarios)
     start = time.perf_counter()
     chosen = list(scenarios) if scenarios is not None else default_scenarios(kern.spec, scale=scale, seed=seed)
     records = collect(kern, chosen, seed=seed, device=device)

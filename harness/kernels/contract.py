@@ -17,6 +17,11 @@ of a correct kernel's output is known exactly. Four layouts:
 - ``tree`` (SGLang / EAGLE / SpecInfer): a token tree per request as first-child /
   next-sibling arrays, a target law at every node, optional draft laws (the law a node's
   children were drawn from), explicit uniforms.
+- ``model`` (block resampling, hierarchical speculative decoding, tree re-drafting: kernels
+  that call the models themselves): per-request prompts, the block size k and two exact
+  models, ``target`` and ``draft`` (:class:`speceq.kernels.table_models.TableModel`: a next-token
+  law for every prefix, on the draft path or off it). The kernel draws its own drafts with
+  the generator (or the seeds, or the optional uniforms) and returns the emitted block.
 
 A request's tensors are valid during its call only: the check reuses the memory of the large
 inputs (logits, probabilities) for the next call, so a kernel may modify them in place but
@@ -26,6 +31,7 @@ call's inputs and collect the scenario again: :func:`speceq.kernels.collect.run_
 
 Every chain layout returns ``tokens`` ``[batch, >= max drafts + 1]``: the accepted drafts, then
 one recovered or bonus token, then -1. A tree kernel returns the accepted path and its tokens.
+A model-layout kernel returns the emitted block ``[batch, width]``: 1 to k + 1 tokens, then -1.
 """
 
 from __future__ import annotations
@@ -39,9 +45,13 @@ import torch
 from speceq.errors import ConfigError
 
 #: Input layouts a kernel can take.
-LAYOUTS = ("ragged", "padded", "single", "tree")
-#: Lossless chain verification methods whose accepted-length law speceq knows exactly.
-CHAIN_METHODS = ("standard", "one-hot", "exact-match", "block")
+LAYOUTS = ("ragged", "padded", "single", "tree", "model")
+#: Lossless chain verification methods: the first four have an accepted-length law speceq knows
+#: exactly (it is tested); ``lossless`` claims only that the emitted tokens follow the target law
+#: (token tests only, no accepted-length law).
+CHAIN_METHODS = ("standard", "one-hot", "exact-match", "block", "lossless")
+#: Methods of the model layout: ``lossless`` (lossless as a block; token tests only).
+MODEL_METHODS = ("lossless",)
 #: Lossless tree methods: ``target-only`` (distinct sibling tokens, the draft law unused, as
 #: SGLang's target-only kernel) and ``multi-draft`` (siblings drawn independently from the
 #: node's draft law, recursive rejection as SpecInfer).
@@ -66,7 +76,8 @@ class KernelSpec:
     uniforms 0 and 1 - ulp are checked). padding: padded layout only, shorter requests' draft
     ids are padded with -1. nan_rows: the kernel promises valid output (ids in [0, V), the -1
     structure) when a target row is NaN; then requests with a NaN row are checked for it. max_draft: most draft tokens per request (tree: most nodes - 1).
-    max_vocab: largest vocabulary the check builds.
+    max_vocab: largest vocabulary the check builds. The ``model`` layout takes
+    :data:`MODEL_METHODS` and k = ``max_draft``.
     """
 
     layout: str = "ragged"
@@ -85,7 +96,7 @@ class KernelSpec:
         where = f"KernelSpec({self.name or self.layout})"
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout must be one of {LAYOUTS}, got {self.layout!r}", where=f"{where}.layout")
-        methods = TREE_METHODS if self.layout == "tree" else CHAIN_METHODS
+        methods = {"tree": TREE_METHODS, "model": MODEL_METHODS}.get(self.layout, CHAIN_METHODS)
         if self.method not in methods and not self.lossy:
             raise ConfigError(f"method must be one of {methods} for the {self.layout} layout (or declare "
                               f"lossy=True), got {self.method!r}", where=f"{where}.method")
@@ -94,6 +105,8 @@ class KernelSpec:
                               "(the other layouts take processed probabilities)", where=where)
         if self.greedy and not self.params:
             raise ConfigError("greedy rows need params=True (temperature 0 is a per-request parameter)", where=where)
+        if self.nan_rows and self.layout == "model":
+            raise ConfigError("the model layout's models never return NaN rows", where=f"{where}.nan_rows")
         if self.padding and self.layout != "padded":
             raise ConfigError("padding applies to the padded layout only", where=f"{where}.padding")
         if not (isinstance(self.max_draft, int) and 1 <= self.max_draft <= 16):
@@ -252,7 +265,35 @@ class TreeRequest:
         return int(self.tokens.shape[1])
 
 
-Request = RaggedRequest | PaddedRequest | SingleRequest | TreeRequest
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One batch for a kernel that calls the models itself (the ``model`` layout).
+
+    ``prompts[b]`` is request b's prefix (all of one length per call); the kernel emits a block
+    of at most k + 1 tokens after it. ``target`` and ``draft`` are exact models
+    (:class:`speceq.kernels.table_models.TableModel`): ``target(prefixes [N, T]) -> probabilities [N, V]``
+    and ``target.block(prefixes, tokens)`` for the laws along a drafted block; the draft model
+    is tied to the target (its law at a prefix is derived from the target's). The kernel draws
+    its drafts and coins with ``generator`` (seeded per call), ``seeds`` (one per request), or
+    ``uniforms`` (``[batch, 4 (k + 1)]`` float64 in [0, 1), when the spec declares uniforms; a
+    kernel uses them in any fixed order and may ignore the rest).
+    """
+
+    vocab_size: int
+    k: int
+    prompts: torch.Tensor  # int64 [batch, T]
+    target: Any  # speceq.kernels.table_models.TableModel
+    draft: Any  # speceq.kernels.table_models.TableModel
+    seeds: torch.Tensor  # int64 [batch]
+    generator: torch.Generator
+    uniforms: torch.Tensor | None = None  # float64 [batch, 4 (k + 1)]
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.prompts.shape[0])
+
+
+Request = RaggedRequest | PaddedRequest | SingleRequest | TreeRequest | ModelRequest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

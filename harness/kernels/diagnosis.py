@@ -41,6 +41,7 @@ COMPONENT_TEXT = {
     "recovered": "recovered-token (residual) law",
     "length": "accepted-length law",
     "node": "token law at the reached tree nodes",
+    "cell": "token law after a prefix (model layout: position, row of the prefix)",
 }
 MIN_COVERAGE = 0.8
 #: A test is well sampled when it has this many observations per label of positive probability.
@@ -51,10 +52,11 @@ MAX_ENRICHMENT_P = 0.01
 #: The requests a component's test reads ({i}: its position or node); its n counts these.
 READS = {"token": "those that reached position {i}", "bonus": "those that accepted every draft",
          "accepted": "those that accepted the draft at position {i}", "recovered": "those rejected at position {i}",
-         "length": "every request", "node": "those that reached node {i}"}
+         "length": "every request", "node": "those that reached node {i}",
+         "cell": "those that reached position {i} with a prefix of the cell's row"}
 _NAMES = {"vocab": "V", "law": "target law", "draft": "draft law", "drafts": "draft count",
           "temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "position": "position",
-          "boundary": "boundary uniforms"}
+          "boundary": "boundary uniforms", "row": "prefix row", "first row": "prompt row"}
 
 
 @dataclass(frozen=True, slots=True)

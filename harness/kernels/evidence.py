@@ -40,7 +40,7 @@ from speceq.kernels.scenarios import Template
 
 #: Smallest expected number of observations for a test to be planned.
 MIN_PLANNED = 20.0
-COMPONENTS = ("token", "bonus", "accepted", "recovered", "length")
+COMPONENTS = ("token", "bonus", "accepted", "recovered", "length", "cell")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +79,8 @@ class KernelTest:
     def where(self) -> str:
         if self.component == "node":
             return f"{self.scenario} / {self.template}: node {self.position}"
+        if self.component == "cell":
+            return f"{self.scenario} / {self.template}: position {self.position}, row {self.features.get('row', '?')}"
         at = "" if self.position is None else f" position {self.position}"
         return f"{self.scenario} / {self.template}: {self.component}{at}"
 

@@ -8,7 +8,9 @@ Forms:
 - ``reference[:LAYOUT[:METHOD]]``: speceq's reference kernel (layout ragged, padded, single or
   tree; method as in :data:`~speceq.kernels.contract.CHAIN_METHODS` / ``TREE_METHODS``);
 - ``mutant:NAME``: a kernel of the gallery (:mod:`speceq.kernels.mutants`), lossless variants included;
-- ``transformers``: transformers' ``_speculative_sampling``.
+- ``transformers``: transformers' ``_speculative_sampling``;
+- ``reference:model`` and ``model:NAME``: kernels written against the model layout's exact
+  models (:data:`MODEL_KERNELS`).
 
 A spec given with the name (layout, method, ...) overrides the kernel's own.
 """
@@ -16,6 +18,7 @@ A spec given with the name (layout, method, ...) overrides the kernel's own.
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 from typing import Any
 
@@ -23,7 +26,15 @@ from speceq.core.user_code import load_attribute
 from speceq.errors import ConfigError, EngineNotFound
 from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
 
-BUILTINS = ("reference", "mutant:<name>", "transformers")
+BUILTINS = ("reference", "mutant:<name>", "transformers", "model:<name>")
+#: Built-in model-layout kernels: name -> (module, factory, its arguments).
+MODEL_KERNELS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "chain": ("speceq.kernels.model_layout", "reference_model_kernel", ()),
+    "residual-from-target": ("speceq.kernels.model_layout", "residual_from_target_kernel", ()),
+    "block-resampling": ("speceq.kernels.block_resampling", "block_resampling_kernel", ("exact",)),
+    "block-resampling-truncated": ("speceq.kernels.block_resampling", "block_resampling_kernel", ("truncated",)),
+    "block-resampling-capped": ("speceq.kernels.block_resampling", "block_resampling_kernel", ("capped",)),
+}
 
 
 def _attribute(target: str) -> Any:
@@ -35,6 +46,10 @@ def _builtin(name: str) -> Kernel | None:
     if head == "reference":
         parts = [p for p in rest.split(":") if p] if rest else []
         layout = parts[0] if parts else "ragged"
+        if layout == "model":
+            from speceq.kernels.model_layout import reference_model_kernel
+
+            return reference_model_kernel()
         if layout == "tree":
             from speceq.kernels.trees import reference_tree_kernel
 
@@ -55,6 +70,11 @@ def _builtin(name: str) -> Kernel | None:
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             raise EngineNotFound(f"unknown kernel mutant {rest!r}.{hint} Known: {', '.join([*MUTANTS, *LOSSLESS])}") \
                 from None
+    if head == "model":
+        if rest not in MODEL_KERNELS:
+            raise EngineNotFound(f"unknown model-layout kernel {rest!r}; known: {', '.join(MODEL_KERNELS)}")
+        module, factory, args = MODEL_KERNELS[rest]
+        return getattr(importlib.import_module(module), factory)(*args)
     if name == "transformers":
         from speceq.kernels.hf_adapter import transformers_speculative_sampling
 

@@ -62,3 +62,39 @@ def test_the_transformers_signature_commands_give_the_documented_verdicts(attr: 
     assert f"(single, standard): {verdict}" in out
     if verdict == "shifted":
         assert "recovered-token (residual) law wrong" in out
+
+
+MODEL_EXAMPLES = {"model_level": REPO / "examples/kernels/model_level.py",
+                  "own_drafts": REPO / "examples/kernels/own_drafts.py"}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_EXAMPLES))
+def test_the_page_shows_the_model_layout_examples_verbatim(name: str) -> None:
+    assert MODEL_EXAMPLES[name].read_text(encoding="utf-8") in _python_blocks(PAGE.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("name", "attr", "rc", "verdict"), [
+    ("model_level", "my_kernel", 0, "equivalent"), ("model_level", "my_buggy_kernel", 1, "shifted"),
+    ("own_drafts", "package_step", 0, "equivalent"), ("own_drafts", "package_buggy_step", 1, "shifted")])
+def test_the_model_layout_commands_give_the_documented_verdicts(name: str, attr: str, rc: int, verdict: str,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    from speceq.faces.cli import main
+
+    text = PAGE.read_text(encoding="utf-8")
+    assert f"speceq kernel examples/kernels/{name}.py:{attr} " in text
+    # the page's command as documented (the model layout's default check takes about a second)
+    assert main(["kernel", f"{MODEL_EXAMPLES[name]}:{attr}"]) == rc
+    out = capsys.readouterr().out
+    assert f"{attr} (model, lossless): {verdict}" in out
+    if verdict == "shifted":
+        assert "token law after a prefix" in out
+
+
+def test_the_model_layout_wrappers_are_two_lines() -> None:
+    for path in MODEL_EXAMPLES.values():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith('@kernel(layout="model"')]
+        assert len(starts) == 2
+        for start in starts:
+            end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
+            assert end - start <= 5, (path.name, start)

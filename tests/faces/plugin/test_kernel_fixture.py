@@ -51,6 +51,25 @@ def test_kernel_fixture_verdicts_and_report(project: pytest.Pytester) -> None:
                                                      "test_kernels.py::test_builtin_by_name"}
 
 
+MODEL_TESTS = """
+def test_block_kernel(speceq_kernel):
+    assert speceq_kernel.check("model:block-resampling").verdict == "equivalent"
+
+def test_truncated_block_kernel(speceq_kernel):
+    speceq_kernel.check("model:block-resampling-truncated")
+"""
+
+
+def test_the_fixture_checks_model_layout_kernels(project: pytest.Pytester) -> None:
+    project.makepyfile(test_models=MODEL_TESTS)
+    result = project.runpytest("--speceq-report=out/kernels.html", "-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*DistributionMismatch*", "*token law after a prefix*"])
+    data = json.loads((project.path / "out" / "kernels.json").read_text(encoding="utf-8"))
+    assert sorted(k["verdict"] for k in data["kernels"]) == ["equivalent", "shifted"]
+    assert "position 1, row" in (project.path / "out" / "kernels.html").read_text(encoding="utf-8")
+
+
 def test_kernel_options_are_validated(project: pytest.Pytester) -> None:
     project.makepyfile(test_x="def test_x(): pass\n")
     result = project.runpytest("--speceq-kernel-scale=-1")
