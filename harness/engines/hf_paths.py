@@ -1,4 +1,4 @@
-"""transformers' other speculative paths as engines: early exit, an assistant with another tokenizer.
+"""transformers' other speculative paths as engines: early exit, another tokenizer's assistant, MTP.
 
 - :class:`HFEarlyExitEngine`: ``generate(assistant_early_exit=L, do_sample=True)``. transformers'
   ``EarlyExitCandidateGenerator`` drafts with the target itself, running only its first ``L``
@@ -13,6 +13,10 @@
   ``AssistantToTargetTranslator``). The draft has its own tokenizer; transformers maps the token
   strings both vocabularies share, prunes the draft's head to them, drafts there and verifies the
   translated drafts with the target by speculative sampling (lossless by design).
+
+- :class:`HFMTPEngine`: ``generate(use_mtp=True, do_sample=True)``: the model's own multi-token-
+  prediction layers draft (``MTPCandidateGenerator``), the model verifies. Its world is ``mtp``:
+  a tiny DeepSeek-V3 with one MTP layer built from config (:mod:`speceq.models.mtp`).
 
 Like assisted generation, transformers runs these paths at batch size 1 only, so rows run one by
 one; parameter mapping, seeding, acceptance counting and output cutting are those of
@@ -275,3 +279,52 @@ def shared_strings(target_tokenizer: Any, draft_tokenizer: Any) -> tuple[int, in
         draft_vocab = [t.replace(d_sign, t_sign, 1) if t.startswith(d_sign) else t for t in draft_vocab]
     shared = sum(1 for t in draft_vocab if t in target_vocab)
     return shared, len(draft_vocab) - shared
+
+
+class HFMTPEngine(_RowLoopEngine):
+    """``generate(use_mtp=True)``: the target's multi-token-prediction layers draft, the target verifies.
+
+    ``target``: a model folder of an MTP-capable class with ``num_mtp_layers`` in its config and the
+    MTP weights in its checkpoint under ``model.layers.<num_hidden_layers>.``; default the ``mtp``
+    world's tiny DeepSeek-V3 (:func:`speceq.models.mtp.mtp_model_folder`, built into the cache on
+    first use). transformers drafts ``num_mtp_layers`` tokens a step and loads the MTP layers from
+    the target's folder at every call, so an in-memory target is refused.
+    """
+
+    _limitation = "transformers runs MTP speculation at batch size 1 only; rows run one by one"
+
+    def __init__(
+        self,
+        target: Any = None,
+        *,
+        name: str = "hf-mtp",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        from speceq.models.mtp import mtp_model_folder, point_mtp_weights
+
+        if target is not None and not isinstance(target, (str, Path)):
+            raise ConfigError("transformers loads the MTP layers from the model's folder: give target=DIR",
+                              where="target")
+        folder = mtp_model_folder() if target is None else target
+        super().__init__(str(folder), name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+        text_config = self.target.config.get_text_config()
+        self.num_mtp_layers = getattr(text_config, "num_mtp_layers", None)
+        if not self.num_mtp_layers:
+            raise ConfigError(
+                f"{type(self.target).__name__} at {str(folder)!r} has no num_mtp_layers in its config: "
+                "it has no MTP layers to draft with",
+                where="target",
+            )
+        point_mtp_weights(self.target)
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {"use_mtp": True}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "method": "generate(use_mtp=True): the model's MTP layers draft",
+            "num_mtp_layers": int(self.num_mtp_layers),
+        }

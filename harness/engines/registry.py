@@ -41,6 +41,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "hf-prompt-lookup": "speceq.engines.hf:HFPromptLookupEngine",
     "hf-early-exit": "speceq.engines.hf_paths:HFEarlyExitEngine",
     "hf-universal": "speceq.engines.hf_paths:HFUniversalEngine",
+    "hf-mtp": "speceq.engines.hf_paths:HFMTPEngine",
     "openai": "speceq.engines.openai:OpenAICompletionsEngine",
 }
 

@@ -5,6 +5,10 @@
 - ``smollm2``: SmolLM2-135M-Instruct and its layer-skipping draft, prepared into the model cache
   by ``speceq smollm2 prepare``, and ``speceq.inputs.cases.smollm2_cases()``.
 
+- ``mtp``: a tiny DeepSeek-V3 with one multi-token-prediction layer on the byte vocabulary, built
+  from config into the model cache (:mod:`speceq.models.mtp`), and the byte world's cases: the
+  world of ``hf-mtp``, whose drafts come from the target's own MTP layer.
+
 ``hf-universal`` (a draft with its own tokenizer) gets another vocabulary's draft: the BPE draft
 in ``byte`` (the engine's default) and ``smollm2``, the byte draft in ``bpe`` (which transformers
 cannot run: the engine says why).
@@ -22,12 +26,14 @@ from typing import Any
 
 from speceq.errors import ConfigError
 
-WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2")
+WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2", "mtp")
 
 _TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "mutant:draft-is-target"}
 _TARGET_AND_DRAFT = {"reference", "hf-assisted"}
 #: engines whose draft has its own tokenizer: each world gives them a draft of another world's vocabulary
 _OTHER_VOCABULARY_DRAFT = {"hf-universal"}
+#: engines that need a target of their own world (one with MTP layers)
+_MTP_TARGET = {"hf-mtp"}
 
 
 def check_world(world: str) -> str:
@@ -41,7 +47,7 @@ def runs_world_models(spec: str, options: Mapping[str, Any]) -> bool:
     """Whether engine ``spec`` with the user's ``options`` runs only the world's own models: a
     built-in model engine (or a mutant) given no ``target`` / ``draft`` / ``model`` option."""
     builtin = (spec in _TARGET_ONLY or spec in _TARGET_AND_DRAFT or spec in _OTHER_VOCABULARY_DRAFT
-               or spec.startswith("mutant:"))
+               or spec in _MTP_TARGET or spec.startswith("mutant:"))
     return builtin and not ({"target", "draft", "model"} & set(options))
 
 
@@ -49,6 +55,20 @@ def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> d
     """``options`` with the world's model folders added where the built-in engine ``spec`` takes them."""
     check_world(world)
     out = dict(options)
+    if spec in _MTP_TARGET and world != "mtp" and "target" not in out:
+        raise ConfigError(
+            f"{spec} drafts with the target's own MTP layers, which the {world} world's target lacks (and its "
+            "baseline would sample another model): add --models mtp (a tiny MTP model built into the cache)",
+            where="--models",
+        )
+    if world == "mtp":
+        from speceq.models.mtp import mtp_model_folder
+
+        if spec in _TARGET_ONLY or spec in _MTP_TARGET:
+            out.setdefault("target", str(mtp_model_folder()))
+        elif spec == "openai" and "vocab_size" not in out and "eos_token_id" not in out:
+            out.setdefault("tokenizer", str(mtp_model_folder()))
+        return out
     if world == "byte":
         return out  # hf-universal's defaults: the byte target, the BPE draft
     if spec in _OTHER_VOCABULARY_DRAFT:

@@ -19,7 +19,7 @@ import torch
 from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.hf import HFAssistedEngine, HFSampleEngine
-from speceq.engines.hf_paths import HFEarlyExitEngine, HFUniversalEngine
+from speceq.engines.hf_paths import HFEarlyExitEngine, HFMTPEngine, HFUniversalEngine
 from speceq.engines.registry import resolve_engine
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
@@ -264,3 +264,59 @@ def test_universal_as_transformers_orders_the_draft_head_is_shifted(tmp_path: Pa
     assert engine.describe()["draft_head_in_id_order"] is False
     result = verdict(HFSampleEngine(), engine, tmp_path, prompt=(256, 100, 101, 102, 32))
     assert result.verdict == "shifted", result.reason
+
+
+# ----- hf-mtp: the target's own multi-token-prediction layer --------------------------------------------------
+@pytest.fixture(scope="module")
+def mtp_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The mtp world's tiny DeepSeek-V3, built into a cache of the test's own (SPECEQ_CACHE)."""
+    from speceq.models.mtp import mtp_model_folder
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECEQ_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield mtp_model_folder()
+
+
+@pytest.fixture(scope="module")
+def mtp(mtp_folder: Path) -> HFMTPEngine:
+    return HFMTPEngine()
+
+
+def test_mtp_model_is_built_from_fixed_seeds(mtp_folder: Path, tmp_path: Path) -> None:
+    from speceq.models.model_cache import read_manifest
+    from speceq.models.mtp import MTP_CACHE_KEY, mtp_model_folder
+
+    again = mtp_model_folder(cache=tmp_path)
+    assert again.name == mtp_folder.name == MTP_CACHE_KEY
+    ours, theirs = read_manifest(mtp_folder)["files"], read_manifest(again)["files"]
+    assert ours["model.safetensors"]["sha256"] == theirs["model.safetensors"]["sha256"]
+    assert {"tokenizer.json", "config.json"} <= set(ours)
+
+
+def test_mtp_contract_seeds_and_errors(mtp: HFMTPEngine, mtp_folder: Path) -> None:
+    from speceq.models import TARGET_DIR
+    from speceq.models.worlds import world_engine_options
+
+    req = request(SamplingParams(temperature=1.0, top_k=50, max_new_tokens=6, ignore_eos=True))
+    a, b = mtp.sample(req), mtp.sample(req)
+    validate_batch(a, req, mtp, role="candidate")
+    assert a.tokens.tolist() == b.tokens.tolist()
+    assert a.drafted_tokens > 0 and 0 <= a.accepted_tokens <= a.drafted_tokens
+    assert a.drafted_tokens <= a.verify_steps  # one MTP layer: at most one draft a step
+    assert mtp.describe()["num_mtp_layers"] == 1
+    with pytest.raises(ConfigError, match="give target=DIR"):
+        HFMTPEngine(mtp.target)
+    with pytest.raises(ConfigError, match="has no num_mtp_layers"):
+        HFMTPEngine(str(TARGET_DIR))
+    with pytest.raises(ConfigError, match="add --models mtp"):
+        world_engine_options("byte", "hf-mtp", {})
+    assert world_engine_options("mtp", "hf-sample", {}) == {"target": str(mtp_folder)}
+
+
+def test_mtp_is_not_shifted_and_a_planted_q_mismatch_is(mtp: HFMTPEngine, mtp_folder: Path, tmp_path: Path) -> None:
+    baseline = HFSampleEngine(str(mtp_folder))
+    honest = verdict(baseline, mtp, tmp_path / "honest")
+    assert honest.verdict != "shifted", honest.reason
+    with scaled_draft_logits(mtp, 0.05):  # q near uniform: nearly every draft accepted
+        planted = verdict(baseline, mtp, tmp_path / "planted")
+    assert planted.verdict == "shifted", planted.reason
