@@ -1,4 +1,4 @@
-"""transformers' other speculative paths as engines: early exit, another tokenizer's assistant, MTP.
+"""transformers' other speculative paths as engines: early exit, another tokenizer's assistant, MTP, DFlash.
 
 - :class:`HFEarlyExitEngine`: ``generate(assistant_early_exit=L, do_sample=True)``. transformers'
   ``EarlyExitCandidateGenerator`` drafts with the target itself, running only its first ``L``
@@ -17,6 +17,11 @@
 - :class:`HFMTPEngine`: ``generate(use_mtp=True, do_sample=True)``: the model's own multi-token-
   prediction layers draft (``MTPCandidateGenerator``), the model verifies. Its world is ``mtp``:
   a tiny DeepSeek-V3 with one MTP layer built from config (:mod:`speceq.models.mtp`).
+
+- :class:`HFDFlashEngine`: ``generate(assistant_model=drafter, speculation_type="dflash", do_sample=True)``:
+  a DFlash drafter reads the target's hidden states at a few layers and drafts a block of tokens
+  in one forward pass (``DFlashTokenCandidateGenerator``); a tiny seeded drafter is built for the
+  world's target (:mod:`speceq.models.dflash`).
 
 Like assisted generation, transformers runs these paths at batch size 1 only, so rows run one by
 one; parameter mapping, seeding, acceptance counting and output cutting are those of
@@ -327,4 +332,72 @@ class HFMTPEngine(_RowLoopEngine):
             **super().describe(),
             "method": "generate(use_mtp=True): the model's MTP layers draft",
             "num_mtp_layers": int(self.num_mtp_layers),
+        }
+
+
+class HFDFlashEngine(_RowLoopEngine):
+    """``generate(speculation_type="dflash")``: a DFlash drafter drafts ``block_size`` tokens per step from the
+    target's hidden states, the target verifies.
+
+    ``target``: default the bundled byte target (the world's target in other worlds). The drafter is
+    built for it from config with seeded random weights (:func:`speceq.models.dflash.tiny_dflash_assistant`):
+    ``block_size`` (default 4; it drafts ``block_size - 1`` tokens after the target's own token),
+    ``target_layer_ids`` (0-based layers whose hidden states it reads; default the second and the
+    last), ``mask_token_id`` (the noise token; default the target's pad id, else its last id),
+    ``seed`` (default 0).
+    """
+
+    _limitation = "transformers runs DFlash speculation at batch size 1 only; rows run one by one"
+
+    def __init__(
+        self,
+        target: Any = None,
+        *,
+        block_size: Any = 4,
+        target_layer_ids: Any = None,
+        mask_token_id: Any = None,
+        seed: Any = 0,
+        name: str = "hf-dflash",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        from speceq.models.dflash import default_layer_ids, tiny_dflash_assistant
+
+        super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+        self.block_size = as_int(block_size, "block_size", minimum=2)
+        layers = decoder_layers(self.target)
+        if target_layer_ids is None:
+            self.target_layer_ids = default_layer_ids(layers)
+        else:
+            ids = target_layer_ids if isinstance(target_layer_ids, (list, tuple)) else [target_layer_ids]
+            self.target_layer_ids = [as_int(i, "target_layer_ids") for i in ids]
+            bad = [i for i in self.target_layer_ids if i >= layers]
+            if bad or not self.target_layer_ids:
+                raise ConfigError(f"expected a non-empty list of layer ids in 0..{layers - 1} (the target has {layers} "
+                                  f"decoder layers), got {target_layer_ids!r}", where="target_layer_ids")
+        default_mask = self.pad_token_id if self.pad_token_id is not None else self.vocab_size - 1
+        self.mask_token_id = as_int(default_mask if mask_token_id is None else mask_token_id, "mask_token_id")
+        if self.mask_token_id >= self.vocab_size:
+            raise ConfigError(f"expected a token id below the target's vocabulary of {self.vocab_size}, "
+                              f"got {self.mask_token_id}", where="mask_token_id")
+        self.seed = as_int(seed, "seed")
+        # not ``.draft``: the oracle scores an engine's ``.draft`` as a causal LM, this drafter is not one
+        self.assistant = tiny_dflash_assistant(self.target, block_size=self.block_size,
+                                               target_layer_ids=self.target_layer_ids,
+                                               mask_token_id=self.mask_token_id, seed=self.seed)
+        self.assistant.to(device=self.device, dtype=self.target.dtype)
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {"assistant_model": self.assistant, "speculation_type": "dflash"}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "method": 'generate(assistant_model=drafter, speculation_type="dflash"): block drafts from hidden states',
+            "drafter": f"tiny MuseGlimmerAssistantModel, random weights, seed {self.seed}",
+            "drafter_parameters": int(sum(p.numel() for p in self.assistant.parameters())),
+            "block_size": self.block_size,
+            "target_layer_ids": self.target_layer_ids,
+            "mask_token_id": self.mask_token_id,
         }

@@ -42,6 +42,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "hf-early-exit": "speceq.engines.hf_paths:HFEarlyExitEngine",
     "hf-universal": "speceq.engines.hf_paths:HFUniversalEngine",
     "hf-mtp": "speceq.engines.hf_paths:HFMTPEngine",
+    "hf-dflash": "speceq.engines.hf_paths:HFDFlashEngine",
     "openai": "speceq.engines.openai:OpenAICompletionsEngine",
 }
 

@@ -28,7 +28,7 @@ from speceq.errors import ConfigError
 
 WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2", "mtp")
 
-_TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "mutant:draft-is-target"}
+_TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "hf-dflash", "mutant:draft-is-target"}
 _TARGET_AND_DRAFT = {"reference", "hf-assisted"}
 #: engines whose draft has its own tokenizer: each world gives them a draft of another world's vocabulary
 _OTHER_VOCABULARY_DRAFT = {"hf-universal"}
