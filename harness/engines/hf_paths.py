@@ -1,4 +1,4 @@
-"""transformers' other speculative paths as engines: early exit, another tokenizer's assistant, MTP, DFlash.
+"""transformers' other speculative paths as engines: early exit, another tokenizer, MTP, DFlash, multi-token.
 
 - :class:`HFEarlyExitEngine`: ``generate(assistant_early_exit=L, do_sample=True)``. transformers'
   ``EarlyExitCandidateGenerator`` drafts with the target itself, running only its first ``L``
@@ -23,6 +23,11 @@
   in one forward pass (``DFlashTokenCandidateGenerator``); a tiny seeded drafter is built for the
   world's target (:mod:`speceq.models.dflash`).
 
+- :class:`HFMultiTokenEngine`: ``generate(assistant_model=gemma4_assistant, do_sample=True)``: the
+  single-position multi-token assistant of Gemma 4 (``SinglePositionMultiTokenCandidateGenerator``)
+  drafts from the target's last hidden state and shared key/value states. Its world is ``gemma4``:
+  a tiny Gemma-4 target and assistant built from config (:mod:`speceq.models.multi_token`).
+
 Like assisted generation, transformers runs these paths at batch size 1 only, so rows run one by
 one; parameter mapping, seeding, acceptance counting and output cutting are those of
 :mod:`speceq.engines.hf`.
@@ -30,7 +35,9 @@ one; parameter mapping, seeding, acceptance counting and output cutting are thos
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -401,3 +408,107 @@ class HFDFlashEngine(_RowLoopEngine):
             "target_layer_ids": self.target_layer_ids,
             "mask_token_id": self.mask_token_id,
         }
+
+
+class HFMultiTokenEngine(_RowLoopEngine):
+    """A Gemma-4 multi-token assistant: ``generate(assistant_model=Gemma4AssistantForCausalLM)``.
+
+    ``target`` / ``draft``: folders of a Gemma 4 (or 3n) causal LM and a ``Gemma4AssistantForCausalLM``;
+    default the ``gemma4`` world's tiny pair (:func:`speceq.models.multi_token.gemma4_folders`,
+    built into the cache on first use). ``num_assistant_tokens``: drafts per step, default 3.
+
+    ``draft_law``: ``logits`` (default: as transformers runs it) or ``argmax``. transformers 5.25's
+    ``SinglePositionMultiTokenCandidateGenerator.get_candidates`` drafts the assistant's *argmax*
+    tokens but returns the assistant's logits as the candidates' law, and with ``do_sample=True``
+    the verifier (``_speculative_sampling``) accepts a draft with probability min(1, p/q) and
+    resamples from (p - q)+ with that q, although the draft was deterministic: it over-accepts the
+    assistant's argmax tokens, and the output law shifts. ``argmax`` hands the verifier the law the
+    drafts really came from (a point mass at each drafted token): the workaround.
+    """
+
+    _limitation = "transformers runs multi-token assisted generation at batch size 1 only; rows run one by one"
+
+    def __init__(
+        self,
+        target: Any = None,
+        draft: Any = None,
+        *,
+        num_assistant_tokens: Any = 3,
+        draft_law: Any = "logits",
+        name: str = "hf-multi-token",
+        device: str = "cpu",
+        dtype: str = "float32",
+        eos_token_id: Any = None,
+    ) -> None:
+        from speceq.models.multi_token import gemma4_folders
+
+        if target is None or draft is None:
+            default_target, default_draft = gemma4_folders()
+            target = default_target if target is None else target
+            draft = default_draft if draft is None else draft
+        super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
+        if not type(self.target).__name__.startswith(("Gemma4", "Gemma3n")):
+            raise ConfigError(f"the multi-token assistant needs a Gemma 4 or Gemma 3n target (it reads their shared "
+                              f"key/value states), got {type(self.target).__name__}", where="target")
+        self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
+        # not ``.draft``: the oracle scores an engine's ``.draft`` as a causal LM, this one needs the target's states
+        self.assistant = load_causal_lm(draft, role="draft", device=self.device, dtype=self.dtype)
+        if not type(self.assistant).__name__.startswith(("Gemma4Assistant", "Gemma4UnifiedAssistant")):
+            raise ConfigError(f"expected a Gemma4AssistantForCausalLM draft, got {type(self.assistant).__name__}",
+                              where="draft")
+        self._draft_label = _model_label(draft, self.assistant)
+        self.assistant.generation_config.num_assistant_tokens = self.num_assistant_tokens
+        if draft_law not in DRAFT_LAWS:
+            raise ConfigError(f"expected one of {', '.join(DRAFT_LAWS)}, got {draft_law!r}", where="draft_law")
+        self.draft_law = str(draft_law)
+
+    def _start_row(self) -> None:
+        self.assistant.generation_config.num_assistant_tokens = self.num_assistant_tokens
+
+    @contextlib.contextmanager
+    def _counting(self) -> Iterator[Any]:
+        with super()._counting() as counts:
+            if self.draft_law == "argmax" and counts is not None:
+                inner = self.target._get_candidate_generator
+
+                def wrapped(*args: Any, **kwargs: Any) -> Any:
+                    gen = inner(*args, **kwargs)
+                    gen.get_candidates = _point_mass_candidates(gen.get_candidates)
+                    return gen
+
+                self.target._get_candidate_generator = wrapped
+            yield counts
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {"assistant_model": self.assistant}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "method": "generate(assistant_model=Gemma4Assistant): single-position multi-token drafts",
+            "draft": self._draft_label,
+            "draft_parameters": int(sum(p.numel() for p in self.assistant.parameters())),
+            "num_assistant_tokens": self.num_assistant_tokens,
+            "draft_law": self.draft_law,
+        }
+
+
+#: ``draft_law`` values of :class:`HFMultiTokenEngine`.
+DRAFT_LAWS: tuple[str, ...] = ("logits", "argmax")
+
+
+def _point_mass_candidates(get_candidates: Any) -> Any:
+    """``get_candidates`` returning, as the candidates' law, a point mass at each drafted token (logit 0 there,
+    -inf elsewhere): the law of an argmax draft."""
+    import torch
+
+    def fixed(input_ids: Any, **kwargs: Any) -> Any:
+        ids, logits = get_candidates(input_ids, **kwargs)
+        if logits is None:
+            return ids, logits
+        drafted = ids[:, -logits.shape[1]:]
+        law = torch.full_like(logits, float("-inf"))
+        law.scatter_(-1, drafted.unsqueeze(-1), 0.0)
+        return ids, law
+
+    return fixed

@@ -43,6 +43,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "hf-universal": "speceq.engines.hf_paths:HFUniversalEngine",
     "hf-mtp": "speceq.engines.hf_paths:HFMTPEngine",
     "hf-dflash": "speceq.engines.hf_paths:HFDFlashEngine",
+    "hf-multi-token": "speceq.engines.hf_paths:HFMultiTokenEngine",
     "openai": "speceq.engines.openai:OpenAICompletionsEngine",
 }
 

@@ -53,11 +53,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("what to compare")
     g.add_argument("--cases", metavar="FILE", help="cases file (.json or .toml, see docs/reference/cases.md). Default: the built-in cases")
-    g.add_argument("--models", default="byte", choices=("byte", "bpe", "smollm2", "mtp"),
+    g.add_argument("--models", default="byte", choices=("byte", "bpe", "smollm2", "mtp", "gemma4"),
                    help="bundled model world: its target/draft fill the built-in engines' model options and its "
                         "cases are the default (byte: 259 tokens; bpe: 32 000, see docs/explanation/bpe-world.md; "
                         "smollm2: SmolLM2-135M-Instruct, 49 152, after speceq smollm2 prepare, see "
-                        "docs/how-to/real-model.md; mtp: a tiny DeepSeek-V3 with an MTP layer, for hf-mtp). Default: %(default)s")
+                        "docs/how-to/real-model.md; mtp: a tiny DeepSeek-V3 with an MTP layer, for hf-mtp; gemma4: a tiny Gemma-4 pair, for "
+                        "hf-multi-token). Default: %(default)s")
     g.add_argument("--baseline", default="baseline", metavar="SPEC", help="baseline engine (name or module:attr). Default: %(default)s")
     g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
     g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
@@ -180,7 +181,7 @@ def handle_run(args: argparse.Namespace) -> int:
     if args.cases:
         cases = load_cases(args.cases)
     else:
-        cases = {"bpe": bpe_cases, "smollm2": smollm2_cases}.get(args.models, default_cases)()  # mtp: byte vocabulary
+        cases = {"bpe": bpe_cases, "smollm2": smollm2_cases}.get(args.models, default_cases)()  # mtp, gemma4: byte vocabulary
     check_run_outputs(config.out_dir, report=args.report, summary_md=args.summary_md)
     check_engine_specs(config)
     try:

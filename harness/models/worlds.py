@@ -7,7 +7,10 @@
 
 - ``mtp``: a tiny DeepSeek-V3 with one multi-token-prediction layer on the byte vocabulary, built
   from config into the model cache (:mod:`speceq.models.mtp`), and the byte world's cases: the
-  world of ``hf-mtp``, whose drafts come from the target's own MTP layer.
+  world of ``hf-mtp``, whose drafts come from the target's own MTP layer;
+- ``gemma4``: a tiny Gemma-4 target and multi-token assistant on the byte vocabulary, built from
+  config into the model cache (:mod:`speceq.models.multi_token`), and the byte world's cases: the
+  world of ``hf-multi-token``.
 
 ``hf-universal`` (a draft with its own tokenizer) gets another vocabulary's draft: the BPE draft
 in ``byte`` (the engine's default) and ``smollm2``, the byte draft in ``bpe`` (which transformers
@@ -26,7 +29,7 @@ from typing import Any
 
 from speceq.errors import ConfigError
 
-WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2", "mtp")
+WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2", "mtp", "gemma4")
 
 _TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "hf-dflash", "mutant:draft-is-target"}
 _TARGET_AND_DRAFT = {"reference", "hf-assisted"}
@@ -34,6 +37,8 @@ _TARGET_AND_DRAFT = {"reference", "hf-assisted"}
 _OTHER_VOCABULARY_DRAFT = {"hf-universal"}
 #: engines that need a target of their own world (one with MTP layers)
 _MTP_TARGET = {"hf-mtp"}
+#: engines that need the gemma4 world's pair (a Gemma-4 target and its multi-token assistant)
+_GEMMA4_PAIR = {"hf-multi-token"}
 
 
 def check_world(world: str) -> str:
@@ -47,7 +52,7 @@ def runs_world_models(spec: str, options: Mapping[str, Any]) -> bool:
     """Whether engine ``spec`` with the user's ``options`` runs only the world's own models: a
     built-in model engine (or a mutant) given no ``target`` / ``draft`` / ``model`` option."""
     builtin = (spec in _TARGET_ONLY or spec in _TARGET_AND_DRAFT or spec in _OTHER_VOCABULARY_DRAFT
-               or spec in _MTP_TARGET or spec.startswith("mutant:"))
+               or spec in _MTP_TARGET or spec in _GEMMA4_PAIR or spec.startswith("mutant:"))
     return builtin and not ({"target", "draft", "model"} & set(options))
 
 
@@ -61,6 +66,24 @@ def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> d
             "baseline would sample another model): add --models mtp (a tiny MTP model built into the cache)",
             where="--models",
         )
+    if spec in _GEMMA4_PAIR and world != "gemma4" and "target" not in out:
+        raise ConfigError(
+            f"{spec} drafts with a Gemma-4 assistant that reads a Gemma-4 target's states, which the {world} "
+            "world's target is not (and its baseline would sample another model): add --models gemma4 (a tiny "
+            "Gemma-4 pair built into the cache)",
+            where="--models",
+        )
+    if world == "gemma4":
+        from speceq.models.multi_token import gemma4_folders
+
+        target_dir, assistant_dir = (str(f) for f in gemma4_folders())
+        if spec in _TARGET_ONLY or spec in _GEMMA4_PAIR:
+            out.setdefault("target", target_dir)
+        if spec in _GEMMA4_PAIR:
+            out.setdefault("draft", assistant_dir)
+        elif spec == "openai" and "vocab_size" not in out and "eos_token_id" not in out:
+            out.setdefault("tokenizer", target_dir)
+        return out
     if world == "mtp":
         from speceq.models.mtp import mtp_model_folder
 

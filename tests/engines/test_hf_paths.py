@@ -1,9 +1,12 @@
 """transformers' other speculative paths (speceq.engines.hf_paths): contract, options, and the verdict.
 
-Each path runs through ``speceq.pipeline.runner.run`` against ``hf-sample`` on a tiny seeded case
-and must not be ``shifted``; the same run with a planted q-mismatch (the draft logits that the
-verifier divides by, scaled while the drafts themselves are unchanged) must be ``shifted``, which
-shows that the comparison at that sample size can fail.
+Each path runs through ``speceq.pipeline.runner.run`` against ``hf-sample`` on a tiny seeded case.
+A lossless path must not be ``shifted``; the same run with a planted q-mismatch (the draft logits
+that the verifier divides by, scaled while the drafts themselves are unchanged) must be
+``shifted``, which shows that the comparison at that sample size can fail. Two paths are shifted
+as transformers 5.25 runs them (hf-universal: the pruned draft head's order; hf-multi-token:
+argmax drafts verified against the assistant's softmax); their tests check that, and that the
+engines' workaround options are not shifted.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ import torch
 from speceq.core.params import SamplingParams
 from speceq.engines.base import SampleRequest, validate_batch
 from speceq.engines.hf import HFAssistedEngine, HFSampleEngine
-from speceq.engines.hf_paths import HFDFlashEngine, HFEarlyExitEngine, HFMTPEngine, HFUniversalEngine
+from speceq.engines.hf_paths import (
+    HFDFlashEngine,
+    HFEarlyExitEngine,
+    HFMTPEngine,
+    HFMultiTokenEngine,
+    HFUniversalEngine,
+)
 from speceq.engines.registry import resolve_engine
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
@@ -72,13 +81,14 @@ def scaled_draft_logits(engine: Any, factor: float) -> Iterator[None]:
         del engine._counting
 
 
-def verdict(baseline: Any, candidate: Any, tmp_path: Path, *, prompt: tuple[int, ...] = (10, 11, 12, 13)) -> Any:
+def verdict(baseline: Any, candidate: Any, tmp_path: Path, *, prompt: tuple[int, ...] = (10, 11, 12, 13),
+            samples: int = VERDICT_SAMPLES) -> Any:
     from speceq.pipeline.config import RunConfig
     from speceq.pipeline.runner import run
 
     case = Case(case_id="p", prompt_ids=prompt, batch_size=50,  # the row-loop candidate runs rows one by one anyway
                 params=SamplingParams(temperature=1.0, max_new_tokens=3, ignore_eos=True))
-    config = RunConfig(samples=VERDICT_SAMPLES, chunk_size=VERDICT_SAMPLES, alpha=1e-3, seed=0, workers=1,
+    config = RunConfig(samples=samples, chunk_size=samples, alpha=1e-3, seed=0, workers=1,
                        out_dir=tmp_path, progress=False)
     return run(config, [case], engines={"baseline": baseline, "candidate": candidate}).cases[0]
 
@@ -350,3 +360,60 @@ def test_dflash_is_not_shifted(tmp_path: Path) -> None:
     has little power against a wrong q: a planted x0.05 q-mismatch stays inconclusive at 200 samples."""
     result = verdict(HFSampleEngine(), resolve_engine("hf-dflash"), tmp_path, prompt=(256, 100, 101, 102, 32))
     assert result.verdict != "shifted", result.reason
+
+
+# ----- hf-multi-token: the Gemma-4 single-position multi-token assistant ----------------------------------------
+@pytest.fixture(scope="module")
+def gemma4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """The gemma4 world's tiny pair, built into a cache of the test's own (SPECEQ_CACHE)."""
+    from speceq.models.multi_token import gemma4_folders
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECEQ_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield gemma4_folders()
+
+
+def test_multi_token_contract_seeds_and_errors(gemma4: tuple[Path, Path], tmp_path: Path) -> None:
+    from speceq.models import TARGET_DIR
+    from speceq.models.model_cache import read_manifest
+    from speceq.models.multi_token import gemma4_folders
+    from speceq.models.worlds import world_engine_options
+
+    target, assistant = gemma4
+    rebuilt = gemma4_folders(cache=tmp_path)  # from the seeds alone: the same bytes
+    for ours, theirs in zip(gemma4, rebuilt, strict=True):
+        assert (read_manifest(ours)["files"]["model.safetensors"]["sha256"]
+                == read_manifest(theirs)["files"]["model.safetensors"]["sha256"])
+    engine = HFMultiTokenEngine()
+    req = request(SamplingParams(temperature=1.0, max_new_tokens=6, ignore_eos=True))
+    a, b = engine.sample(req), engine.sample(req)
+    validate_batch(a, req, engine, role="candidate")
+    assert a.tokens.tolist() == b.tokens.tolist()
+    assert a.drafted_tokens > 0 and 0 <= a.accepted_tokens <= a.drafted_tokens
+    assert engine.describe()["num_assistant_tokens"] == 3 and not hasattr(engine, "draft")
+    with pytest.raises(ConfigError, match="needs a Gemma 4 or Gemma 3n target"):
+        HFMultiTokenEngine(str(TARGET_DIR), str(assistant))
+    with pytest.raises(ConfigError, match="expected a Gemma4AssistantForCausalLM draft"):
+        HFMultiTokenEngine(str(target), str(target))
+    with pytest.raises(ConfigError, match="add --models gemma4"):
+        world_engine_options("byte", "hf-multi-token", {})
+    assert world_engine_options("gemma4", "hf-multi-token", {}) == {"target": str(target), "draft": str(assistant)}
+
+
+def test_multi_token_with_the_drafts_own_law_is_not_shifted(gemma4: tuple[Path, Path], tmp_path: Path) -> None:
+    """The workaround (draft_law=argmax: the verifier's q is the point mass the argmax draft really is)."""
+    target, _ = gemma4
+    engine = HFMultiTokenEngine(draft_law="argmax")
+    assert engine.describe()["draft_law"] == "argmax"
+    result = verdict(HFSampleEngine(str(target)), engine, tmp_path)
+    assert result.verdict != "shifted", result.reason
+
+
+@pytest.mark.slow
+def test_multi_token_as_transformers_runs_it_is_shifted(gemma4: tuple[Path, Path], tmp_path: Path) -> None:
+    """transformers 5.25 drafts argmax tokens but verifies them against the assistant's softmax: shifted at
+    1 500 samples (chi2 of the first two tokens, Holm p ~2e-18 when measured), while draft_law=argmax at the
+    same size and seed is not (smallest Holm p = 1). About 2 minutes on the shared 2-core machine."""
+    target, _ = gemma4
+    result = verdict(HFSampleEngine(str(target)), HFMultiTokenEngine(), tmp_path, samples=1500)
+    assert result.verdict == "shifted", result.reason
