@@ -71,6 +71,7 @@ class CaseView:
     positions: list[PositionChart]
     pit: PitView | None
     tv_chart: Markup | None
+    pit_law_chart: Markup | None = None  # the PIT-law bound against the tolerance, when it is the certificate in force
     samples: dict[str, list[SampleText]] = field(default_factory=dict)
     samples_hidden: int = 0
     sample_pairs: list[tuple[SampleText | None, SampleText | None]] = field(default_factory=list)
@@ -231,6 +232,9 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
     tv_chart = None
     if tolerance_ok and (case.tv_estimate is not None or case.tv_upper_bound is not None):
         tv_chart = svg.tv_scale(case.tv_estimate, case.tv_upper_bound, float(case.tolerance))
+    pit_law_chart = None
+    if tolerance_ok and case.certificate == "pit-law" and case.greedy is None and case.pit_law_upper_bound is not None:
+        pit_law_chart = svg.tv_scale(None, case.pit_law_upper_bound, float(case.tolerance), quantity="PIT-law")
     deciding = reasons.deciding_test(case, alpha) if case.verdict == "shifted" and not case.hard_failures else None
     z_views = why.z_views(case, run, deciding)
     return CaseView(
@@ -244,6 +248,7 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
         positions=_position_charts(case),
         pit=pit,
         tv_chart=tv_chart,
+        pit_law_chart=pit_law_chart,
         samples=samples,
         samples_hidden=hidden,
         sample_pairs=_sample_pairs(samples),

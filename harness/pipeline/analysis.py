@@ -697,17 +697,17 @@ def analyse_run(
     decisions, pooled = decide_run_pooled(evidence, pooled_tests(differences), alpha=alpha, tolerance=tolerance,
                                           certificate=certificate)
     settings = dict(provenance.get("settings") or {})
-    results = tuple(_case_result(c, ev, dec, d, tolerance, settings)
+    results = tuple(_case_result(c, ev, dec, d, tolerance, settings, certificate)
                     for c, ev, dec, d in zip(cases, evidence, decisions, details))
     return RunResult(
         verdict=run_verdict(decisions, pooled), alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines),
         cases=results, oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
-        pooled_tests=pooled.tests, pooled_reason=pooled.reason,
+        pooled_tests=pooled.tests, pooled_reason=pooled.reason, certificate=certificate,
     )
 
 
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
-                 settings: Mapping[str, Any]) -> CaseResult:
+                 settings: Mapping[str, Any], certificate: str = "tv") -> CaseResult:
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
     rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
     if d.required_n is not None:
@@ -725,4 +725,5 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
         samples=x.samples, hard_failures=failure_lines(ev.hard_failures), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
+        certificate=certificate, pit_law_upper_bound=ev.pit_law_upper_bound,
     )

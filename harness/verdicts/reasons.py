@@ -148,6 +148,47 @@ def effect_bound(test: TestOutcome) -> str:
     return f"TV={e.estimate:.4f} <= {e.high:.4f} (confidence 1-{1.0 - e.level:.2g})"
 
 
+#: The bound each certificate compares with the tolerance, as faces name it.
+BOUND_NAMES = {"tv": "TV bound", "pit-law": "PIT-law bound"}
+
+
+def bound_name(certificate: str) -> str:
+    """What the decisive bound of a run under ``certificate`` is called (a table header): ``"TV bound"``,
+    ``"PIT-law bound"``."""
+    return BOUND_NAMES.get(certificate, f"{certificate} bound")
+
+
+def case_bound_name(case: CaseResult) -> str:
+    """The name of the bound that decides ``case``: the PIT-law bound of a sampling case under ``pit-law``,
+    else the TV bound (a greedy case's is on whole rows)."""
+    return bound_name("pit-law" if case.certificate == "pit-law" and case.greedy is None else "tv")
+
+
+def tolerance_rule(certificate: str, tolerance: float) -> str:
+    """The equivalence rule in force, naming the certificate: ``"tolerance TV < 0.15"`` or
+    ``"certificate pit-law: PIT-law bound < 0.15"``."""
+    if certificate == "tv":
+        return f"tolerance TV < {tolerance:g}"
+    return f"certificate {certificate}: {bound_name(certificate)} < {tolerance:g}"
+
+
+def bound_line(case: CaseResult) -> str | None:
+    """The bound that decided ``case`` against its tolerance, naming the certificate, and under ``pit-law`` the TV
+    bound it does not certify; None when the case has no bound at all."""
+    name, bound = case_bound_name(case), case.decisive_bound
+    if bound is None and case.tv_upper_bound is None:
+        return None
+    if bound is None:
+        met = "none computed"
+    else:
+        met = f"{bound:.4f} {'<' if bound < case.tolerance else '>='} tolerance {case.tolerance:g}"
+    if case.certificate == "pit-law" and case.greedy is None:
+        tv = "" if case.tv_upper_bound is None else \
+            f"; the TV bound {case.tv_upper_bound:.4f} is shown for information, not certified"
+        return f"{name} {met} (certificate pit-law: the verdict rests on it){tv}"
+    return f"{name} {met} (certificate tv; {case.tv_reference})"
+
+
 def decided_by(case: CaseResult, alpha: float) -> str:
     """One short line: what decided a shifted case ('' for other verdicts)."""
     if case.verdict != "shifted":

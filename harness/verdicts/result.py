@@ -190,6 +190,16 @@ class CaseResult:
     notes: tuple[str, ...] = ()
     z_paths: tuple[ZPath, ...] = ()
     test_bins: tuple[TestBins, ...] = ()
+    certificate: str = "tv"  # what an equivalent verdict of this case rests on: "tv" or "pit-law" (the run's --certificate)
+    pit_law_upper_bound: float | None = None  # the PIT-law bound (speceq.stats.pit_law) when the oracle gave one
+
+    @property
+    def decisive_bound(self) -> float | None:
+        """The upper bound the verdict compares with the tolerance: the PIT-law bound of a sampling case under
+        ``certificate="pit-law"``, else the TV bound (greedy cases: the row-mismatch bound)."""
+        if self.certificate == "pit-law" and self.greedy is None:
+            return self.pit_law_upper_bound
+        return self.tv_upper_bound
 
     def summary(self) -> str:
         """One line: id, verdict, reason."""
@@ -211,6 +221,7 @@ class RunResult:
     notes: tuple[str, ...] = ()
     pooled_tests: tuple[TestOutcome, ...] = ()
     pooled_reason: str = ""
+    certificate: str = "tv"  # what an equivalent verdict certifies (--certificate): "tv" or "pit-law"
 
     @property
     def exit_code(self) -> int:
@@ -221,8 +232,9 @@ class RunResult:
         counts = {v: sum(c.verdict == v for c in self.cases) for v in RUN_VERDICTS}
         parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         pooled = f"; {self.pooled_reason}" if self.pooled_reason else ""
-        return (f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, "
-                f"tolerance TV<{self.tolerance:g}){pooled}")
+        rule = (f"certificate pit-law, PIT-law bound<{self.tolerance:g}" if self.certificate == "pit-law"
+                else f"tolerance TV<{self.tolerance:g}")
+        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, {rule}){pooled}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (verdicts as their words), for JSON and for pickling across processes."""
@@ -252,6 +264,7 @@ class RunResult:
                 "verdict": c.verdict,
                 "tv_estimate": c.tv_estimate,
                 "tv_upper_bound": c.tv_upper_bound,
+                "pit_law_upper_bound": c.pit_law_upper_bound,
                 "required_n": c.required_n,
                 "n_baseline": c.n_baseline,
                 "n_candidate": c.n_candidate,

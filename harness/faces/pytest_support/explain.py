@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from speceq.verdicts.reasons import skipped_tests
+from speceq.verdicts.reasons import bound_line, skipped_tests
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 from speceq.verdicts.verdict import Verdict
 
@@ -68,10 +68,11 @@ def _params_label(case: CaseResult) -> str:
 
 
 def _tv_line(case: CaseResult) -> str | None:
+    """The TV estimate and the bound that decided, naming the certificate in force."""
+    bound = bound_line(case)
     if case.tv_estimate is None:
-        return None
-    bound = "" if case.tv_upper_bound is None else f", upper bound {case.tv_upper_bound:.4f}"
-    return f"TV estimate {case.tv_estimate:.4f}{bound} (tolerance {case.tolerance:g}; {case.tv_reference})"
+        return bound
+    return f"TV estimate {case.tv_estimate:.4f}; {bound}" if bound else f"TV estimate {case.tv_estimate:.4f}"
 
 
 def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
