@@ -207,6 +207,7 @@ def _position_charts(case: CaseResult) -> list[PositionChart]:
 
 def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
     alpha = run.alpha
+    case = reasons.with_token_text(case)  # tokens as text when the case names its tokenizer
     spec = case.case if isinstance(case.case, dict) else {}
     params = spec.get("params")
     ids = spec.get("prompt_ids")

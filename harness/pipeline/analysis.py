@@ -302,7 +302,8 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
             tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res, TestKind.CHI2_POSITION),
                                              prompt=j, position=t))
             if primary and res.pvalue <= alpha:
-                bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
+                bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb,
+                                      [(int(x),) for x in labels]))
             if j == 0:
                 per_position.append(PositionComparison(t, res, labels, ca, cb))
     ta, la = _rows_of(base, 0)
@@ -312,8 +313,9 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
         res = chi2(ca, cb)
         tests.append(_outcome("chi2 joint first 2", "two-sample", True, res, TestKind.CHI2_JOINT))
         if res.pvalue <= alpha:
-            pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
-            bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
+            decoded = [tuple(int(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
+            pairs = [" ".join(tok.token(x) for x in d) for d in decoded]
+            bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb, decoded))
     if not case.params.ignore_eos and L >= 2:
         labels, ca, cb = stats.paired_counts(la, lb)
         res = chi2(ca, cb)

@@ -82,7 +82,7 @@ def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, 
     ident = engine_identities(config, engines)
     chunks = []
     for case in cases:
-        case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}  # text is display only
+        case_doc = {k: v for k, v in case.to_dict().items() if k not in ("text", "tokenizer")}  # display only
         for role in ROLES:
             for i, n in enumerate(slice_sizes(case.samples or config.samples, config.chunk_size)):
                 seed = chunk_seed(config.seed, role, case.case_id, i)

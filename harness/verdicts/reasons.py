@@ -13,9 +13,12 @@ summary and the HTML report.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import shlex
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from speceq.verdicts.failures import FailureKind, HardFailure
@@ -27,17 +30,28 @@ SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spen
                "--sequential stays valid however often it looks")
 
 class TokenLabels:
-    """Token ids as display text: the bundled byte vocabulary decoded, ids of any other vocabulary as numbers."""
+    """Token ids as display text: decoded by the case's tokenizer when it is known (``tokenizer``: a portable
+    name, ``bytes``/``bpe``/``smollm2``, or a tokenizer.json path), else the bundled byte vocabulary decoded
+    when ``vocab_size`` is its size, else ids as numbers (``#5230``)."""
 
-    def __init__(self, vocab_size: int) -> None:
+    def __init__(self, vocab_size: int, tokenizer: str | None = None) -> None:
         from speceq.models import VOCAB_SIZE, ByteTokenizer
 
         self.vocab_size = vocab_size
-        self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
+        self._hf = None if tokenizer in (None, "bytes") else _load_tokenizer(str(tokenizer))
+        self._bt = ByteTokenizer() if self._hf is None and (vocab_size == VOCAB_SIZE or tokenizer == "bytes") else None
+
+    @property
+    def from_tokenizer(self) -> bool:
+        """Whether a named tokenizer (not the bundled bytes) makes the labels."""
+        return self._hf is not None
 
     def _bytes(self, ids: Sequence[int]) -> bool:
         # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
         return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
+
+    def _known(self, ids: Sequence[int]) -> bool:
+        return self._hf is not None and all(0 <= int(i) < self._hf.get_vocab_size() for i in ids)
 
     def token(self, t: int) -> str:
         """One token: its text, ``<END>`` (the end symbol of the position tests), ``<ended>`` (a row that ended)."""
@@ -47,20 +61,83 @@ class TokenLabels:
             return "<END>"
         if t < 0:
             return "<ended>"
+        if self._known([t]):
+            text = self._hf.decode([int(t)], skip_special_tokens=False)
+            return repr(text) if text else (self._hf.id_to_token(int(t)) or f"#{int(t)}")
         return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
 
     def text(self, ids: Sequence[int]) -> str:
-        """A run of tokens: decoded bytes, or the ids separated by spaces."""
+        """A run of tokens: decoded text, or the ids separated by spaces."""
+        if self._known(ids):
+            return self._hf.decode([int(i) for i in ids], skip_special_tokens=False)
         return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer(name: str) -> Any:
+    """The ``tokenizers.Tokenizer`` of a portable name or a tokenizer.json path; None when this machine lacks it
+    (a face then shows ids: a result stays readable where its tokenizer is not)."""
+    from speceq.errors import ConfigError
+    from speceq.models.named_tokenizers import named_tokenizer_folder
+
+    try:
+        folder = named_tokenizer_folder(name)
+    except ConfigError:  # e.g. smollm2 not prepared on this machine
+        return None
+    path = folder / "tokenizer.json" if folder is not None else Path(name)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception:  # the tokenizers package raises a bare Exception on bad files: show ids instead
+        return None
+
+
+def case_token_labels(case: CaseResult) -> TokenLabels:
+    """The token labels of a result's case: its tokenizer (``case.case["tokenizer"]``) when named and present on
+    this machine, else the vocabulary its hard failures record (bytes decoded), else ids."""
+    spec = case.case if isinstance(case.case, Mapping) else {}
+    name = spec.get("tokenizer")
+    vocab = next((f.vocab_size for f in case.failures), 0)
+    return TokenLabels(vocab, name if isinstance(name, str) and name else None)
+
+
+def with_token_text(case: CaseResult) -> CaseResult:
+    """``case`` with every shown token made from its stored ids by the case's tokenizer (:func:`case_token_labels`):
+    frequency-bar tokens, chi-square bins, sample texts, greedy divergences and hard-failure lines. Unchanged when
+    the tokenizer is not known here or the result predates the ids (its stored texts are kept)."""
+    labels = case_token_labels(case)
+    if not labels.from_tokenizer:  # bytes or unknown: the analysis's labels are already the best there is
+        return case
+    g = case.greedy
+    if g is not None:
+        g = dataclasses.replace(g, divergences=tuple(dataclasses.replace(
+            d, baseline_text=labels.token(d.baseline_token), candidate_text=labels.token(d.candidate_token),
+            prefix_text=labels.text(d.prefix_ids)[-60:] if d.prefix_ids else d.prefix_text) for d in g.divergences))
+    return dataclasses.replace(
+        case,
+        top_tokens=tuple(dataclasses.replace(t, text=labels.token(t.token)) for t in case.top_tokens),
+        test_bins=tuple(b if len(b.tokens) != len(b.labels) else dataclasses.replace(
+            b, labels=tuple(" ".join(labels.token(x) for x in ids) if ids else old
+                            for ids, old in zip(b.tokens, b.labels))) for b in case.test_bins),
+        samples=tuple(dataclasses.replace(s, text=labels.text(s.token_ids)) if s.token_ids else s for s in case.samples),
+        greedy=g,
+        hard_failures=failure_lines(case.failures, labels) if case.failures else case.hard_failures,
+    )
 
 
 def _where(f: HardFailure) -> str:
     return f"row {f.row} (prompt {f.prompt}) position {f.position}"
 
 
-def failure_line(f: HardFailure) -> str:
-    """One hard failure in words, without its group's counts (see :func:`failure_lines`)."""
-    labels = TokenLabels(f.vocab_size)
+def failure_line(f: HardFailure, labels: TokenLabels | None = None) -> str:
+    """One hard failure in words, without its group's counts (see :func:`failure_lines`); ``labels``: the case's
+    token labels (default: by the vocabulary size the record holds)."""
+    labels = labels if labels is not None else TokenLabels(f.vocab_size)
     after = labels.text(f.prefix)
     if f.kind is FailureKind.ZERO_PROBABILITY:
         return (f"{_where(f)}: token {labels.token(f.token)} has probability 0 under the processed target "
@@ -84,11 +161,11 @@ def support_rule(margin_nats: float) -> str:
             else "the oracle (taken as exact: --support-margin-nats 0) gives it probability 0")
 
 
-def failure_lines(failures: Sequence[HardFailure]) -> tuple[str, ...]:
+def failure_lines(failures: Sequence[HardFailure], labels: TokenLabels | None = None) -> tuple[str, ...]:
     """The hard failures of a case in words, one line each; the first of a group leads with its counts."""
     out: list[str] = []
     for i, f in enumerate(failures):
-        line = failure_line(f)
+        line = failure_line(f, labels)
         if f.kind is FailureKind.ZERO_PROBABILITY and f.rows_flagged is not None:
             line = (f"{f.rows_flagged} of {f.rows_total} candidate rows hold a token the processed target gives "
                     f"probability 0, the baseline's {f.baseline_rows} rows none (exact p = {f.pvalue:.2g}); {line}")

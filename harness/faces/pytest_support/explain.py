@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from speceq.verdicts.reasons import bound_line, skipped_tests
+from speceq.verdicts.reasons import bound_line, skipped_tests, with_token_text
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 from speceq.verdicts.verdict import Verdict
 
@@ -80,6 +80,7 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
     lines = [f"case {case.case_id!r} [{_params_label(case)}]: {case.verdict.upper()} — {case.reason}"]
     if not detail:
         return lines[0]
+    case = with_token_text(case)  # tokens as text when the case names its tokenizer
     tests = rejecting_tests(case, alpha)
     if tests:
         lines.append(f"  rejecting tests (Holm-adjusted p <= alpha={alpha:g}):")
@@ -99,7 +100,9 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
         lines.append(f"  greedy: {g.rows_equal} of {g.rows_compared} rows equal")
         for d in g.divergences[:MAX_FAILURES]:
             margin = "unknown" if d.margin is None else f"{d.margin:.3g} nats"
-            lines.append(f"    position {d.position}: baseline #{d.baseline_token} vs candidate #{d.candidate_token}, "
+            base = f"{d.baseline_text} (#{d.baseline_token})" if d.baseline_text else f"#{d.baseline_token}"
+            cand = f"{d.candidate_text} (#{d.candidate_token})" if d.candidate_text else f"#{d.candidate_token}"
+            lines.append(f"    position {d.position}: baseline {base} vs candidate {cand}, "
                          f"top-2 margin {margin} -> {d.classification} (after {d.prefix_text[-30:]!r})")
     tv = _tv_line(case)
     if tv:
