@@ -76,6 +76,7 @@ class CaseView:
     samples_hidden: int = 0
     sample_pairs: list[tuple[SampleText | None, SampleText | None]] = field(default_factory=list)
     decider: why.Decider | None = None
+    plain: str = ""  # the verdict in plain words (speceq.verdicts.reasons.plain_case_summary)
     z_views: list[why.ZView] = field(default_factory=list)
 
 
@@ -254,6 +255,7 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
         samples_hidden=hidden,
         sample_pairs=_sample_pairs(samples),
         decider=why.decider(case, run, deciding, z_views),
+        plain=reasons.plain_case_summary(case, alpha),
         z_views=z_views,
     )
 
@@ -281,6 +283,7 @@ def render_report(result: RunResult, kernels: Sequence[dict[str, Any]] = ()) -> 
     }
     return environment().get_template("report.html.j2").render(
         run=result,
+        plain=reasons.plain_run_summary(result),
         cases=views,
         counts=counts,
         totals=totals,

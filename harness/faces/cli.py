@@ -336,6 +336,8 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
         console = Console(highlight=False, width=160)
     # plain print: engine specs are paths and must not be wrapped
     print(f"speceq: {reasons.engine_label(result, 'candidate')} vs {reasons.engine_label(result, 'baseline')}", flush=True)
+    for verdict, line in plain_lines(result):  # the answer first, in plain words; the evidence below
+        console.print(escape(line), style=style.get(verdict, ""))
     console.print(table)
     console.print(result.summary(), style=style.get(result.verdict, ""))
     # plain prints below: paths and commands must not be wrapped
@@ -353,6 +355,19 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
             print(f"{c.case_id}: {c.reason}")
     if report:
         print(f"report: {report}")
+
+
+def plain_lines(result: RunResult) -> list[tuple[Verdict, str]]:
+    """The run's answer in plain words, then each case's (:mod:`speceq.verdicts.reasons`), with their verdicts.
+
+    When every case is equivalent the run's line covers them all and the cases get no line of their own."""
+    from speceq.verdicts import reasons
+
+    lines = [(Verdict.parse(result.verdict), reasons.plain_run_summary(result))]
+    if result.verdict != Verdict.EQUIVALENT:
+        lines += [(Verdict.parse(c.verdict), f"  {c.case_id}: {reasons.plain_case_summary(c, result.alpha)}")
+                  for c in result.cases]
+    return lines
 
 
 def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
@@ -389,6 +404,10 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
         f"{code_span(reasons.engine_label(result, 'baseline'), table_cell=False)} · "
         f"α = {result.alpha:g} · {reasons.tolerance_rule(result.certificate, result.tolerance)}",
         "",
+        plain_text(reasons.plain_run_summary(result), table_cell=False),
+        "",
+        *([f"- {code_span(c.case_id, table_cell=False)}: {plain_text(reasons.plain_case_summary(c, result.alpha), table_cell=False)}"
+           for c in result.cases] + [""] if result.verdict != Verdict.EQUIVALENT else []),
         f"| case | verdict | TV | {reasons.bound_name(result.certificate)} | why |",
         "|---|---|---:|---:|---|",
     ]

@@ -23,7 +23,7 @@ from typing import Any
 
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
-from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Said wherever a fixed-size rerun with more samples is advised.
 SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spend up to k x alpha; "
@@ -335,6 +335,117 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
         return (f"At generated position {test.position}{prompt}, {engine} picks tokens at different rates than the "
                 "baseline (the bars show which tokens moved).")
     return f"{test.name} rejects: {engine} does not sample the baseline's distribution."
+
+
+#: A token "clearly moved" in a plain summary when its two-proportion z between the engines is at least this.
+CLEAR_SHIFT_Z = 3.0
+#: At most this many moved tokens are named in a plain summary.
+PLAIN_TOKENS = 3
+
+
+def _share_z(t: TokenFrequency, n_base: int, n_cand: int) -> float:
+    """Two-proportion z of one token's share, candidate minus baseline (pooled standard error; 0 when undefined)."""
+    if n_base <= 0 or n_cand <= 0:
+        return 0.0
+    pooled = (t.baseline_count + t.candidate_count) / (n_base + n_cand)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n_base + 1 / n_cand))
+    return 0.0 if se == 0 else (t.candidate_count / n_cand - t.baseline_count / n_base) / se
+
+
+def clearly_moved(case: CaseResult, position: int | None = None) -> list[TokenFrequency]:
+    """The case prompt's tokens whose share moved clearly between the engines (|z| >= :data:`CLEAR_SHIFT_Z`),
+    largest |z| first, at ``position`` when given; labels from the case's tokenizer (:func:`with_token_text`)."""
+    toks = [t for t in with_token_text(case).top_tokens if position is None or t.position == position]
+    z = {id(t): _share_z(t, case.n_baseline, case.n_candidate) for t in toks}
+    moved = [t for t in toks if abs(z[id(t)]) >= CLEAR_SHIFT_Z]
+    return sorted(moved, key=lambda t: (-abs(z[id(t)]), t.position, t.token))
+
+
+def _moved_words(case: CaseResult, toks: Sequence[TokenFrequency]) -> str:
+    def pct(count: int, n: int) -> str:
+        return f"{count / n:.1%}" if n else "—"
+
+    def label(text: str) -> str:  # token labels come quoted ('a', <END>, 0xff, #5230); older results' raw text is quoted here
+        return text if text[:1] in ("'", '"', "<", "#") or text.startswith("0x") else repr(text)
+
+    return "; ".join(f"{label(t.text)} at position {t.position}: {pct(t.baseline_count, case.n_baseline)} of the baseline's "
+                     f"draws, {pct(t.candidate_count, case.n_candidate)} of the candidate's" for t in toks)
+
+
+def plain_case_summary(case: CaseResult, alpha: float) -> str:
+    """The case's verdict as an answer to the user's question (do the two engines sample the same answers?), in
+    plain words from the result's data: what an equivalent verdict covers; for a shifted one, which answers moved
+    and by how much; for an inconclusive one, what more would decide."""
+    n = min(case.n_baseline, case.n_candidate)
+    bound, name = case.decisive_bound, case_bound_name(case)
+    if case.verdict == "equivalent":
+        if case.greedy is not None:
+            g = case.greedy
+            ties = f"; the {g.rows_compared - g.rows_equal} that differ do so at numerical near-ties" \
+                if g.rows_equal < g.rows_compared else ""
+            return (f"The two engines give the same greedy answers: {g.rows_equal} of {g.rows_compared} rows are "
+                    f"identical token for token{ties}.")
+        claim = (f"no answer's chance at any position of this prompt differs by {case.tolerance:g} or more "
+                 f"({name} {bound:.3f}, certificate tv)" if case.certificate != "pit-law" and bound is not None else
+                 f"the target's likely and unlikely tokens keep their chances to within {case.tolerance:g} at every "
+                 f"position ({name} {bound:.3f}, certificate pit-law; it does not bound each answer's chance)"
+                 if bound is not None else "")
+        return (f"The two engines sample the same answers as far as {n:,} draws per engine can tell"
+                f"{': ' + claim if claim else ''}. A worse-looking answer from the candidate is a different draw, "
+                "not a different engine.")
+    if case.verdict == "shifted":
+        if case.failures or case.hard_failures:
+            what = "greedy answers the target clearly does not prefer" if case.greedy is not None else \
+                "tokens the baseline can never produce (probability 0 under the processed target)"
+            first = with_token_text(case).hard_failures[:1]
+            return f"The candidate produces {what}: {first[0] if first else case.reason}."
+        test = deciding_test(case, alpha)
+        moved = clearly_moved(case, test.position if test is not None and test.prompt in (None, 0) else None)
+        if not moved:
+            moved = clearly_moved(case)
+        tv = "" if case.tv_estimate is None else \
+            f" In all, about {case.tv_estimate:.0%} of the answers' probability moved at the worst position (TV estimate, biased upward)."
+        if moved:
+            return (f"The candidate samples different answers from the baseline: "
+                    f"{_moved_words(case, moved[:PLAIN_TOKENS])}.{tv}")
+        why = "" if test is None else f" ({test.name})"
+        return (f"The candidate samples different answers from the baseline{why}, though no single token of the "
+                f"first positions moved clearly on its own: the shift is spread over many tokens or later ones.{tv}")
+    if case.required_n is not None and case.required_n > n:
+        need = f"about {case.required_n:,} draws per engine would decide (rerun with --samples {case.required_n})"
+    elif case.required_n is not None:
+        need = "the difference may be close to the tolerance; a larger tolerance or more draws would decide"
+    else:
+        need = case.reason
+    bound_words = "" if bound is None else f" the {name} {bound:.3f} is not below the tolerance {case.tolerance:g}:"
+    return (f"Not decided yet: no difference shows in {n:,} draws per engine, but they are too few to certify the "
+            f"engines the same;{bound_words} {need}.")
+
+
+def plain_run_summary(result: RunResult) -> str:
+    """The run's verdict as an answer to the user's question, in plain words (names the cases that differ or need
+    more draws)."""
+    cases = result.cases
+    n = min((min(c.n_baseline, c.n_candidate) for c in cases), default=0)
+    shifted = [c.case_id for c in cases if c.verdict == "shifted"]
+    open_ = [c for c in cases if c.verdict == "inconclusive"]
+    if result.verdict == "equivalent":
+        which = f"all {len(cases)} cases" if len(cases) != 1 else "the one case"
+        return (f"The two engines sample the same answers in {which}, as "
+                f"far as {n:,} draws per engine can tell ({tolerance_rule(result.certificate, result.tolerance)}). A "
+                "worse-looking answer from the candidate is a different draw, not a different engine.")
+    if result.verdict == "shifted":
+        if not shifted:
+            return ("The candidate samples different answers from the baseline: no case shows it alone, but pooled "
+                    f"over the cases a comparison rejects ({result.pooled_reason.split(':')[0]}).")
+        which = f"{len(shifted)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
+        return (f"The candidate samples different answers from the baseline in {which} ({', '.join(shifted)}): a "
+                "correct speculative decoder would not.")
+    need = max((c.required_n for c in open_ if c.required_n is not None), default=None)
+    more = f"; about {need:,} draws per engine would decide" if need is not None else ""
+    which = f"{len(open_)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
+    return (f"No difference shows, but {which} ({', '.join(c.case_id for c in open_)}) "
+            f"need{'s' if len(open_) == 1 and len(cases) == 1 else ''} more draws to certify the engines the same{more}.")
 
 
 def offset_readings(pairs: Sequence[tuple[TestOutcome, TestOutcome, TestOutcome | None]], alpha: float) -> list[str]:

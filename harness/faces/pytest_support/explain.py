@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from speceq.verdicts.reasons import bound_line, skipped_tests, with_token_text
+from speceq.verdicts.reasons import bound_line, plain_case_summary, plain_run_summary, skipped_tests, with_token_text
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 from speceq.verdicts.verdict import Verdict
 
@@ -81,6 +81,7 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
     if not detail:
         return lines[0]
     case = with_token_text(case)  # tokens as text when the case names its tokenizer
+    lines.append(f"  in short: {plain_case_summary(case, alpha)}")
     tests = rejecting_tests(case, alpha)
     if tests:
         lines.append(f"  rejecting tests (Holm-adjusted p <= alpha={alpha:g}):")
@@ -124,7 +125,7 @@ def engines_line(result: RunResult) -> str:
 def explain_run(result: RunResult, *, store: Path | None = None,
                 only: Sequence[str] = (Verdict.SHIFTED, Verdict.INCONCLUSIVE)) -> str:
     """Explanation of a run: summary line, then every case (evidence for those in ``only``)."""
-    lines = [f"speceq: {engines_line(result)}: {result.summary()}"]
+    lines = [f"speceq: {engines_line(result)}: {result.summary()}", f"in short: {plain_run_summary(result)}"]
     for case in result.cases:
         lines.append(explain_case(case, result.alpha, detail=case.verdict in only))
     lines.extend(f"note: {note}" for note in skipped_tests(result, face="pytest"))
