@@ -690,7 +690,7 @@ def analyse_run(
         iterator = track(cases, description="analysing", transient=True)
     for case in iterator:
         ev, d, diff = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
-                                    seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats,
+                                    seed=seed, tok=_case_labels(tok, case), mc_level=mc_level, near_tie_nats=near_tie_nats,
                                     support_margin_nats=support_margin_nats)
         evidence.append(ev)
         details.append(d)
@@ -706,6 +706,15 @@ def analyse_run(
         cases=results, oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
         pooled_tests=pooled.tests, pooled_reason=pooled.reason, certificate=certificate,
     )
+
+
+def _case_labels(tok: TokenLabels | None, case: Case) -> TokenLabels | None:
+    """The labels stored in a case's result: by the tokenizer its cases file names when this machine has it (the
+    faces relabel from the stored ids anyway: :func:`speceq.verdicts.reasons.with_token_text`), else ``tok``."""
+    if case.tokenizer is None or case.tokenizer == "bytes":
+        return tok
+    labels = TokenLabels(0 if tok is None else tok.vocab_size, case.tokenizer)
+    return labels if labels.from_tokenizer else tok
 
 
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
@@ -726,6 +735,6 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
-        samples=x.samples, hard_failures=failure_lines(ev.hard_failures), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
+        samples=x.samples, hard_failures=failure_lines(ev.hard_failures, _case_labels(None, case)), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
         certificate=certificate, pit_law_upper_bound=ev.pit_law_upper_bound,
     )

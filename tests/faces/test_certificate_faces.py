@@ -69,3 +69,13 @@ def test_the_tv_certificate_is_named_too_and_old_results_read_as_tv() -> None:
     assert "(certificate tv; " in explain_case(case, result.alpha)
     assert "<code>tv</code>" in render_report(result) and "Equivalence (certificate tv) needs U" in render_report(result)
     assert RunResult.from_json(_pit_law_run().to_json()) == _pit_law_run()  # the new fields round-trip
+
+
+def test_the_plain_summary_names_the_pit_law_certificate_and_what_it_does_not_bound() -> None:
+    from speceq.verdicts.reasons import plain_case_summary, plain_run_summary
+
+    result = _pit_law_run()
+    text = plain_case_summary(result.cases[0], result.alpha)
+    assert "(PIT-law bound 0.081, certificate pit-law; it does not bound each answer's chance)" in text
+    assert "0.443" not in text
+    assert "(certificate pit-law: PIT-law bound < 0.15)" in plain_run_summary(result)
