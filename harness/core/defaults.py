@@ -23,6 +23,11 @@ SUPPORT_MARGIN_NATS: the numerics margin Delta of the support hard failure on th
     :mod:`speceq.stats.support_margin`) excludes it under the case's processing. 0 means an
     exact oracle (any token of oracle probability 0). Chosen from measured spreads of bf16 /
     fp16 logits against float32 (``benchmarks/logit_spread.py``, docs/measurements/numerics.md).
+DEFAULT_CHUNK_TIMEOUT_S: seconds one chunk may take to sample before the run stops with an engine
+    error naming the engine, case and slice (``--chunk-timeout``; serial and local worker-process
+    collection). None: no limit, since a chunk's time depends on the engine and the chunk size.
+STOP_GRACE_S: after the first Ctrl-C, seconds the run waits for the chunks being sampled to finish
+    and be stored before it abandons them and stops (a hung engine then cannot hold the stop up).
 SUPPORT_MARGIN_OFF: the default of the Python API and the pytest plugin, and of ``speceq run``
     when an engine or the oracle is not one of the bundled world's models: infinite, i.e. no
     support hard failure (the two-sample support comparison alone judges tokens outside the
@@ -38,6 +43,8 @@ DEFAULT_TOLERANCE = 0.15
 #: own, larger than a CLI run's, so a test may ask for a tighter certificate than ``speceq run``.
 PYTEST_TOLERANCE = 0.05
 DEFAULT_ALPHA = 1e-3
+DEFAULT_CHUNK_TIMEOUT_S: float | None = None
+STOP_GRACE_S = 5.0
 ORACLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 CERTIFICATES = ("tv", "pit-law")
 NEAR_TIE_NATS = 1e-3

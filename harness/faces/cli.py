@@ -43,6 +43,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         CERTIFICATES,
         DEFAULT_ALPHA,
         DEFAULT_CHUNK_SIZE,
+        DEFAULT_CHUNK_TIMEOUT_S,
         DEFAULT_SAMPLES,
         DEFAULT_TOLERANCE,
         NEAR_TIE_NATS,
@@ -65,6 +66,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N", help="samples per case and engine. Default: %(default)s")
     g.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N", help="samples per stored chunk. Default: %(default)s")
     g.add_argument("--seed", type=int, default=0, help="run seed; chunk seeds derive from it. Default: %(default)s")
+    g.add_argument("--chunk-timeout", type=float, default=DEFAULT_CHUNK_TIMEOUT_S, metavar="SECONDS",
+                   help="stop with an engine error (naming engine, case and slice; stored chunks kept) when one "
+                        "chunk takes longer than this to sample (not with --executor ray). Default: no limit")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads (default: $SPECEQ_TORCH_THREADS, else 1)")
     # ----- parallel collection (executors: speceq.pipeline.collect; docs/how-to/scale.md) -----
@@ -165,7 +169,8 @@ def handle_run(args: argparse.Namespace) -> int:
         oracle=args.oracle, oracle_model=args.oracle_model, oracle_share_prefix=args.oracle_share_prefix,
         oracle_draft=None if args.oracle_draft == "none" else args.oracle_draft,
         oracle_dtype=args.oracle_dtype, oracle_server=args.oracle_server, oracle_top_logprobs=args.oracle_top_logprobs,
-        samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
+        samples=args.samples, chunk_size=args.chunk_size, chunk_timeout=args.chunk_timeout, seed=args.seed,
+        alpha=args.alpha,
         tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
         progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
         support_margin_nats=(default_support_margin(args) if args.support_margin_nats is None

@@ -11,6 +11,7 @@ from speceq.core.defaults import (
     CERTIFICATES,
     DEFAULT_ALPHA,
     DEFAULT_CHUNK_SIZE,
+    DEFAULT_CHUNK_TIMEOUT_S,
     DEFAULT_SAMPLES,
     DEFAULT_TOLERANCE,
     NEAR_TIE_NATS,
@@ -68,6 +69,9 @@ class RunConfig:
     the default) or ``"pit-law"`` (the coarser bound on the law of the oracle PIT per position,
     :mod:`speceq.stats.pit_law`, which a large vocabulary affords at a few hundred samples;
     needs the oracle and a fixed-size run).
+    chunk_timeout: seconds one chunk may take to sample (None, the default: no limit); past it
+    the run stops with an engine error naming the engine, case and slice, keeping the chunks
+    stored before (serial or local worker-process collection; not with Ray).
     """
 
     baseline: str = "baseline"
@@ -97,6 +101,7 @@ class RunConfig:
     oracle_top_logprobs: int | None = None
     sequential: bool = False
     certificate: str = "tv"
+    chunk_timeout: float | None = DEFAULT_CHUNK_TIMEOUT_S
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -155,6 +160,12 @@ class RunConfig:
                 raise bad("oracle_top_logprobs", "an integer >= 2, or None (the whole vocabulary)")
             if self.oracle_server is None:
                 raise bad("oracle_top_logprobs", "no value without oracle_server")
+        if self.chunk_timeout is not None:
+            if isinstance(self.chunk_timeout, bool) or not isinstance(self.chunk_timeout, (int, float)) \
+                    or not 0 < self.chunk_timeout < float("inf"):
+                raise bad("chunk_timeout", "a number of seconds > 0, or None (no limit)")
+            if self.executor == "ray":
+                raise bad("chunk_timeout", "None with executor='ray' (Ray tasks have no chunk timeout)")
         if self.certificate not in CERTIFICATES:
             raise bad("certificate", f"one of {', '.join(CERTIFICATES)}")
         if self.certificate == "pit-law" and not self.oracle:
@@ -178,6 +189,7 @@ class RunConfig:
             "oracle_dtype": self.oracle_dtype,
             "oracle_server": self.oracle_server, "oracle_top_logprobs": self.oracle_top_logprobs,
             "sequential": self.sequential, "certificate": self.certificate,
+            "chunk_timeout": self.chunk_timeout,
         }
 
     def oracle_spec(self) -> OracleSpec | None:

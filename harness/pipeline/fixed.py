@@ -1,12 +1,10 @@
 """The fixed-size loop of a run: sample every chunk of the plan (reusing stored ones), then analyse once.
 
-- **collect**: chunks already in the store (same fingerprint, which covers the engine's
-  code: :mod:`speceq.pipeline.collect.code_identity`) are reused; the others are sampled by an
-  executor (serial, local worker processes or Ray: :mod:`speceq.pipeline.collect`), checked with
-  :func:`~speceq.engines.base.validate_batch` and stored atomically by this process only.
-  A failure stops the run and keeps every finished chunk. Ctrl-C stops after the chunks being
-  sampled are stored (a second Ctrl-C stops at once) and says how to resume. A changed
-  budget reuses every stored chunk of the new plan (:mod:`speceq.pipeline.plan`).
+- **collect**: every chunk of the plan (:mod:`speceq.pipeline.plan`) goes through the run's
+  :class:`~speceq.pipeline.collect.collector.ChunkCollector`, the collection path the sequential
+  loop uses too: stored chunks are reused, the others sampled by an executor, validated and
+  stored atomically; progress; Ctrl-C stops after the chunks being sampled are stored and says
+  how to resume. A changed budget reuses every stored chunk of the new plan.
 - **analyse**: :func:`speceq.pipeline.prepared.analyse_rows` on every case's rows (chunks joined
   in slice order) with the run's oracle, its score requests sent ahead to the workers.
 """
@@ -18,19 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from speceq.core.provenance import utc_now
-from speceq.engines.base import Engine, SampleBatch, validate_batch
+from speceq.engines.base import Engine, SampleBatch
 from speceq.inputs.cases import Case
 from speceq.pipeline.analysis import score_requests
-from speceq.pipeline.checks import check_case_vocabularies
-from speceq.pipeline.collect import choose_executor
+from speceq.pipeline.collect import Executor, choose_executor
 from speceq.pipeline.collect.code_identity import code_summary
-from speceq.pipeline.collect.progress import make_progress
+from speceq.pipeline.collect.collector import ChunkCollector
 from speceq.pipeline.collect.session import ExecutorSession
 from speceq.pipeline.config import RESULT_FILE, RunConfig
-from speceq.pipeline.plan import ChunkPlan, concat_batches, plan_chunks, slice_sizes
+from speceq.pipeline.plan import concat_batches, plan_chunks, slice_sizes
 from speceq.pipeline.prepared import PreparedRun, analyse_rows
-from speceq.pipeline.stopping import RunInterrupted, StopRequest, interrupted_message
 from speceq.store import ROLES, SampleStore
 from speceq.verdicts.result import RunResult
 
@@ -56,54 +51,33 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
             session: ExecutorSession | None = None) -> Collected:
     """Sample every chunk not yet in ``config.out_dir``'s store; return every case's rows.
 
-    ``specs`` (role -> (spec, options)): the engines were resolved from these, and worker
-    processes resolve them the same way; None: worker processes get pickled copies of
-    ``engines`` (or the run samples serially when one cannot be pickled). ``session``: the
-    run's executor session, whose workers stay up after collection (for oracle scoring);
-    None: an executor for this collection only.
+    The cases' prompts must fit the engines' vocabularies (:func:`speceq.pipeline.runner.prepare`
+    checks that before any sample). ``specs`` (role -> (spec, options)): the engines were
+    resolved from these, and worker processes resolve them the same way; None: worker processes
+    get pickled copies of ``engines`` (or the run samples serially when one cannot be pickled).
+    ``session``: the run's executor session, whose workers stay up after collection (for oracle
+    scoring); None: an executor for this collection only.
     """
-    check_case_vocabularies(cases, engines)
     chunks = plan_chunks(config, cases, engines)
-    store = SampleStore(config.out_dir)
-    store.acquire_writer_lock()
-    try:
-        if not config.resume:
-            store.discard_all()
-        (config.out_dir / RESULT_FILE).unlink(missing_ok=True)  # never leave a stale result beside new samples
-        stored = [c for c in chunks if store.has(c.key)]  # a changed configuration fails here, before any sampling
-        stored_keys = {c.key for c in stored}
-        missing = [c for c in chunks if c.key not in stored_keys]
+
+    def executor(pending: int) -> Executor:
         if session is not None:
-            executor = session.executor(pending=len(missing))
-        else:
-            executor = choose_executor(executor=config.executor, workers=config.workers,
-                                       ray_address=config.ray_address, threads=config.threads, engines=engines,
-                                       specs=specs, pending=len(missing))
-        sampled = 0
+            return session.executor(pending=pending)
+        return choose_executor(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
+                               threads=config.threads, engines=engines, specs=specs, pending=pending)
 
-        def store_chunk(chunk: ChunkPlan, batch: SampleBatch, elapsed: float) -> None:
-            nonlocal sampled
-            validate_batch(batch, chunk.request(), engines[chunk.role], case_id=chunk.case.case_id, role=chunk.role)
-            store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
-            sampled += 1
-            progress.finished(chunk)
-
-        with StopRequest() as stop, make_progress(config.progress, chunks, stored) as progress:
-            try:
-                executor.run(missing, progress.started, store_chunk, stop)
-            except KeyboardInterrupt:
-                raise RunInterrupted(interrupted_message(config.out_dir, len(stored) + sampled, len(chunks))) from None
-            if stop.requested and len(stored) + sampled < len(chunks):
-                raise RunInterrupted(interrupted_message(config.out_dir, len(stored) + sampled, len(chunks)))
-        # analyse exactly what is stored: read every chunk back, reused or just written
-        per_case: dict[str, dict[str, list[SampleBatch]]] = {r: {c.case_id: [] for c in cases} for r in ROLES}
-        for chunk in chunks:
-            per_case[chunk.role][chunk.case.case_id].append(store.get(chunk.key))
-    finally:
-        store.release_writer_lock()
+    collector = ChunkCollector(SampleStore(config.out_dir), engines, executor, expected=chunks,
+                               resume=config.resume, progress=config.progress, out_dir=config.out_dir,
+                               chunk_timeout=config.chunk_timeout)
+    with collector:
+        (config.out_dir / RESULT_FILE).unlink(missing_ok=True)  # never leave a stale result beside new samples
+        batches = collector.gather(chunks)
+    per_case: dict[str, dict[str, list[SampleBatch]]] = {r: {c.case_id: [] for c in cases} for r in ROLES}
+    for chunk, batch in zip(chunks, batches):
+        per_case[chunk.role][chunk.case.case_id].append(batch)
     joined = {r: {cid: concat_batches(bs) for cid, bs in per_case[r].items()} for r in ROLES}
-    return Collected(joined["baseline"], joined["candidate"], len(chunks), len(stored), sampled,
-                     executor.description, tuple(store.discarded))
+    return Collected(joined["baseline"], joined["candidate"], len(chunks), collector.reused, collector.sampled,
+                     collector.executor_description, tuple(collector.store.discarded))
 
 
 def collection_summary(collected: Collected, engine_ids: Mapping[str, Mapping[str, Any]]) -> str:

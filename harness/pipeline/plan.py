@@ -77,20 +77,32 @@ def engine_identities(config: RunConfig, engines: Mapping[str, Engine]) -> dict[
                 "code": engine_code_identity(engines[r])}) for r in ROLES}
 
 
+def plan_chunk(config: RunConfig, case: Case, role: str, index: int, n: int,
+               engine_ids: Mapping[str, Mapping[str, Any]], *, schedule: str | None = None) -> ChunkPlan:
+    """Slice ``index`` (``n`` samples) of ``case`` for ``role``: its seed and store key, for both loops.
+
+    The key's identity holds everything the samples depend on (store format, engine identity
+    with its code, the case without its display text and tokenizer name, run seed, chunk seed, slice, size).
+    ``schedule`` None: a fixed-size chunk, whose file name also carries its size (a changed
+    budget re-plans the last slice under its new size); a schedule name (sequential runs):
+    recorded in the identity, and the slice sizes are the schedule's own.
+    """
+    seed = chunk_seed(config.seed, role, case.case_id, index)
+    case_doc = {k: v for k, v in case.to_dict().items() if k not in ("text", "tokenizer")}  # display only
+    identity = {"format": STORE_FORMAT, "role": role, "engine": engine_ids[role], "case": case_doc,
+                "run_seed": config.seed, "seed": seed, "slice": index, "n": n}
+    if schedule is not None:
+        identity["schedule"] = schedule
+    key = ChunkKey.build(role, case.case_id, index, identity, samples=n if schedule is None else None)
+    return ChunkPlan(role, case, index, n, seed, key)
+
+
 def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:
-    """Every chunk of the run, case by case, baseline before candidate, slices in order."""
+    """Every chunk of a fixed-size run, case by case, baseline before candidate, slices in order."""
     ident = engine_identities(config, engines)
-    chunks = []
-    for case in cases:
-        case_doc = {k: v for k, v in case.to_dict().items() if k not in ("text", "tokenizer")}  # display only
-        for role in ROLES:
-            for i, n in enumerate(slice_sizes(case.samples or config.samples, config.chunk_size)):
-                seed = chunk_seed(config.seed, role, case.case_id, i)
-                identity = {"format": STORE_FORMAT, "role": role, "engine": ident[role], "case": case_doc,
-                            "run_seed": config.seed, "seed": seed, "slice": i, "n": n}
-                key = ChunkKey.build(role, case.case_id, i, identity, samples=n)
-                chunks.append(ChunkPlan(role, case, i, n, seed, key))
-    return chunks
+    return [plan_chunk(config, case, role, i, n, ident)
+            for case in cases for role in ROLES
+            for i, n in enumerate(slice_sizes(case.samples or config.samples, config.chunk_size))]
 
 
 def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
@@ -110,4 +122,4 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
     )
 
 
-__all__ = ["ChunkPlan", "chunk_seed", "concat_batches", "engine_identities", "plan_chunks", "slice_sizes"]
+__all__ = ["ChunkPlan", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk", "plan_chunks", "slice_sizes"]

@@ -1,4 +1,8 @@
-"""Ctrl-C during sampling: finish and store the chunks being sampled, then stop with a resume hint."""
+"""Ctrl-C during sampling: finish and store the chunks being sampled, then stop with a resume hint.
+
+The executors wait at most :data:`~speceq.core.defaults.STOP_GRACE_S` for those chunks, then abandon
+them (a hung engine cannot hold the stop up): :mod:`speceq.pipeline.collect.executors`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from speceq.core.defaults import STOP_GRACE_S
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -33,7 +39,8 @@ class StopRequest:
         if self.requested:  # second Ctrl-C: stop now
             raise KeyboardInterrupt
         self.requested = True
-        sys.stderr.write("\nspeceq: stopping after the current chunk is stored (Ctrl-C again to stop now)\n")
+        sys.stderr.write(f"\nspeceq: stopping after the chunks being sampled are stored (waiting at most "
+                         f"{STOP_GRACE_S:g} s for them; Ctrl-C again to stop now)\n")
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():

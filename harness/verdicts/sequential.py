@@ -1,17 +1,27 @@
-"""The decision of a sequential case at one look (pure, no I/O).
+"""The decisions of a sequential run (pure, no I/O): a case at one look, and the run's result.
 
 At each look: a hard failure makes the case ``shifted``; so does any e-process that reached
 the threshold K / alpha (K = sequential tests of the run: e-value Bonferroni, family-wise
 error <= alpha however often one looks); else it is ``equivalent`` when the time-uniform TV
 upper bound is below the tolerance; else it stays open, and at its last look it is
 ``inconclusive``. The reason of every decided case begins with ``sequential:``.
+:func:`apply_sequential` puts those decisions into the run's result (the sequential loop
+decides nothing itself).
 """
 
 from __future__ import annotations
 
-from speceq.verdicts.evidence import CERTIFIES, SequentialEvidence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["decide_look"]
+from speceq.stats.sequential import EProcessResult
+from speceq.verdicts.evidence import CERTIFIES, SequentialEvidence
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
+from speceq.verdicts.verdict import Verdict
+
+__all__ = ["SequentialDecision", "apply_sequential", "decide_look", "sequential_outcomes"]
 
 
 def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float) -> tuple[str | None, str]:
@@ -36,3 +46,55 @@ def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float) -
         f"sequential: undecided at the budget n = {ev.budget} after {ev.looks} looks: no e-process reached "
         f"{threshold:.3g} and {bound}; rerun with a larger --samples (same --out and seed) to continue the "
         "same sequence, which stays valid")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SequentialDecision:
+    """A sequential case decided by :func:`decide_look`: its verdict and reason, looks, samples per engine,
+    its primary tests (:func:`sequential_outcomes`) and its time-uniform TV bound (None: none yet)."""
+
+    verdict: str
+    reason: str
+    looks: int
+    n: int
+    tests: tuple[TestOutcome, ...] = ()
+    tv_estimate: float | None = None
+    tv_upper_bound: float | None = None
+    tv_reference: str | None = None
+
+
+def sequential_outcomes(tests: Sequence[EProcessResult], k_tests: int) -> tuple[TestOutcome, ...]:
+    """The e-processes of a case as primary tests, adjusted by e-value Bonferroni over the run's ``k_tests``."""
+    return tuple(TestOutcome(name=t.name, family="sequential", primary=True, statistic=t.statistic, pvalue=t.pvalue,
+                             n=t.n, adjusted_pvalue=min(1.0, t.pvalue * k_tests), summary=t.summary())
+                 for t in tests)
+
+
+def apply_sequential(fixed: RunResult, decisions: Mapping[str, SequentialDecision], k_tests: int) -> RunResult:
+    """The run's result: the fixed-size analysis of the same rows, with each sequential case's decision in force.
+
+    A case in ``decisions`` takes its sequential verdict, reason, tests and bound; its fixed-size
+    tests stay as diagnostics (not primary), with a note of what they would have said. A case
+    not in it (greedy: not sequential) keeps the fixed-size decision. The run takes the worst.
+    """
+    cases: list[CaseResult] = []
+    for c in fixed.cases:
+        d = decisions.get(c.case_id)
+        if d is None:
+            cases.append(c)
+            continue
+        diag = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in c.tests)
+        extra: dict[str, Any] = {}
+        if d.tv_upper_bound is not None:
+            extra = {"tv_estimate": d.tv_estimate, "tv_upper_bound": d.tv_upper_bound, "tv_reference": d.tv_reference}
+        bound = "no TV bound" if c.tv_upper_bound is None else f"TV upper bound {c.tv_upper_bound:.4f}"
+        note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
+                "comparison only, since it is not valid after looking at the data along the way")
+        cases.append(dataclasses.replace(c, verdict=d.verdict, reason=d.reason, tests=d.tests + diag, required_n=None,
+                                         notes=(*c.notes, note), **extra))
+    notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
+                           f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
+    # the fixed analysis's pooled tests looked at rows chosen along the way: shown, never deciding
+    pooled = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in fixed.pooled_tests)
+    return dataclasses.replace(fixed, verdict=Verdict.worst(c.verdict for c in cases), cases=tuple(cases), notes=notes,
+                               pooled_tests=pooled, pooled_reason="")

@@ -195,10 +195,14 @@ def test_invalid_engine_output_is_an_engine_error(tmp_path):
     assert SampleStore(tmp_path).keys() == []
 
 
-def test_prompt_outside_engine_vocabulary_is_a_config_error(tmp_path):
+def test_prompt_outside_engine_vocabulary_is_a_config_error_before_any_sample(tmp_path):
+    from speceq.pipeline.runner import run
+
     bad = [Case(case_id="wide", prompt_ids=(1, 9))]
+    eng = engines()
     with pytest.raises(ConfigError, match=r"case 'wide'.prompt: token 1 is 9, outside the vocabulary \[0, 8\).*baseline"):
-        collect(config(tmp_path), bad, engines())
+        run(config(tmp_path, oracle=False), bad, engines=eng)
+    assert eng["baseline"].calls == eng["candidate"].calls == 0
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Collection machinery behind the run loops (:mod:`speceq.pipeline.fixed`, :mod:`speceq.pipeline.sequential`):
-executors, engine recipes, progress, and the code identity that goes into every chunk's fingerprint.
+"""Collection machinery of both run loops: the :class:`~speceq.pipeline.collect.collector.ChunkCollector`
+they share, executors, engine recipes, progress, and the code identity that goes into every chunk's
+fingerprint.
 
 Which executor samples (see :mod:`speceq.pipeline.collect.executors`):
 

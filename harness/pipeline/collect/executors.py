@@ -10,7 +10,18 @@ gives the same samples (bit for bit) for the same seed. Executors only sample: t
 validates and stores each returned chunk (``on_result``, called in the driver's main thread).
 A worker that dies is replaced and its chunk sampled again from the same seed, up to
 :data:`MAX_ATTEMPTS` times. After a first Ctrl-C (``stop.requested``) no new chunk starts;
-chunks already running are finished and stored.
+chunks already running are finished and stored if they finish within
+:data:`~speceq.core.defaults.STOP_GRACE_S`, else abandoned.
+
+**Timeouts and hung engines.** ``run(..., timeout_s=T)`` makes a chunk still running after T
+seconds an :class:`~speceq.errors.EngineError` naming the engine, case and slice. Python cannot
+stop a thread, and an engine in this process may be stuck in C code (a torch kernel, a socket
+read), so the serial executor samples each chunk on a daemon thread while the driver's main
+thread waits in short steps (:data:`POLL_S`), free to see a timeout or a Ctrl-C; a chunk past its
+time, or past the grace after Ctrl-C, is abandoned: its thread is left to finish (or hang) in
+the background, its result is never stored, and the run stops. That is safe because the run
+stops with it (nothing else uses the engine afterwards) and the store is written by the main
+thread only. Worker processes are simply terminated. Ray tasks have no timeout here.
 """
 
 from __future__ import annotations
@@ -18,18 +29,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
+from speceq.core.defaults import STOP_GRACE_S
 from speceq.engines.base import Engine, SampleBatch
 from speceq.errors import EngineError
 from speceq.pipeline.collect.sampling import EngineRecipe, decode_error, item_case_id, sample_chunk
 
 #: Times a chunk is tried when the process sampling it dies (exit, kill, out of memory).
 MAX_ATTEMPTS = 3
+#: Seconds between the driver's looks at running chunks (timeout, Ctrl-C).
+POLL_S = 0.1
 
 OnStart = Callable[[Any], None]
 OnResult = Callable[[Any, SampleBatch, float], None]
@@ -40,11 +56,67 @@ class StopFlag(Protocol):
 
 
 class Executor(Protocol):
-    """Samples chunks and hands each result to the driver."""
+    """Samples chunks and hands each result to the driver; ``timeout_s``: seconds a chunk may take (None: no limit)."""
 
     description: str
 
-    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag) -> None: ...
+    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
+            timeout_s: float | None = None) -> None: ...
+
+
+def timed_out(chunk: Any, engine: str, timeout_s: float) -> EngineError:
+    """The error of a chunk still running after ``timeout_s`` seconds: names the engine, case and slice."""
+    return EngineError(f"slice {chunk.slice_index} ({chunk.role}) gave no result within the chunk timeout of "
+                       f"{timeout_s:g} s, so it was abandoned; the chunks stored before it are kept (rerun to "
+                       "resume; --chunk-timeout sets the limit)", engine=engine, case_id=chunk.case.case_id)
+
+
+class _StopClock:
+    """When a stop was first seen, and whether the grace for running chunks is over."""
+
+    def __init__(self, stop: StopFlag) -> None:
+        self.stop = stop
+        self.since: float | None = None
+
+    def grace_over(self, now: float) -> bool:
+        if not self.stop.requested:
+            return False
+        if self.since is None:
+            self.since = now
+        return now - self.since >= STOP_GRACE_S
+
+
+def sample_on_thread(chunk: Any, engine: Engine, stop: StopFlag, timeout_s: float | None
+                     ) -> tuple[SampleBatch, float] | None:
+    """Sample ``chunk`` on a daemon thread; the result, or None when a Ctrl-C's grace ran out (chunk abandoned).
+
+    Raises the chunk's own error, :func:`timed_out` past ``timeout_s``, and KeyboardInterrupt
+    (a second Ctrl-C) at once. See the module docstring for why a thread.
+    """
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = sample_chunk(chunk, engine)
+        except BaseException as e:  # handed to the driver's thread, which raises it
+            box["error"] = e
+
+    thread = threading.Thread(target=work, name=f"speceq-sample-{chunk.role}-{chunk.slice_index}", daemon=True)
+    t0 = time.monotonic()
+    clock = _StopClock(stop)
+    thread.start()
+    while True:
+        thread.join(POLL_S)
+        if not thread.is_alive():
+            break
+        now = time.monotonic()
+        if timeout_s is not None and now - t0 >= timeout_s:
+            raise timed_out(chunk, getattr(engine, "name", chunk.role), timeout_s)
+        if clock.grace_over(now):
+            return None
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 class SerialExecutor:
@@ -60,13 +132,16 @@ class SerialExecutor:
     def __exit__(self, *exc: Any) -> None:
         return None
 
-    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag) -> None:
+    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
+            timeout_s: float | None = None) -> None:
         for chunk in chunks:
             if stop.requested:
                 return
             on_start(chunk)
-            batch, elapsed = sample_chunk(chunk, self.engines[chunk.role])
-            on_result(chunk, batch, elapsed)
+            got = sample_on_thread(chunk, self.engines[chunk.role], stop, timeout_s)
+            if got is None:  # Ctrl-C, and the chunk did not finish within the grace: abandoned
+                return
+            on_result(chunk, *got)
 
 
 @dataclass
@@ -75,6 +150,8 @@ class _Worker:
     send: Connection  # driver -> worker
     recv: Connection  # worker -> driver
     chunk: Any = None
+    ready: bool = False  # built its engines (said "ready"): its chunk's time counts from then
+    since: float = 0.0  # when it was handed its chunk, or got ready (time.monotonic)
 
 
 class ProcessExecutor:
@@ -126,8 +203,13 @@ class ProcessExecutor:
         worker.send.send((self.recipes, self.threads))
         return worker
 
-    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag) -> None:
-        """Hand out ``chunks`` (chunks to sample, or oracle tasks) and pass each result to ``on_result``."""
+    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
+            timeout_s: float | None = None) -> None:
+        """Hand out ``chunks`` (chunks to sample, or oracle tasks) and pass each result to ``on_result``.
+
+        A worker past ``timeout_s`` on one chunk, or still busy :data:`STOP_GRACE_S` after a
+        Ctrl-C, is terminated with the pool (a timeout raises :func:`timed_out`).
+        """
         queue = deque(chunks)
         if not queue:
             return
@@ -135,13 +217,14 @@ class ProcessExecutor:
         pool = self._pool
         want = self.workers if self._keep else min(self.workers, len(queue))
         ok = False
+        clock = _StopClock(stop)
         try:
             while len(pool) < want:
                 pool.append(self._spawn())
             while True:
                 for w in pool:
                     if w.chunk is None and queue and not stop.requested:
-                        w.chunk = queue.popleft()
+                        w.chunk, w.since = queue.popleft(), time.monotonic()
                         on_start(w.chunk)
                         try:
                             w.send.send(w.chunk)
@@ -151,7 +234,15 @@ class ProcessExecutor:
                 if not busy:
                     ok = True
                     return
-                ready = set(wait([w.recv for w in busy]))  # a dead worker's pipe is readable (EOF)
+                ready = set(wait([w.recv for w in busy], timeout=POLL_S))  # a dead worker's pipe is readable (EOF)
+                now = time.monotonic()
+                if not ready and clock.grace_over(now):
+                    return  # Ctrl-C: the chunks still running are abandoned (workers terminated below)
+                late = [w for w in busy if w.ready and w.recv not in ready and timeout_s is not None
+                        and now - w.since >= timeout_s]
+                if late:
+                    spec = self.recipes[late[0].chunk.role].spec or late[0].chunk.role
+                    raise timed_out(late[0].chunk, spec, float(timeout_s or 0))
                 for i, w in enumerate(pool):
                     if w.chunk is None or w.recv not in ready:
                         continue
@@ -161,6 +252,9 @@ class ProcessExecutor:
                         message = None
                     if message is None:  # the process died without answering
                         pool[i] = self._replace_dead(w, queue, attempts)
+                        continue
+                    if message[0] == "ready":  # start-up done: the chunk's own time starts now
+                        w.ready, w.since = True, time.monotonic()
                         continue
                     chunk, (status, payload) = w.chunk, message
                     w.chunk = None

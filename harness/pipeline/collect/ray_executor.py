@@ -79,7 +79,12 @@ class RayExecutor:
                      runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(code_path)}})
         return True
 
-    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag) -> None:
+    def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
+            timeout_s: float | None = None) -> None:
+        """Sample on Ray tasks; ``timeout_s`` must be None (:class:`~speceq.pipeline.config.RunConfig` refuses a
+        chunk timeout with Ray)."""
+        if timeout_s is not None:
+            raise ValueError("the Ray executor has no chunk timeout")
         if not chunks:
             return
         ray = import_ray()

@@ -3,9 +3,10 @@
 Started by :class:`~speceq.pipeline.collect.executors.ProcessExecutor` as a plain subprocess (not
 ``multiprocessing``), so a worker never re-imports the caller's ``__main__``: library users
 need no ``if __name__ == "__main__"`` guard. Protocol over the two pipes (pickled
-messages): first ``(recipes, threads)``, then chunks or oracle scoring tasks; each is
-answered with ``("ok", (batch or scores, seconds))`` or ``("error", ...)``; ``None`` ends the
-worker.
+messages): first ``(recipes, threads)``, answered with ``("ready", None)`` once the engines are
+built (the driver's chunk timeout counts from then, not through start-up), then chunks or oracle
+scoring tasks; each is answered with ``("ok", (batch or scores, seconds))`` or ``("error", ...)``;
+``None`` ends the worker.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main(argv: list[str]) -> int:
             engine_for(recipe)
         except Exception:  # reported with its chunk, by the same call, when a chunk needs this engine
             pass
+    writer.send(("ready", None))
     while True:
         try:
             chunk = reader.recv()

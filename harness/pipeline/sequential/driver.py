@@ -14,9 +14,12 @@ At each look every undecided sampling case is decided by
 case still open at the budget is ``inconclusive``). Greedy cases are not sequential: they are
 compared at the full budget as in a fixed-size run.
 
-The result has the same form as a fixed-size run's: the fixed-size tests on the collected rows
-are kept as diagnostics (not primary), the sequential tests are listed as primary with their
-always-valid p-values, and the reason of a decided case begins with ``sequential:``.
+Slices are collected by the run's :class:`~speceq.pipeline.collect.collector.ChunkCollector`, the
+path the fixed-size loop uses too (store, chunk identity, validation, progress, Ctrl-C).
+The result has the same form as a fixed-size run's: :func:`speceq.verdicts.sequential.apply_sequential`
+keeps the fixed-size tests on the collected rows as diagnostics (not primary), lists the
+sequential tests as primary with their always-valid p-values, and the reason of a decided case
+begins with ``sequential:``.
 """
 
 from __future__ import annotations
@@ -28,22 +31,21 @@ from typing import Any
 
 import numpy as np
 
-from speceq.core.provenance import utc_now
-from speceq.engines.base import SampleBatch, validate_batch
+from speceq.engines.base import SampleBatch
 from speceq.inputs.cases import Case
 from speceq.oracles.protocol import Oracle
 from speceq.pipeline.analysis import look_support_failures, score_requests
+from speceq.pipeline.collect.collector import ChunkCollector
 from speceq.pipeline.config import RunConfig
-from speceq.pipeline.plan import ChunkPlan, chunk_seed, concat_batches
+from speceq.pipeline.plan import ChunkPlan, concat_batches, plan_chunk
 from speceq.pipeline.prepared import PreparedRun, analyse_rows
 from speceq.pipeline.sequential.evidence import CaseSequentialEvidence, evaluate_case, planned_tests
 from speceq.stats import sequential as seq
 from speceq.stats.scores import TokenScores
-from speceq.store import ROLES, STORE_FORMAT, ChunkKey, SampleStore
+from speceq.store import ROLES, SampleStore
 from speceq.verdicts.evidence import SequentialEvidence, SequentialTestEvidence
-from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
-from speceq.verdicts.sequential import decide_look
-from speceq.verdicts.verdict import Verdict
+from speceq.verdicts.result import RunResult
+from speceq.verdicts.sequential import SequentialDecision, apply_sequential, decide_look, sequential_outcomes
 
 SCHEDULE = "sequential-doubling-v1"
 STORE_SUBDIR = "sequential"
@@ -75,49 +77,37 @@ class CaseProgress:
 
 def _slice_plan(config: RunConfig, case: Case, role: str, index: int, n: int,
                 ident: Mapping[str, Any]) -> ChunkPlan:
-    seed = chunk_seed(config.seed, role, case.case_id, index)
-    case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}
-    identity = {"format": STORE_FORMAT, "schedule": SCHEDULE, "role": role, "engine": ident[role], "case": case_doc,
-                "run_seed": config.seed, "seed": seed, "slice": index, "n": n}
-    return ChunkPlan(role, case, index, n, seed, ChunkKey.build(role, case.case_id, index, identity))
+    return plan_chunk(config, case, role, index, n, ident, schedule=SCHEDULE)
 
 
-class _NoStop:
-    requested = False
+def expected_slices(config: RunConfig, cases: Sequence[Case], ident: Mapping[str, Any],
+                    sequential: Mapping[str, Any]) -> list[ChunkPlan]:
+    """Every slice the run may collect, up to each case's last look (greedy cases: their one slice)."""
+    chunks = []
+    for case in cases:
+        budget = case.samples or config.samples
+        ends = look_totals(budget) if case.case_id in sequential else (budget,)
+        for role in ROLES:
+            chunks += [_slice_plan(config, case, role, i, end - start, ident)
+                       for i, (start, end) in enumerate(zip((0, *ends[:-1]), ends))]
+    return chunks
 
 
-class _Collector:
-    """Per case and role: the slices collected so far (stored, reused on a rerun) and their rows."""
+class _Slices:
+    """Per case and role: the slices collected so far (through the run's collector) and their rows."""
 
-    def __init__(self, prepared: PreparedRun) -> None:
+    def __init__(self, prepared: PreparedRun, collector: ChunkCollector) -> None:
         self.prepared = prepared
-        self.store = SampleStore(prepared.config.out_dir / STORE_SUBDIR)
+        self.collector = collector
         self.batches: dict[tuple[str, str], list[SampleBatch]] = {}
-        self.sampled = self.reused = 0
 
     def extend(self, wanted: Sequence[tuple[Case, int, int]]) -> dict[str, dict[str, SampleBatch]]:
-        """Add slice ``index`` (``n`` samples) of each (case, index, n) for both roles; new rows per case and role.
-
-        Slices not yet stored are sampled by the run's executor (in this process, or on
-        worker processes / Ray, all at once); only this process validates and stores them.
-        """
+        """Add slice ``index`` (``n`` samples) of each (case, index, n) for both roles; new rows per case and role."""
         prepared = self.prepared
         chunks = [_slice_plan(prepared.config, case, role, index, n, prepared.described)
                   for case, index, n in wanted for role in ROLES]
-        missing = [c for c in chunks if not self.store.has(c.key)]
-        self.reused += len(chunks) - len(missing)
-
-        def store_chunk(chunk: ChunkPlan, batch: SampleBatch, elapsed: float) -> None:
-            validate_batch(batch, chunk.request(), prepared.engines[chunk.role], case_id=chunk.case.case_id,
-                           role=chunk.role)
-            self.store.put(chunk.key, batch, {"elapsed_s": elapsed, "created": utc_now()})
-            self.sampled += 1
-
-        if missing:
-            prepared.session.executor(pending=len(missing)).run(missing, lambda chunk: None, store_chunk, _NoStop())
         new: dict[str, dict[str, SampleBatch]] = {}
-        for chunk in chunks:
-            batch = self.store.get(chunk.key)  # analyse exactly what is stored
+        for chunk, batch in zip(chunks, self.collector.gather(chunks)):
             self.batches.setdefault((chunk.role, chunk.case.case_id), []).append(batch)
             new.setdefault(chunk.case.case_id, {})[chunk.role] = batch
         return new
@@ -151,26 +141,27 @@ class SequentialLoop:
                                           full_law=oracle is None or oracle.knows_full_law(c.params)) for c in sampling}
         k_tests = sum(len(v) for v in names.values())
         level = config.alpha / max(1, k_tests)
-        collector = _Collector(prepared)
-        collector.store.acquire_writer_lock()
-        try:
-            if not config.resume:
-                collector.store.discard_all()
-            progress = _run_cases(prepared, collector, names, level)
-        finally:
-            collector.store.release_writer_lock()
+        collector = ChunkCollector(SampleStore(config.out_dir / STORE_SUBDIR), prepared.engines,
+                                   lambda pending: prepared.session.executor(pending=pending),
+                                   expected=expected_slices(config, cases, prepared.described, names),
+                                   resume=config.resume, progress=config.progress, out_dir=config.out_dir,
+                                   chunk_timeout=config.chunk_timeout)
+        slices = _Slices(prepared, collector)
+        with collector:
+            progress = _run_cases(prepared, slices, names, level)
         provenance = prepared.completed({
             "chunks": {"reused": collector.reused, "sampled": collector.sampled,
                        "discarded_unreadable": list(collector.store.discarded)},
-            "executor": prepared.session.executor(pending=0).description,  # the open parallel one, else serial
+            "executor": prepared.session.description,  # the open parallel one, else serial
             "sequential": {"tests": k_tests, "level_per_test": level, "schedule": SCHEDULE,
                            "cases": {cid: {"verdict": p.verdict, "looks": p.looks, "n": p.n}
                                      for cid, p in progress.items()}}})
-        base = {c.case_id: collector.rows("baseline", c.case_id) for c in cases}
-        cand = {c.case_id: collector.rows("candidate", c.case_id) for c in cases}
+        base = {c.case_id: slices.rows("baseline", c.case_id) for c in cases}
+        cand = {c.case_id: slices.rows("candidate", c.case_id) for c in cases}
         scorer = prepared.prefetch(score_requests(cases, base, cand))  # the diagnostics' scoring, on the workers too
         fixed = analyse_rows(prepared, base, cand, scorer, provenance)
-        return _merge(fixed, progress, k_tests)
+        return apply_sequential(fixed, {cid: _decision(p, k_tests) for cid, p in progress.items()
+                                        if p.verdict is not None}, k_tests)
 
 
 @dataclass(slots=True)
@@ -187,7 +178,7 @@ class _CaseState:
     ev: CaseSequentialEvidence | None = None
 
 
-def _run_cases(prepared: PreparedRun, collector: _Collector, names: Mapping[str, list[str]],
+def _run_cases(prepared: PreparedRun, slices: _Slices, names: Mapping[str, list[str]],
                level: float) -> dict[str, CaseProgress]:
     """Every case, look by look in lock step: each round samples the next slice of every open case at once.
 
@@ -209,16 +200,17 @@ def _run_cases(prepared: PreparedRun, collector: _Collector, names: Mapping[str,
         states.append(state)
         wanted.append((case, 0, state.totals[0]))
     while wanted:
-        new = collector.extend(wanted)
+        new = slices.extend(wanted)
         scorer = oracle
         if oracle is not None and states:
             scorer = prepared.prefetch([(st.case.case_id, st.case.prompts, new[st.case.case_id][role], st.case.params)
                                         for st in states for role in ROLES])
         still_open = []
         for st in states:
-            decided = _look(config, st, new[st.case.case_id], collector, scorer, level)
+            decided = _look(config, st, new[st.case.case_id], slices, scorer, level)
             if decided is not None:
                 progress[st.case.case_id] = decided
+                slices.collector.settle(st.case.case_id)
             else:
                 still_open.append(st)
         states = still_open
@@ -226,7 +218,7 @@ def _run_cases(prepared: PreparedRun, collector: _Collector, names: Mapping[str,
     return {c.case_id: progress[c.case_id] for c in cases}
 
 
-def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], collector: _Collector,
+def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], slices: _Slices,
           oracle: Oracle | None, level: float) -> CaseProgress | None:
     """One look at a case after its newest slice: its progress when decided (or out of budget), else None."""
     case = st.case
@@ -240,14 +232,14 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], col
             scored[role] = TokenScores.concatenate(st.score_parts[role])
     for role in ROLES:
         st.rows_so_far[role] += new[role].rows
-    st.ev = ev = evaluate_case(case, collector.rows("baseline", case.case_id),
-                               collector.rows("candidate", case.case_id), names=st.names, level=level,
+    st.ev = ev = evaluate_case(case, slices.rows("baseline", case.case_id),
+                               slices.rows("candidate", case.case_id), names=st.names, level=level,
                                alpha=config.alpha, scores=scored["candidate"], base_scores=scored["baseline"])
     budget = case.samples or config.samples
     failures: tuple[str, ...] = ()
     if oracle is not None and scored["candidate"] is not None and scored["baseline"] is not None:
-        failures = look_support_failures(case, collector.rows("baseline", case.case_id), scored["baseline"],
-                                         collector.rows("candidate", case.case_id), scored["candidate"],
+        failures = look_support_failures(case, slices.rows("baseline", case.case_id), scored["baseline"],
+                                         slices.rows("candidate", case.case_id), scored["candidate"],
                                          vocab_size=oracle.vocab_size, margin_nats=config.support_margin_nats)
     evidence = SequentialEvidence(
         hard_failures=failures,
@@ -263,37 +255,14 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], col
     return CaseProgress(case_id=case.case_id, verdict=verdict, looks=st.look, n=n, reason=reason, evidence=ev)
 
 
-def _outcome(t: seq.EProcessResult, k_tests: int) -> TestOutcome:
-    return TestOutcome(name=t.name, family="sequential", primary=True, statistic=t.statistic, pvalue=t.pvalue,
-                       n=t.n, adjusted_pvalue=min(1.0, t.pvalue * k_tests), summary=t.summary())
-
-
-def _merge(fixed: RunResult, progress: Mapping[str, CaseProgress], k_tests: int) -> RunResult:
-    """The fixed-size result of the same rows with each sequential case's verdict, tests and bound put in."""
-    cases: list[CaseResult] = []
-    for c in fixed.cases:
-        p = progress[c.case_id]
-        if p.verdict is None:  # greedy: the fixed analysis decides
-            cases.append(c)
-            continue
-        diag = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in c.tests)
-        ev = p.evidence
-        tests = tuple(_outcome(t, k_tests) for t in ev.tests) if ev is not None else ()
-        extra: dict[str, Any] = {}
-        if ev is not None and ev.bound is not None:
-            extra = {"tv_estimate": ev.bound.tv, "tv_upper_bound": ev.bound.upper,
-                     "tv_reference": f"time-uniform ({ev.bound.reference})"}
-        bound = "no TV bound" if c.tv_upper_bound is None else f"TV upper bound {c.tv_upper_bound:.4f}"
-        note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
-                "comparison only, since it is not valid after looking at the data along the way")
-        cases.append(dataclasses.replace(c, verdict=p.verdict, reason=p.reason, tests=tests + diag, required_n=None,
-                                         notes=(*c.notes, note), **extra))
-    notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
-                           f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
-    # the fixed analysis's pooled tests looked at rows chosen along the way: shown, never deciding
-    pooled = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in fixed.pooled_tests)
-    return dataclasses.replace(fixed, verdict=Verdict.worst(c.verdict for c in cases), cases=tuple(cases), notes=notes,
-                               pooled_tests=pooled, pooled_reason="")
+def _decision(p: CaseProgress, k_tests: int) -> SequentialDecision:
+    """A decided case's progress as the data :func:`~speceq.verdicts.sequential.apply_sequential` puts in force."""
+    ev, bound = p.evidence, p.evidence.bound if p.evidence is not None else None
+    return SequentialDecision(verdict=str(p.verdict), reason=p.reason, looks=p.looks, n=p.n,
+                              tests=sequential_outcomes(ev.tests, k_tests) if ev is not None else (),
+                              tv_estimate=None if bound is None else bound.tv,
+                              tv_upper_bound=None if bound is None else bound.upper,
+                              tv_reference=None if bound is None else f"time-uniform ({bound.reference})")
 
 
 def samples_used(result: RunResult) -> dict[str, int]:
@@ -301,4 +270,5 @@ def samples_used(result: RunResult) -> dict[str, int]:
     return {c.case_id: int(min(c.n_baseline, c.n_candidate)) for c in result.cases}
 
 
-__all__ = ["SCHEDULE", "STORE_SUBDIR", "CaseProgress", "SequentialLoop", "look_totals", "samples_used"]
+__all__ = ["SCHEDULE", "STORE_SUBDIR", "CaseProgress", "SequentialLoop", "expected_slices", "look_totals",
+           "samples_used"]
