@@ -71,10 +71,12 @@ class CaseView:
     positions: list[PositionChart]
     pit: PitView | None
     tv_chart: Markup | None
+    pit_law_chart: Markup | None = None  # the PIT-law bound against the tolerance, when it is the certificate in force
     samples: dict[str, list[SampleText]] = field(default_factory=dict)
     samples_hidden: int = 0
     sample_pairs: list[tuple[SampleText | None, SampleText | None]] = field(default_factory=list)
     decider: why.Decider | None = None
+    plain: str = ""  # the verdict in plain words (speceq.verdicts.reasons.plain_case_summary)
     z_views: list[why.ZView] = field(default_factory=list)
 
 
@@ -206,6 +208,7 @@ def _position_charts(case: CaseResult) -> list[PositionChart]:
 
 def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
     alpha = run.alpha
+    case = reasons.with_token_text(case)  # tokens as text when the case names its tokenizer
     spec = case.case if isinstance(case.case, dict) else {}
     params = spec.get("params")
     ids = spec.get("prompt_ids")
@@ -231,6 +234,9 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
     tv_chart = None
     if tolerance_ok and (case.tv_estimate is not None or case.tv_upper_bound is not None):
         tv_chart = svg.tv_scale(case.tv_estimate, case.tv_upper_bound, float(case.tolerance))
+    pit_law_chart = None
+    if tolerance_ok and case.certificate == "pit-law" and case.greedy is None and case.pit_law_upper_bound is not None:
+        pit_law_chart = svg.tv_scale(None, case.pit_law_upper_bound, float(case.tolerance), quantity="PIT-law")
     deciding = reasons.deciding_test(case, alpha) if case.verdict == "shifted" and not case.hard_failures else None
     z_views = why.z_views(case, run, deciding)
     return CaseView(
@@ -244,10 +250,12 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
         positions=_position_charts(case),
         pit=pit,
         tv_chart=tv_chart,
+        pit_law_chart=pit_law_chart,
         samples=samples,
         samples_hidden=hidden,
         sample_pairs=_sample_pairs(samples),
         decider=why.decider(case, run, deciding, z_views),
+        plain=reasons.plain_case_summary(case, alpha),
         z_views=z_views,
     )
 
@@ -275,6 +283,7 @@ def render_report(result: RunResult, kernels: Sequence[dict[str, Any]] = ()) -> 
     }
     return environment().get_template("report.html.j2").render(
         run=result,
+        plain=reasons.plain_run_summary(result),
         cases=views,
         counts=counts,
         totals=totals,

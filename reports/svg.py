@@ -219,8 +219,12 @@ def pit_histogram(counts: Sequence[int], band: PitBand) -> Markup:
 # ---- TV scale -----------------------------------------------------------------------------------
 
 
-def tv_scale(estimate: float | None, upper: float | None, tolerance: float) -> Markup:
-    """A 0..max axis with the tolerance line, the TV estimate (dot) and its upper bound (end of bar)."""
+def tv_scale(estimate: float | None, upper: float | None, tolerance: float, *, quantity: str = "TV") -> Markup:
+    """A 0..max axis with the tolerance line, the estimate (dot) and its upper bound (end of bar).
+
+    quantity: what is bounded, named in the picture's title (``"TV"``, or ``"PIT-law"`` for the bound of
+    ``--certificate pit-law``, which has no estimate).
+    """
     est, up = finite_or_none(estimate), finite_or_none(upper)
     left, right, width, height, axis_y = 20, 20, CHART_WIDTH, 84, 52
     xmax = nice_ceiling(max(tolerance * 1.6, (up or 0) * 1.1, (est or 0) * 1.1))
@@ -242,7 +246,7 @@ def tv_scale(estimate: float | None, upper: float | None, tolerance: float) -> M
         cls = "tv-ok" if up < tolerance else "tv-wide"
         kids.append(element("rect", {"class": cls, "x": x_of(est), "y": 31, "height": 10,
                                      "width": max(x_of(up) - x_of(est), 1)},
-                            element("title", None, f"TV estimate {est:.4g}, upper bound {up:.4g}")))
+                            element("title", None, f"{quantity} estimate {est:.4g}, upper bound {up:.4g}")))
     if est is not None:
         kids.append(element("circle", {"class": "tv-est", "cx": x_of(est), "cy": 36, "r": 5}))
         kids.append(element("text", {"x": x_of(est) - 4, "y": 27, "text-anchor": "end", "class": "tick"}, f"TV̂ {est:.3g}"))
@@ -250,7 +254,8 @@ def tv_scale(estimate: float | None, upper: float | None, tolerance: float) -> M
         kids.append(element("line", {"class": "tv-up", "x1": x_of(up), "x2": x_of(up), "y1": 27, "y2": 45}))
         kids.append(element("text", {"x": x_of(up) + 4, "y": 27, "class": "tick"},
                             f"U {up:.3g}" + (" (off scale)" if up > xmax else "")))
-    return _svg(width, height, "TV estimate and upper confidence bound against the tolerance", *kids)
+    what = f"{quantity} estimate and upper confidence bound" if est is not None else f"{quantity} upper confidence bound"
+    return _svg(width, height, f"{what} against the tolerance", *kids)
 
 
 # ---- martingale z-test path ---------------------------------------------------------------------

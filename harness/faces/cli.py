@@ -310,7 +310,8 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
                   argv: Sequence[str] = ()) -> None:
     """The result table and the run verdict, on stdout.
 
-    One row per case: id, parameters, verdict, TV estimate and its upper confidence bound,
+    One row per case: id, parameters, verdict, TV estimate, the upper bound that decides (the TV bound, or
+    the PIT-law bound under ``--certificate pit-law``: the column names it),
     acceptance rate, speedup per token (candidate over baseline), and why: for a shifted case
     the test that decided it (name, Holm-adjusted p, effect) or the hard failure, for an
     inconclusive one the samples per engine that would decide. Then the engines (as typed),
@@ -327,7 +328,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
     table = Table()
     table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
-    for col in ("verdict", "TV", "TV bound", "accept", "speedup"):
+    for col in ("verdict", "TV", reasons.bound_name(result.certificate), "accept", "speedup"):
         table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
     table.add_column("why", overflow="fold", ratio=1)
     for c in result.cases:
@@ -335,12 +336,14 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
         speed = "—" if c.speedup_per_token is None else f"{c.speedup_per_token:.2f}x"
         why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
         table.add_row(escape(c.case_id), label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", _fmt(c.tv_estimate),
-                      _fmt(c.tv_upper_bound), _fmt(c.acceptance_rate, ".2f"), speed, escape(why))
+                      _fmt(c.decisive_bound), _fmt(c.acceptance_rate, ".2f"), speed, escape(why))
     console = Console(highlight=False)
     if not console.is_terminal:  # a file or a pipe: room for the whole row
         console = Console(highlight=False, width=160)
     # plain print: engine specs are paths and must not be wrapped
     print(f"speceq: {reasons.engine_label(result, 'candidate')} vs {reasons.engine_label(result, 'baseline')}", flush=True)
+    for verdict, line in plain_lines(result):  # the answer first, in plain words; the evidence below
+        console.print(escape(line), style=style.get(verdict, ""))
     console.print(table)
     console.print(result.summary(), style=style.get(result.verdict, ""))
     # plain prints below: paths and commands must not be wrapped
@@ -358,6 +361,19 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
             print(f"{c.case_id}: {c.reason}")
     if report:
         print(f"report: {report}")
+
+
+def plain_lines(result: RunResult) -> list[tuple[Verdict, str]]:
+    """The run's answer in plain words, then each case's (:mod:`speceq.verdicts.reasons`), with their verdicts.
+
+    When every case is equivalent the run's line covers them all and the cases get no line of their own."""
+    from speceq.verdicts import reasons
+
+    lines = [(Verdict.parse(result.verdict), reasons.plain_run_summary(result))]
+    if result.verdict != Verdict.EQUIVALENT:
+        lines += [(Verdict.parse(c.verdict), f"  {c.case_id}: {reasons.plain_case_summary(c, result.alpha)}")
+                  for c in result.cases]
+    return lines
 
 
 def rerun_line(result: RunResult, argv: Sequence[str]) -> str:
@@ -392,15 +408,19 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
         "",
         f"{code_span(reasons.engine_label(result, 'candidate'), table_cell=False)} vs "
         f"{code_span(reasons.engine_label(result, 'baseline'), table_cell=False)} · "
-        f"α = {result.alpha:g} · tolerance TV < {result.tolerance:g}",
+        f"α = {result.alpha:g} · {reasons.tolerance_rule(result.certificate, result.tolerance)}",
         "",
-        "| case | verdict | TV | TV bound | why |",
+        plain_text(reasons.plain_run_summary(result), table_cell=False),
+        "",
+        *([f"- {code_span(c.case_id, table_cell=False)}: {plain_text(reasons.plain_case_summary(c, result.alpha), table_cell=False)}"
+           for c in result.cases] + [""] if result.verdict != Verdict.EQUIVALENT else []),
+        f"| case | verdict | TV | {reasons.bound_name(result.certificate)} | why |",
         "|---|---|---:|---:|---|",
     ]
     for c in result.cases:
         why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
         lines.append(f"| {code_span(c.case_id)} | {mark.get(c.verdict, plain_text(c.verdict))} | "
-                     f"{_fmt(c.tv_estimate)} | {_fmt(c.tv_upper_bound)} | {plain_text(why)} |")
+                     f"{_fmt(c.tv_estimate)} | {_fmt(c.decisive_bound)} | {plain_text(why)} |")
     lines += ["", plain_text(result.summary(), table_cell=False)]
     for note in reasons.skipped_tests(result):
         lines += ["", f"> note: {plain_text(note)}"]

@@ -63,7 +63,9 @@ class Case:
     different lengths. ``batch_size`` is the number of rows per engine batch.
     ``text`` keeps the prompt text when the case was written as text (display only).
     ``samples`` overrides the run's samples per engine for this case (e.g. fewer for an
-    expensive unbatched case); None uses the run's.
+    expensive unbatched case); None uses the run's. ``tokenizer`` names the tokenizer of the ids when the
+    cases file gave one (a portable name, ``bytes``/``bpe``/``smollm2``, or a tokenizer.json path), so that the
+    faces show token text (display only, like ``text``; not part of the store keys).
     """
 
     case_id: str
@@ -73,6 +75,7 @@ class Case:
     companions: tuple[tuple[int, ...], ...] = ()
     text: str | None = None
     samples: int | None = None
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.case_id, str) or not self.case_id:
@@ -120,6 +123,7 @@ class Case:
             "batch_size": self.batch_size,
             "companions": [list(c) for c in self.companions],
             **({"samples": self.samples} if self.samples is not None else {}),
+            **({"tokenizer": self.tokenizer} if self.tokenizer is not None else {}),
         }
 
 
@@ -230,6 +234,10 @@ class _Tokenizers:
                     "tokenizer folder whose tokenizer_config.json or chat_template.jinja holds one", where=messages_where)
             self._chats[name] = _chat_renderer(self._file(name, where).parent, messages_where)
         return self._chats[name]
+
+    def display_name(self, name: str, where: str) -> str:
+        """What a result stores of tokenizer ``name``: a portable name as it is, a path as its tokenizer.json."""
+        return name if name in TOKENIZER_NAMES else str(self._file(name, where).resolve())
 
     def _file(self, name: str, where: str) -> Path:
         try:
@@ -433,7 +441,8 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
         msg = str(e)[len(e.where) + 2 :] if e.where else str(e)
         raise ConfigError(msg, where=at(field)) from None
     return Case(case_id=cid, prompt_ids=prompt_ids, params=sp, batch_size=batch_size, companions=tuple(companions),
-                text=text, samples=samples)
+                text=text, samples=samples, tokenizer=toks.display_name(tokenizer, at("tokenizer")) if "tokenizer" in merged
+                else None)
 
 
 def parse_cases(data: Any, *, source: str = "<cases>", base_dir: Path | None = None) -> list[Case]:
@@ -510,6 +519,8 @@ def cases_document(cases: list[Case]) -> dict[str, Any]:
             entry["companions"] = [list(x) for x in c.companions]
         if c.samples is not None:
             entry["samples"] = c.samples
+        if c.tokenizer is not None:
+            entry["tokenizer"] = c.tokenizer
         out.append(entry)
     return {"cases": out}
 
@@ -580,6 +591,7 @@ def bpe_cases() -> list[Case]:
             batch_size=batch_size,
             companions=tuple(ids(c) for c in companions),
             text=prompt,
+            tokenizer="bpe",
         )
 
     return [
@@ -618,7 +630,7 @@ def smollm2_cases(cache: str | Path | None = None) -> list[Case]:
              samples: int | None = None, **params: Any) -> Case:
         return Case(case_id=cid, prompt_ids=chat(name), params=SamplingParams(max_new_tokens=tokens, **params),
                     batch_size=batch_size, companions=tuple(chat(c) for c in companions),
-                    text=render([dict(m) for m in CHATS[name]])[1], samples=samples)
+                    text=render([dict(m) for m in CHATS[name]])[1], samples=samples, tokenizer="smollm2")
 
     return [
         case("smol-capital-t1-b64-ragged", "capital", temperature=1.0, batch_size=64, companions=("repeat",)),

@@ -302,7 +302,8 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
             tests.append(dataclasses.replace(_outcome(f"chi2 prompt {j} position {t}", "two-sample", primary, res, TestKind.CHI2_POSITION),
                                              prompt=j, position=t))
             if primary and res.pvalue <= alpha:
-                bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb))
+                bins.append(chi2_bins(tests[-1].name, [tok.token(int(x)) for x in labels], ca, cb,
+                                      [(int(x),) for x in labels]))
             if j == 0:
                 per_position.append(PositionComparison(t, res, labels, ca, cb))
     ta, la = _rows_of(base, 0)
@@ -312,8 +313,9 @@ def _two_sample(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle_mode
         res = chi2(ca, cb)
         tests.append(_outcome("chi2 joint first 2", "two-sample", True, res, TestKind.CHI2_JOINT))
         if res.pvalue <= alpha:
-            pairs = [" ".join(tok.token(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
-            bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb))
+            decoded = [tuple(int(x) for x in stats.decode_joint(int(c), 2)) for c in labels]
+            pairs = [" ".join(tok.token(x) for x in d) for d in decoded]
+            bins.append(chi2_bins("chi2 joint first 2", pairs, ca, cb, decoded))
     if not case.params.ignore_eos and L >= 2:
         labels, ca, cb = stats.paired_counts(la, lb)
         res = chi2(ca, cb)
@@ -688,7 +690,7 @@ def analyse_run(
         iterator = track(cases, description="analysing", transient=True)
     for case in iterator:
         ev, d, diff = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
-                                    seed=seed, tok=tok, mc_level=mc_level, near_tie_nats=near_tie_nats,
+                                    seed=seed, tok=_case_labels(tok, case), mc_level=mc_level, near_tie_nats=near_tie_nats,
                                     support_margin_nats=support_margin_nats)
         evidence.append(ev)
         details.append(d)
@@ -697,17 +699,26 @@ def analyse_run(
     decisions, pooled = decide_run_pooled(evidence, pooled_tests(differences), alpha=alpha, tolerance=tolerance,
                                           certificate=certificate)
     settings = dict(provenance.get("settings") or {})
-    results = tuple(_case_result(c, ev, dec, d, tolerance, settings)
+    results = tuple(_case_result(c, ev, dec, d, tolerance, settings, certificate)
                     for c, ev, dec, d in zip(cases, evidence, decisions, details))
     return RunResult(
         verdict=run_verdict(decisions, pooled), alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines),
         cases=results, oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
-        pooled_tests=pooled.tests, pooled_reason=pooled.reason,
+        pooled_tests=pooled.tests, pooled_reason=pooled.reason, certificate=certificate,
     )
 
 
+def _case_labels(tok: TokenLabels | None, case: Case) -> TokenLabels | None:
+    """The labels stored in a case's result: by the tokenizer its cases file names when this machine has it (the
+    faces relabel from the stored ids anyway: :func:`speceq.verdicts.reasons.with_token_text`), else ``tok``."""
+    if case.tokenizer is None or case.tokenizer == "bytes":
+        return tok
+    labels = TokenLabels(0 if tok is None else tok.vocab_size, case.tokenizer)
+    return labels if labels.from_tokenizer else tok
+
+
 def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, tolerance: float,
-                 settings: Mapping[str, Any]) -> CaseResult:
+                 settings: Mapping[str, Any], certificate: str = "tv") -> CaseResult:
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
     rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
     if d.required_n is not None:
@@ -724,5 +735,6 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
-        samples=x.samples, hard_failures=failure_lines(ev.hard_failures), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
+        samples=x.samples, hard_failures=failure_lines(ev.hard_failures, _case_labels(None, case)), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
+        certificate=certificate, pit_law_upper_bound=ev.pit_law_upper_bound,
     )

@@ -61,12 +61,14 @@ def martingale_paths(scores: TokenScores) -> tuple[ZPath, ...]:
     return tuple(paths)
 
 
-def chi2_bins(test: str, labels: list[str], counts_a: np.ndarray, counts_b: np.ndarray) -> TestBins:
+def chi2_bins(test: str, labels: list[str], counts_a: np.ndarray, counts_b: np.ndarray,
+              tokens: list[tuple[int, ...]] | None = None) -> TestBins:
     """The :data:`MAX_BINS` bins of a two-sample chi-square with the largest Pearson contributions.
 
     Contribution of bin i: ``(a_i - E a_i)^2 / E a_i + (b_i - E b_i)^2 / E b_i`` with
     expectations from the pooled proportions. Kept bins are ordered by pooled count (largest
-    first, ties by label order), so the picture reads like the frequency bars.
+    first, ties by label order), so the picture reads like the frequency bars. ``tokens``: per bin, the
+    token ids it stands for (kept with the bins, for the faces' labels).
     """
     a = np.asarray(counts_a, dtype=np.float64)
     b = np.asarray(counts_b, dtype=np.float64)
@@ -80,4 +82,5 @@ def chi2_bins(test: str, labels: list[str], counts_a: np.ndarray, counts_b: np.n
     keep = keep[np.argsort(-pooled[keep], kind="stable")]
     return TestBins(test=test, labels=tuple(labels[int(i)] for i in keep),
                     baseline_counts=tuple(int(a[i]) for i in keep), candidate_counts=tuple(int(b[i]) for i in keep),
-                    n_baseline=int(na), n_candidate=int(nb))
+                    n_baseline=int(na), n_candidate=int(nb),
+                    tokens=() if tokens is None else tuple(tuple(tokens[int(i)]) for i in keep))

@@ -82,13 +82,13 @@ def plan_chunk(config: RunConfig, case: Case, role: str, index: int, n: int,
     """Slice ``index`` (``n`` samples) of ``case`` for ``role``: its seed and store key, for both loops.
 
     The key's identity holds everything the samples depend on (store format, engine identity
-    with its code, the case without its display text, run seed, chunk seed, slice, size).
+    with its code, the case without its display text and tokenizer name, run seed, chunk seed, slice, size).
     ``schedule`` None: a fixed-size chunk, whose file name also carries its size (a changed
     budget re-plans the last slice under its new size); a schedule name (sequential runs):
     recorded in the identity, and the slice sizes are the schedule's own.
     """
     seed = chunk_seed(config.seed, role, case.case_id, index)
-    case_doc = {k: v for k, v in case.to_dict().items() if k != "text"}  # text is display only
+    case_doc = {k: v for k, v in case.to_dict().items() if k not in ("text", "tokenizer")}  # display only
     identity = {"format": STORE_FORMAT, "role": role, "engine": engine_ids[role], "case": case_doc,
                 "run_seed": config.seed, "seed": seed, "slice": index, "n": n}
     if schedule is not None:

@@ -13,31 +13,45 @@ summary and the HTML report.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import shlex
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import TestKind
-from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
+from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Said wherever a fixed-size rerun with more samples is advised.
 SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spend up to k x alpha; "
                "--sequential stays valid however often it looks")
 
 class TokenLabels:
-    """Token ids as display text: the bundled byte vocabulary decoded, ids of any other vocabulary as numbers."""
+    """Token ids as display text: decoded by the case's tokenizer when it is known (``tokenizer``: a portable
+    name, ``bytes``/``bpe``/``smollm2``, or a tokenizer.json path), else the bundled byte vocabulary decoded
+    when ``vocab_size`` is its size, else ids as numbers (``#5230``)."""
 
-    def __init__(self, vocab_size: int) -> None:
+    def __init__(self, vocab_size: int, tokenizer: str | None = None) -> None:
         from speceq.models import VOCAB_SIZE, ByteTokenizer
 
         self.vocab_size = vocab_size
-        self._bt = ByteTokenizer() if vocab_size == VOCAB_SIZE else None
+        self._hf = None if tokenizer in (None, "bytes") else _load_tokenizer(str(tokenizer))
+        self._bt = ByteTokenizer() if self._hf is None and (vocab_size == VOCAB_SIZE or tokenizer == "bytes") else None
+
+    @property
+    def from_tokenizer(self) -> bool:
+        """Whether a named tokenizer (not the bundled bytes) makes the labels."""
+        return self._hf is not None
 
     def _bytes(self, ids: Sequence[int]) -> bool:
         # without an oracle the vocabulary is a guess (259): ids beyond it are shown as numbers, never decoded
         return self._bt is not None and all(0 <= int(i) < self._bt.vocab_size for i in ids)
+
+    def _known(self, ids: Sequence[int]) -> bool:
+        return self._hf is not None and all(0 <= int(i) < self._hf.get_vocab_size() for i in ids)
 
     def token(self, t: int) -> str:
         """One token: its text, ``<END>`` (the end symbol of the position tests), ``<ended>`` (a row that ended)."""
@@ -47,20 +61,83 @@ class TokenLabels:
             return "<END>"
         if t < 0:
             return "<ended>"
+        if self._known([t]):
+            text = self._hf.decode([int(t)], skip_special_tokens=False)
+            return repr(text) if text else (self._hf.id_to_token(int(t)) or f"#{int(t)}")
         return self._bt.token_text(int(t)) if self._bytes([t]) else f"#{int(t)}"
 
     def text(self, ids: Sequence[int]) -> str:
-        """A run of tokens: decoded bytes, or the ids separated by spaces."""
+        """A run of tokens: decoded text, or the ids separated by spaces."""
+        if self._known(ids):
+            return self._hf.decode([int(i) for i in ids], skip_special_tokens=False)
         return self._bt.decode([int(i) for i in ids]) if self._bytes(ids) else " ".join(str(int(i)) for i in ids)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer(name: str) -> Any:
+    """The ``tokenizers.Tokenizer`` of a portable name or a tokenizer.json path; None when this machine lacks it
+    (a face then shows ids: a result stays readable where its tokenizer is not)."""
+    from speceq.errors import ConfigError
+    from speceq.models.named_tokenizers import named_tokenizer_folder
+
+    try:
+        folder = named_tokenizer_folder(name)
+    except ConfigError:  # e.g. smollm2 not prepared on this machine
+        return None
+    path = folder / "tokenizer.json" if folder is not None else Path(name)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception:  # the tokenizers package raises a bare Exception on bad files: show ids instead
+        return None
+
+
+def case_token_labels(case: CaseResult) -> TokenLabels:
+    """The token labels of a result's case: its tokenizer (``case.case["tokenizer"]``) when named and present on
+    this machine, else the vocabulary its hard failures record (bytes decoded), else ids."""
+    spec = case.case if isinstance(case.case, Mapping) else {}
+    name = spec.get("tokenizer")
+    vocab = next((f.vocab_size for f in case.failures), 0)
+    return TokenLabels(vocab, name if isinstance(name, str) and name else None)
+
+
+def with_token_text(case: CaseResult) -> CaseResult:
+    """``case`` with every shown token made from its stored ids by the case's tokenizer (:func:`case_token_labels`):
+    frequency-bar tokens, chi-square bins, sample texts, greedy divergences and hard-failure lines. Unchanged when
+    the tokenizer is not known here or the result predates the ids (its stored texts are kept)."""
+    labels = case_token_labels(case)
+    if not labels.from_tokenizer:  # bytes or unknown: the analysis's labels are already the best there is
+        return case
+    g = case.greedy
+    if g is not None:
+        g = dataclasses.replace(g, divergences=tuple(dataclasses.replace(
+            d, baseline_text=labels.token(d.baseline_token), candidate_text=labels.token(d.candidate_token),
+            prefix_text=labels.text(d.prefix_ids)[-60:] if d.prefix_ids else d.prefix_text) for d in g.divergences))
+    return dataclasses.replace(
+        case,
+        top_tokens=tuple(dataclasses.replace(t, text=labels.token(t.token)) for t in case.top_tokens),
+        test_bins=tuple(b if len(b.tokens) != len(b.labels) else dataclasses.replace(
+            b, labels=tuple(" ".join(labels.token(x) for x in ids) if ids else old
+                            for ids, old in zip(b.tokens, b.labels))) for b in case.test_bins),
+        samples=tuple(dataclasses.replace(s, text=labels.text(s.token_ids)) if s.token_ids else s for s in case.samples),
+        greedy=g,
+        hard_failures=failure_lines(case.failures, labels) if case.failures else case.hard_failures,
+    )
 
 
 def _where(f: HardFailure) -> str:
     return f"row {f.row} (prompt {f.prompt}) position {f.position}"
 
 
-def failure_line(f: HardFailure) -> str:
-    """One hard failure in words, without its group's counts (see :func:`failure_lines`)."""
-    labels = TokenLabels(f.vocab_size)
+def failure_line(f: HardFailure, labels: TokenLabels | None = None) -> str:
+    """One hard failure in words, without its group's counts (see :func:`failure_lines`); ``labels``: the case's
+    token labels (default: by the vocabulary size the record holds)."""
+    labels = labels if labels is not None else TokenLabels(f.vocab_size)
     after = labels.text(f.prefix)
     if f.kind is FailureKind.ZERO_PROBABILITY:
         return (f"{_where(f)}: token {labels.token(f.token)} has probability 0 under the processed target "
@@ -84,11 +161,11 @@ def support_rule(margin_nats: float) -> str:
             else "the oracle (taken as exact: --support-margin-nats 0) gives it probability 0")
 
 
-def failure_lines(failures: Sequence[HardFailure]) -> tuple[str, ...]:
+def failure_lines(failures: Sequence[HardFailure], labels: TokenLabels | None = None) -> tuple[str, ...]:
     """The hard failures of a case in words, one line each; the first of a group leads with its counts."""
     out: list[str] = []
     for i, f in enumerate(failures):
-        line = failure_line(f)
+        line = failure_line(f, labels)
         if f.kind is FailureKind.ZERO_PROBABILITY and f.rows_flagged is not None:
             line = (f"{f.rows_flagged} of {f.rows_total} candidate rows hold a token the processed target gives "
                     f"probability 0, the baseline's {f.baseline_rows} rows none (exact p = {f.pvalue:.2g}); {line}")
@@ -146,6 +223,47 @@ def effect_bound(test: TestOutcome) -> str:
     if e is None or e.name != "TV" or e.high is None or e.level is None:
         return ""
     return f"TV={e.estimate:.4f} <= {e.high:.4f} (confidence 1-{1.0 - e.level:.2g})"
+
+
+#: The bound each certificate compares with the tolerance, as faces name it.
+BOUND_NAMES = {"tv": "TV bound", "pit-law": "PIT-law bound"}
+
+
+def bound_name(certificate: str) -> str:
+    """What the decisive bound of a run under ``certificate`` is called (a table header): ``"TV bound"``,
+    ``"PIT-law bound"``."""
+    return BOUND_NAMES.get(certificate, f"{certificate} bound")
+
+
+def case_bound_name(case: CaseResult) -> str:
+    """The name of the bound that decides ``case``: the PIT-law bound of a sampling case under ``pit-law``,
+    else the TV bound (a greedy case's is on whole rows)."""
+    return bound_name("pit-law" if case.certificate == "pit-law" and case.greedy is None else "tv")
+
+
+def tolerance_rule(certificate: str, tolerance: float) -> str:
+    """The equivalence rule in force, naming the certificate: ``"tolerance TV < 0.15"`` or
+    ``"certificate pit-law: PIT-law bound < 0.15"``."""
+    if certificate == "tv":
+        return f"tolerance TV < {tolerance:g}"
+    return f"certificate {certificate}: {bound_name(certificate)} < {tolerance:g}"
+
+
+def bound_line(case: CaseResult) -> str | None:
+    """The bound that decided ``case`` against its tolerance, naming the certificate, and under ``pit-law`` the TV
+    bound it does not certify; None when the case has no bound at all."""
+    name, bound = case_bound_name(case), case.decisive_bound
+    if bound is None and case.tv_upper_bound is None:
+        return None
+    if bound is None:
+        met = "none computed"
+    else:
+        met = f"{bound:.4f} {'<' if bound < case.tolerance else '>='} tolerance {case.tolerance:g}"
+    if case.certificate == "pit-law" and case.greedy is None:
+        tv = "" if case.tv_upper_bound is None else \
+            f"; the TV bound {case.tv_upper_bound:.4f} is shown for information, not certified"
+        return f"{name} {met} (certificate pit-law: the verdict rests on it){tv}"
+    return f"{name} {met} (certificate tv; {case.tv_reference})"
 
 
 def decided_by(case: CaseResult, alpha: float) -> str:
@@ -217,6 +335,117 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
         return (f"At generated position {test.position}{prompt}, {engine} picks tokens at different rates than the "
                 "baseline (the bars show which tokens moved).")
     return f"{test.name} rejects: {engine} does not sample the baseline's distribution."
+
+
+#: A token "clearly moved" in a plain summary when its two-proportion z between the engines is at least this.
+CLEAR_SHIFT_Z = 3.0
+#: At most this many moved tokens are named in a plain summary.
+PLAIN_TOKENS = 3
+
+
+def _share_z(t: TokenFrequency, n_base: int, n_cand: int) -> float:
+    """Two-proportion z of one token's share, candidate minus baseline (pooled standard error; 0 when undefined)."""
+    if n_base <= 0 or n_cand <= 0:
+        return 0.0
+    pooled = (t.baseline_count + t.candidate_count) / (n_base + n_cand)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n_base + 1 / n_cand))
+    return 0.0 if se == 0 else (t.candidate_count / n_cand - t.baseline_count / n_base) / se
+
+
+def clearly_moved(case: CaseResult, position: int | None = None) -> list[TokenFrequency]:
+    """The case prompt's tokens whose share moved clearly between the engines (|z| >= :data:`CLEAR_SHIFT_Z`),
+    largest |z| first, at ``position`` when given; labels from the case's tokenizer (:func:`with_token_text`)."""
+    toks = [t for t in with_token_text(case).top_tokens if position is None or t.position == position]
+    z = {id(t): _share_z(t, case.n_baseline, case.n_candidate) for t in toks}
+    moved = [t for t in toks if abs(z[id(t)]) >= CLEAR_SHIFT_Z]
+    return sorted(moved, key=lambda t: (-abs(z[id(t)]), t.position, t.token))
+
+
+def _moved_words(case: CaseResult, toks: Sequence[TokenFrequency]) -> str:
+    def pct(count: int, n: int) -> str:
+        return f"{count / n:.1%}" if n else "—"
+
+    def label(text: str) -> str:  # token labels come quoted ('a', <END>, 0xff, #5230); older results' raw text is quoted here
+        return text if text[:1] in ("'", '"', "<", "#") or text.startswith("0x") else repr(text)
+
+    return "; ".join(f"{label(t.text)} at position {t.position}: {pct(t.baseline_count, case.n_baseline)} of the baseline's "
+                     f"draws, {pct(t.candidate_count, case.n_candidate)} of the candidate's" for t in toks)
+
+
+def plain_case_summary(case: CaseResult, alpha: float) -> str:
+    """The case's verdict as an answer to the user's question (do the two engines sample the same answers?), in
+    plain words from the result's data: what an equivalent verdict covers; for a shifted one, which answers moved
+    and by how much; for an inconclusive one, what more would decide."""
+    n = min(case.n_baseline, case.n_candidate)
+    bound, name = case.decisive_bound, case_bound_name(case)
+    if case.verdict == "equivalent":
+        if case.greedy is not None:
+            g = case.greedy
+            ties = f"; the {g.rows_compared - g.rows_equal} that differ do so at numerical near-ties" \
+                if g.rows_equal < g.rows_compared else ""
+            return (f"The two engines give the same greedy answers: {g.rows_equal} of {g.rows_compared} rows are "
+                    f"identical token for token{ties}.")
+        claim = (f"no answer's chance at any position of this prompt differs by {case.tolerance:g} or more "
+                 f"({name} {bound:.3f}, certificate tv)" if case.certificate != "pit-law" and bound is not None else
+                 f"the target's likely and unlikely tokens keep their chances to within {case.tolerance:g} at every "
+                 f"position ({name} {bound:.3f}, certificate pit-law; it does not bound each answer's chance)"
+                 if bound is not None else "")
+        return (f"The two engines sample the same answers as far as {n:,} draws per engine can tell"
+                f"{': ' + claim if claim else ''}. A worse-looking answer from the candidate is a different draw, "
+                "not a different engine.")
+    if case.verdict == "shifted":
+        if case.failures or case.hard_failures:
+            what = "greedy answers the target clearly does not prefer" if case.greedy is not None else \
+                "tokens the baseline can never produce (probability 0 under the processed target)"
+            first = with_token_text(case).hard_failures[:1]
+            return f"The candidate produces {what}: {first[0] if first else case.reason}."
+        test = deciding_test(case, alpha)
+        moved = clearly_moved(case, test.position if test is not None and test.prompt in (None, 0) else None)
+        if not moved:
+            moved = clearly_moved(case)
+        tv = "" if case.tv_estimate is None else \
+            f" In all, about {case.tv_estimate:.0%} of the answers' probability moved at the worst position (TV estimate, biased upward)."
+        if moved:
+            return (f"The candidate samples different answers from the baseline: "
+                    f"{_moved_words(case, moved[:PLAIN_TOKENS])}.{tv}")
+        why = "" if test is None else f" ({test.name})"
+        return (f"The candidate samples different answers from the baseline{why}, though no single token of the "
+                f"first positions moved clearly on its own: the shift is spread over many tokens or later ones.{tv}")
+    if case.required_n is not None and case.required_n > n:
+        need = f"about {case.required_n:,} draws per engine would decide (rerun with --samples {case.required_n})"
+    elif case.required_n is not None:
+        need = "the difference may be close to the tolerance; a larger tolerance or more draws would decide"
+    else:
+        need = case.reason
+    bound_words = "" if bound is None else f" the {name} {bound:.3f} is not below the tolerance {case.tolerance:g}:"
+    return (f"Not decided yet: no difference shows in {n:,} draws per engine, but they are too few to certify the "
+            f"engines the same;{bound_words} {need}.")
+
+
+def plain_run_summary(result: RunResult) -> str:
+    """The run's verdict as an answer to the user's question, in plain words (names the cases that differ or need
+    more draws)."""
+    cases = result.cases
+    n = min((min(c.n_baseline, c.n_candidate) for c in cases), default=0)
+    shifted = [c.case_id for c in cases if c.verdict == "shifted"]
+    open_ = [c for c in cases if c.verdict == "inconclusive"]
+    if result.verdict == "equivalent":
+        which = f"all {len(cases)} cases" if len(cases) != 1 else "the one case"
+        return (f"The two engines sample the same answers in {which}, as "
+                f"far as {n:,} draws per engine can tell ({tolerance_rule(result.certificate, result.tolerance)}). A "
+                "worse-looking answer from the candidate is a different draw, not a different engine.")
+    if result.verdict == "shifted":
+        if not shifted:
+            return ("The candidate samples different answers from the baseline: no case shows it alone, but pooled "
+                    f"over the cases a comparison rejects ({result.pooled_reason.split(':')[0]}).")
+        which = f"{len(shifted)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
+        return (f"The candidate samples different answers from the baseline in {which} ({', '.join(shifted)}): a "
+                "correct speculative decoder would not.")
+    need = max((c.required_n for c in open_ if c.required_n is not None), default=None)
+    more = f"; about {need:,} draws per engine would decide" if need is not None else ""
+    which = f"{len(open_)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
+    return (f"No difference shows, but {which} ({', '.join(c.case_id for c in open_)}) "
+            f"need{'s' if len(open_) == 1 and len(cases) == 1 else ''} more draws to certify the engines the same{more}.")
 
 
 def offset_readings(pairs: Sequence[tuple[TestOutcome, TestOutcome, TestOutcome | None]], alpha: float) -> list[str]:

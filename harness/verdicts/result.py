@@ -85,6 +85,8 @@ class GreedyDivergence:
     classification: ``"near-tie"`` when margin <= the near-tie threshold, else ``"mismatch"``.
     rows: row pairs sharing this first divergence; prefix_ids: the prompt's ids then the tokens
     both rows share before ``position`` (empty in older results); prefix_text: its last characters decoded.
+    baseline_text / candidate_text: the two tokens as text, made by a face from the case's tokenizer
+    (:func:`speceq.verdicts.reasons.with_token_text`; empty when it is not known).
     """
 
     prompt_index: int
@@ -96,6 +98,8 @@ class GreedyDivergence:
     prefix_text: str = ""
     rows: int = 0
     prefix_ids: tuple[int, ...] = ()
+    baseline_text: str = ""
+    candidate_text: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,7 +150,9 @@ class TestBins:
     """The bins of a primary chi-square test whose raw p-value is at most alpha (so it may decide).
 
     labels: display text per bin; counts per engine; the bins are those with the largest
-    chi-square contributions (at most a dozen), ordered by pooled count.
+    chi-square contributions (at most a dozen), ordered by pooled count. tokens: per bin, the token ids
+    it stands for (one for a position's token, two for a pair; the end symbol is
+    ``speceq.stats.counts.END``; empty for a bin of no token, such as a length), so that a face labels them with the case's tokenizer; empty in older results.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -157,6 +163,7 @@ class TestBins:
     candidate_counts: tuple[int, ...] = ()
     n_baseline: int = 0
     n_candidate: int = 0
+    tokens: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,6 +197,16 @@ class CaseResult:
     notes: tuple[str, ...] = ()
     z_paths: tuple[ZPath, ...] = ()
     test_bins: tuple[TestBins, ...] = ()
+    certificate: str = "tv"  # what an equivalent verdict of this case rests on: "tv" or "pit-law" (the run's --certificate)
+    pit_law_upper_bound: float | None = None  # the PIT-law bound (speceq.stats.pit_law) when the oracle gave one
+
+    @property
+    def decisive_bound(self) -> float | None:
+        """The upper bound the verdict compares with the tolerance: the PIT-law bound of a sampling case under
+        ``certificate="pit-law"``, else the TV bound (greedy cases: the row-mismatch bound)."""
+        if self.certificate == "pit-law" and self.greedy is None:
+            return self.pit_law_upper_bound
+        return self.tv_upper_bound
 
     def summary(self) -> str:
         """One line: id, verdict, reason."""
@@ -211,6 +228,7 @@ class RunResult:
     notes: tuple[str, ...] = ()
     pooled_tests: tuple[TestOutcome, ...] = ()
     pooled_reason: str = ""
+    certificate: str = "tv"  # what an equivalent verdict certifies (--certificate): "tv" or "pit-law"
 
     @property
     def exit_code(self) -> int:
@@ -221,8 +239,9 @@ class RunResult:
         counts = {v: sum(c.verdict == v for c in self.cases) for v in RUN_VERDICTS}
         parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         pooled = f"; {self.pooled_reason}" if self.pooled_reason else ""
-        return (f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, "
-                f"tolerance TV<{self.tolerance:g}){pooled}")
+        rule = (f"certificate pit-law, PIT-law bound<{self.tolerance:g}" if self.certificate == "pit-law"
+                else f"tolerance TV<{self.tolerance:g}")
+        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, {rule}){pooled}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (verdicts as their words), for JSON and for pickling across processes."""
@@ -252,6 +271,7 @@ class RunResult:
                 "verdict": c.verdict,
                 "tv_estimate": c.tv_estimate,
                 "tv_upper_bound": c.tv_upper_bound,
+                "pit_law_upper_bound": c.pit_law_upper_bound,
                 "required_n": c.required_n,
                 "n_baseline": c.n_baseline,
                 "n_candidate": c.n_candidate,
@@ -294,7 +314,8 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
             "notes": tuple(d.get("notes", ())),
             "z_paths": tuple(ZPath(**{k: tuple(v) if isinstance(v, list) else v for k, v in z.items()})
                              for z in d.get("z_paths", ())),
-            "test_bins": tuple(TestBins(**{k: tuple(v) if isinstance(v, list) else v for k, v in b.items()})
+            "test_bins": tuple(TestBins(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in b.items()},
+                                           "tokens": tuple(tuple(t) for t in b.get("tokens", ()))})
                                for b in d.get("test_bins", ())),
         }
     )

@@ -413,3 +413,22 @@ def test_logit_bias_key_outside_the_vocabulary_names_case_and_field():
     assert e.value.where == "case 'big-key'.logit_bias" and f"key {VOCAB_SIZE} is outside" in str(e.value)
     c2 = parse_cases([{"id": "ok", "prompt_ids": [1], "logit_bias": {str(VOCAB_SIZE - 1): 1.0}}])[0]
     c2.check_vocab(VOCAB_SIZE)
+
+
+def test_the_tokenizer_name_is_display_only_and_keeps_the_store_keys(tmp_path):
+    """A case that names its tokenizer (kept for the faces' token text, #47) reuses the samples stored without it."""
+    import dataclasses
+
+    from fake_engines import FakeEngine
+
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.plan import plan_chunks
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"cases": [{"id": "a", "prompt": "def ", "tokenizer": "bytes"}]}))
+    named = load_cases(f)[0]
+    assert named.tokenizer == "bytes" and named.to_dict()["tokenizer"] == "bytes"
+    config = RunConfig(samples=40, chunk_size=20, out_dir=tmp_path / "out")
+    engines = {"baseline": FakeEngine(), "candidate": FakeEngine()}
+    keys = [c.key for c in plan_chunks(config, [named], engines)]
+    assert keys == [c.key for c in plan_chunks(config, [dataclasses.replace(named, tokenizer=None)], engines)]

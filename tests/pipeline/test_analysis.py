@@ -471,3 +471,24 @@ def test_a_small_shift_every_case_shares_is_caught_by_the_pooled_comparisons() -
     assert aa.verdict != "shifted" and aa.pooled_reason == "" and len(aa.pooled_tests) == 3
     one = run(cs[:1], {"c0": base["c0"]}, {"c0": cand["c0"]}, oracle=ExactOracle(p), tolerance=0.5)
     assert one.pooled_tests == ()  # one case: its own tests are the whole evidence
+
+
+def test_a_case_naming_its_tokenizer_stores_token_ids_and_its_text() -> None:
+    """#47 item 4: bins keep the ids they stand for; stored labels are the case's tokenizer's text (the bundled BPE
+    world's here: the same ids read as BPE tokens, not bytes), and the faces can relabel from the ids."""
+    from speceq.models.bpe import load_bpe_tokenizer
+
+    bpe = load_bpe_tokenizer()
+    c = case("bpe-moved", tokenizer="bpe")
+    r = run([c], {"bpe-moved": sample(law(0), 1, 5000, 4, 1)}, {"bpe-moved": sample(law(0, shift=0.05), 1, 5000, 4, 2)})
+    cr = r.cases[0]
+    assert cr.verdict == "shifted" and cr.case["tokenizer"] == "bpe"
+    first = next(t for t in cr.top_tokens if t.token == 70)
+    assert first.text == repr(bpe.decode([70], skip_special_tokens=False))
+    bins = next(b for b in cr.test_bins if b.test == "chi2 prompt 0 position 0")
+    assert len(bins.tokens) == len(bins.labels) and (70,) in bins.tokens
+    assert bins.labels[bins.tokens.index((70,))] == first.text
+    assert cr.samples[0].text == bpe.decode(list(cr.samples[0].token_ids), skip_special_tokens=False)
+    plain = run([case("bytes-moved")], {"bytes-moved": sample(law(0), 1, 5000, 4, 1)},
+                {"bytes-moved": sample(law(0, shift=0.05), 1, 5000, 4, 2)}).cases[0]
+    assert next(t for t in plain.top_tokens if t.token == 70).text == "'F'"  # no tokenizer named: bytes, as before

@@ -31,6 +31,10 @@ def test_pit_law_certifies_the_reference_engine_and_keeps_the_tv_claim_apart(tmp
     assert pit.verdict == "equivalent"
     assert "PIT-law upper bound" in pit.reason and "does not bound the TV between the token laws" in pit.reason
     assert any(note.startswith("PIT-law bound") for note in pit.notes)
+    # the certificate and the bound that decided are data of the result, for every face (#47 item 3)
+    assert tv.certificate == "tv" and tv.decisive_bound == tv.tv_upper_bound
+    assert pit.certificate == "pit-law" and pit.pit_law_upper_bound is not None
+    assert pit.decisive_bound == pit.pit_law_upper_bound < pit.tolerance <= pit.tv_upper_bound
 
 
 def test_pit_law_still_detects_a_planted_bug(tmp_path: Path) -> None:

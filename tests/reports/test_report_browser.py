@@ -122,6 +122,31 @@ def test_z_test_decided_card_shows_its_path_first(chromium: Chromium, mutant_res
     assert log.errors() == [] and log.requests == [path.resolve().as_uri()]
 
 
+def test_the_plain_answer_comes_first_in_the_banner_and_in_every_case(chromium: Chromium, example_result: RunResult,
+                                                                       tmp_path: Path) -> None:
+    """#47: the verdict in plain words, above the evidence: in the banner for the run, atop each case card."""
+    path = write_report(example_result, tmp_path / "report.html")
+    page = chromium.load(path, width=VIEWPORT_WIDTH)
+    run = page.evaluate("document.querySelector('header .run-plain').innerText")
+    assert run.startswith("The candidate samples different answers from the baseline in 2 of 4 cases")
+    plain = page.evaluate("[...document.querySelectorAll('section.case')].map(s => s.querySelector('.case-plain')"
+                          ".innerText)")
+    assert len(plain) == 4 and plain[0].startswith("The candidate samples different answers from the baseline")
+    assert "'\\n' at position 0: 25.6% of the baseline's draws, 32.0% of the candidate's" in " ".join(plain)
+    assert plain[2].startswith("Not decided yet") and "about 8,077 draws per engine would decide" in plain[2]
+    assert plain[3].startswith("The two engines sample the same answers as far as 20,000 draws per engine can tell")
+    assert "a different draw, not a different engine" in plain[3]
+    # above the evidence, visible, and larger than the technical reason under it
+    assert page.evaluate("(() => { const s = document.querySelector('section.case');"
+                         " return s.querySelector('.case-plain').getBoundingClientRect().bottom"
+                         " <= s.querySelector('.reason').getBoundingClientRect().top; })()")
+    sizes = page.evaluate("[parseFloat(getComputedStyle(document.querySelector('.case-plain')).fontSize),"
+                          " parseFloat(getComputedStyle(document.querySelector('.reason')).fontSize)]")
+    assert sizes[0] > sizes[1]
+    log = page.log()
+    assert log.errors() == [] and log.requests == [path.resolve().as_uri()]
+
+
 def test_injected_payloads_stay_text_and_never_run(chromium: Chromium, example_result: RunResult, tmp_path: Path) -> None:
     result = inject(example_result, list(PAYLOADS))
     path = write_report(result, tmp_path / "payloads.html")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from speceq.verdicts.reasons import skipped_tests
+from speceq.verdicts.reasons import bound_line, plain_case_summary, plain_run_summary, skipped_tests, with_token_text
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 from speceq.verdicts.verdict import Verdict
 
@@ -68,10 +68,11 @@ def _params_label(case: CaseResult) -> str:
 
 
 def _tv_line(case: CaseResult) -> str | None:
+    """The TV estimate and the bound that decided, naming the certificate in force."""
+    bound = bound_line(case)
     if case.tv_estimate is None:
-        return None
-    bound = "" if case.tv_upper_bound is None else f", upper bound {case.tv_upper_bound:.4f}"
-    return f"TV estimate {case.tv_estimate:.4f}{bound} (tolerance {case.tolerance:g}; {case.tv_reference})"
+        return bound
+    return f"TV estimate {case.tv_estimate:.4f}; {bound}" if bound else f"TV estimate {case.tv_estimate:.4f}"
 
 
 def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
@@ -79,6 +80,8 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
     lines = [f"case {case.case_id!r} [{_params_label(case)}]: {case.verdict.upper()} — {case.reason}"]
     if not detail:
         return lines[0]
+    case = with_token_text(case)  # tokens as text when the case names its tokenizer
+    lines.append(f"  in short: {plain_case_summary(case, alpha)}")
     tests = rejecting_tests(case, alpha)
     if tests:
         lines.append(f"  rejecting tests (Holm-adjusted p <= alpha={alpha:g}):")
@@ -98,7 +101,9 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
         lines.append(f"  greedy: {g.rows_equal} of {g.rows_compared} rows equal")
         for d in g.divergences[:MAX_FAILURES]:
             margin = "unknown" if d.margin is None else f"{d.margin:.3g} nats"
-            lines.append(f"    position {d.position}: baseline #{d.baseline_token} vs candidate #{d.candidate_token}, "
+            base = f"{d.baseline_text} (#{d.baseline_token})" if d.baseline_text else f"#{d.baseline_token}"
+            cand = f"{d.candidate_text} (#{d.candidate_token})" if d.candidate_text else f"#{d.candidate_token}"
+            lines.append(f"    position {d.position}: baseline {base} vs candidate {cand}, "
                          f"top-2 margin {margin} -> {d.classification} (after {d.prefix_text[-30:]!r})")
     tv = _tv_line(case)
     if tv:
@@ -120,7 +125,7 @@ def engines_line(result: RunResult) -> str:
 def explain_run(result: RunResult, *, store: Path | None = None,
                 only: Sequence[str] = (Verdict.SHIFTED, Verdict.INCONCLUSIVE)) -> str:
     """Explanation of a run: summary line, then every case (evidence for those in ``only``)."""
-    lines = [f"speceq: {engines_line(result)}: {result.summary()}"]
+    lines = [f"speceq: {engines_line(result)}: {result.summary()}", f"in short: {plain_run_summary(result)}"]
     for case in result.cases:
         lines.append(explain_case(case, result.alpha, detail=case.verdict in only))
     lines.extend(f"note: {note}" for note in skipped_tests(result, face="pytest"))

@@ -45,7 +45,7 @@ def test_shifted_engine_fails_with_the_evidence(project: pytest.Pytester) -> Non
         "E *chi2 prompt 0 position *: statistic *, p=*, Holm p=*",
         "E *tokens that moved most:",
         "E *position ? token *: baseline *% (*/1000), candidate *% (*/1000)",
-        "E *TV estimate 0.*, upper bound 0.* (tolerance 0.2; two-sample)",
+        "E *TV estimate 0.*; TV bound 0.* tolerance 0.2 (certificate tv; two-sample)",
     ])
     out = result.stdout.str()
     # the most moved token is token 0, which the shifted engine favours (SHIFT = 0.25)

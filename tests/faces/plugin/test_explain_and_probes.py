@@ -62,7 +62,7 @@ def test_explain_case_shows_the_evidence() -> None:
     assert "  hard failure: token 'z' has probability 0" in text
     assert ("    position 0 token \"'b'\": baseline 20.0% (200/1000), candidate 40.0% (400/1000), target 21.0%"
             in text)
-    assert "  TV estimate 0.2000, upper bound 0.2500 (tolerance 0.05; two-sample)" in text
+    assert "  TV estimate 0.2000; TV bound 0.2500 >= tolerance 0.05 (certificate tv; two-sample)" in text
     assert explain_case(case_result(), alpha=1e-3, detail=False) == text.splitlines()[0]
 
 
