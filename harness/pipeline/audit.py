@@ -351,7 +351,7 @@ class _Audit:
         self.versions = package_versions()
         self.total = len(plan.methods) * len(plan.settings) * len(plan.shapes)
         self.done = 0
-        self.ran_seconds: list[float] = []
+        self.ran_seconds: list[float] = []  #: wall time of every cell this process did (s)
 
     # ----- one cell ----------------------------------------------------------------------
     def identity(self, method: AuditMethod, case: Case) -> dict[str, Any]:
@@ -461,17 +461,24 @@ class _Audit:
     # ----- progress ----------------------------------------------------------------------
     def report(self, cell: AuditCell) -> None:
         self.done += 1
-        if cell.status == RAN and not cell.resumed:
+        if not cell.resumed:  # cells done in this process, quick ones (not supported, not run) included
             self.ran_seconds.append(cell.seconds)
-        eta = ""
-        if self.ran_seconds and self.done < self.total:
-            mean = sum(self.ran_seconds) / len(self.ran_seconds)
-            eta = f"  ETA {_duration(mean * (self.total - self.done))}"
+        left = eta_seconds(self.ran_seconds, self.total - self.done)
+        eta = "" if left is None else f"  ETA {_duration(left)}"
         effect = "" if cell.tv_upper_bound is None else f" TV bound {cell.tv_upper_bound:.3f}"
         took = " (from an earlier run)" if cell.resumed else f" [{cell.seconds:.1f} s]"
         why = f": {cell.reason}" if cell.status != RAN else ""
         self.log(f"[{self.done}/{self.total}] {cell.method} · {cell.setting} · {cell.shape}: {cell.word()}"
                  f"{effect}{why}{took}{eta}")
+
+
+def eta_seconds(durations: Sequence[float], remaining: int) -> float | None:
+    """Seconds the ``remaining`` cells should take at the mean wall time of the cells done so far
+    (``durations``, quick not-supported or failed ones included, as they recur); None when nothing
+    is left or nothing took time yet."""
+    if remaining <= 0 or not any(durations):
+        return None
+    return sum(durations) / len(durations) * remaining
 
 
 def _duration(seconds: float) -> str:
@@ -598,6 +605,6 @@ def load_audit(path: str | Path) -> AuditResult:
 
 __all__ = [
     "AUDIT_JSON", "CELL_FILE", "NOT_RUN", "NOT_SUPPORTED", "RAN", "SETTINGS", "SHAPES", "STATUSES", "AuditCell",
-    "AuditMethod", "AuditPlan", "AuditResult", "AuditSetting", "AuditShape", "cell_from_result", "default_command",
+    "AuditMethod", "AuditPlan", "AuditResult", "AuditSetting", "AuditShape", "cell_from_result", "default_command", "eta_seconds",
     "first_line", "folder_name", "load_audit", "package_versions", "pick", "run_audit",
 ]

@@ -19,6 +19,7 @@ from speceq.pipeline.audit import (
     AuditMethod,
     AuditPlan,
     AuditResult,
+    eta_seconds,
     load_audit,
     pick,
     run_audit,
@@ -148,3 +149,8 @@ def test_bad_plans_are_refused(tmp_path):
         plan(tmp_path, [AuditMethod("a", FAKE), AuditMethod("a", FAKE)])
     with pytest.raises(ConfigError, match="no method"):
         plan(tmp_path, [])
+
+
+def test_eta_is_the_mean_cell_time_times_the_cells_left():
+    assert eta_seconds([40.0, 0.0], 38) == 20.0 * 38  # a quick not-supported cell lowers the mean
+    assert eta_seconds([0.0], 5) is None and eta_seconds([3.0], 0) is None
