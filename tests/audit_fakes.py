@@ -22,3 +22,10 @@ class MissingPathFake(FakeEngine):
 
     def __init__(self, **kw: Any) -> None:
         raise ImportError("cannot import name 'NoSuchGenerator' from 'transformers.generation'\nsecond line")
+
+
+class LossyFake(FakeEngine):
+    """FakeEngine that declares itself lossy by design (``describe()["lossless"] is False``)."""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "lossless": False}

@@ -20,7 +20,10 @@ sampler (the baseline) on one case: a sampling setting (:data:`SETTINGS`) at one
   lacks, or an engine error mid-run makes the cell ``not run`` with a one-line reason; a batch
   shape the engine declares it cannot run (``describe()["batch_size_limit"]``, with its
   ``limitation``, as transformers' assisted generation at batch size 1) makes it
-  ``not supported`` with the engine's message; the other cells still run.
+  ``not supported`` with the engine's message; the other cells still run;
+- **a method lossy by design is measured, not judged**: an engine whose ``describe()["lossless"]``
+  is False gets ``lossy`` cells (:attr:`Verdict.LOSSY`) with the distance measured, never
+  ``shifted``, and they do not enter the audit's verdict.
 
 :func:`run_audit` returns an :class:`AuditResult` (JSON round-trippable), each cell with its
 verdict (:class:`~speceq.verdicts.verdict.Verdict`), TV estimate and upper bound, acceptance
@@ -253,10 +256,12 @@ class AuditResult:
     @property
     def verdict(self) -> Verdict | None:
         """The worst verdict of the cells that ran and of those not run (counted ``inconclusive``:
-        nothing was shown); ``not supported`` cells do not count. None when no cell ran."""
-        words = [c.word() for c in self.cells if c.status == RAN]
-        if not words:
+        nothing was shown); ``not supported`` cells and the ``lossy`` cells of methods declared lossy
+        (a measured distance, not a failure) do not count. None when no cell ran."""
+        ran = [c for c in self.cells if c.status == RAN]
+        if not ran:
             return None
+        words = [c.word() for c in ran if c.verdict != Verdict.LOSSY]
         words += [str(Verdict.INCONCLUSIVE) for c in self.cells if c.status == NOT_RUN]
         return Verdict.worst(words)
 
@@ -445,7 +450,8 @@ class _Audit:
             return AuditCell(**base, status=NOT_RUN, reason=first_line(exc), seconds=time.perf_counter() - t0)
         seconds = time.perf_counter() - t0
         cell = cell_from_result(result, base, cell_dir.relative_to(plan.out_dir) / RESULT_FILE, seconds=seconds,
-                                baseline_sampled=_count_chunks(self.shared_baseline) - before)
+                                baseline_sampled=_count_chunks(self.shared_baseline) - before,
+                                declared_lossy=engine.describe().get("lossless") is False)
         from speceq.store import write_json_atomic
 
         write_json_atomic(cell_dir / CELL_FILE, {"identity": self.identity(method, case), "cell": cell.to_dict()})
@@ -487,11 +493,18 @@ def _duration(seconds: float) -> str:
 
 
 def cell_from_result(result: RunResult, base: Mapping[str, Any], result_path: Path, *, seconds: float,
-                     baseline_sampled: int) -> AuditCell:
-    """The cell of a one-case run's result."""
+                     baseline_sampled: int, declared_lossy: bool = False) -> AuditCell:
+    """The cell of a one-case run's result.
+
+    ``declared_lossy``: the method is lossy by design (its engine's ``describe()["lossless"]`` is
+    False): the cell is :attr:`Verdict.LOSSY` with its distance measured, never ``shifted``.
+    """
     c = result.cases[0]
     chunks = result.provenance.get("chunks", {}) if isinstance(result.provenance, Mapping) else {}
-    return AuditCell(**{**base, "n": c.n_candidate}, status=RAN, verdict=c.verdict, reason=c.reason,
+    verdict, reason = c.verdict, c.reason
+    if declared_lossy:
+        verdict, reason = Verdict.LOSSY, f"declared lossy by the engine; the run said {c.verdict}: {c.reason}"
+    return AuditCell(**{**base, "n": c.n_candidate}, status=RAN, verdict=verdict, reason=reason,
                      tv_estimate=c.tv_estimate, tv_upper_bound=c.tv_upper_bound, tv_reference=c.tv_reference,
                      acceptance=c.acceptance_rate, result=str(result_path), seconds=seconds,
                      chunks_sampled=chunks.get("sampled"), baseline_chunks_sampled=baseline_sampled)

@@ -154,3 +154,12 @@ def test_bad_plans_are_refused(tmp_path):
 def test_eta_is_the_mean_cell_time_times_the_cells_left():
     assert eta_seconds([40.0, 0.0], 38) == 20.0 * 38  # a quick not-supported cell lowers the mean
     assert eta_seconds([0.0], 5) is None and eta_seconds([3.0], 0) is None
+
+
+def test_a_declared_lossy_method_is_measured_never_shifted(tmp_path):
+    methods = [AuditMethod("ok", FAKE), AuditMethod("lossy", "audit_fakes:LossyFake", {"shift": 0.3})]
+    result = run_audit(plan(tmp_path, methods, shapes=("single",)), log=lambda _: None)
+    cell = result.cell("lossy", "t1", "single")
+    assert cell.verdict == Verdict.LOSSY and cell.reason.startswith("declared lossy by the engine; the run said shifted")
+    assert cell.tv_estimate > 0.2 and cell.tv_upper_bound >= cell.tv_estimate
+    assert result.verdict == result.cell("ok", "t1", "single").verdict != Verdict.SHIFTED
