@@ -182,6 +182,8 @@ class AuditCell:
     result: the cell's result.json, relative to the audit folder. seconds: wall time of the
     cell in this audit (0 for a cell taken from a finished earlier run). chunks_sampled /
     baseline_chunks_sampled: chunks this cell sampled, and how many of them were the baseline's.
+    oracle_rows_scored / oracle_rows_reused: rows the shared oracle scored for this cell, and rows
+    it answered from an earlier cell's (or this cell's) scores (None: no oracle).
     resumed: taken from an earlier run's ``cell.json``.
     """
 
@@ -201,6 +203,8 @@ class AuditCell:
     seconds: float = 0.0
     chunks_sampled: int | None = None
     baseline_chunks_sampled: int | None = None
+    oracle_rows_scored: int | None = None
+    oracle_rows_reused: int | None = None
     resumed: bool = False
 
     def __post_init__(self) -> None:
@@ -339,6 +343,11 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _oracle_rows(oracle: Any) -> tuple[int, int]:
+    """(rows scored, rows answered from memory) so far by a remembering oracle."""
+    return int(oracle.scored_rows), int(oracle.reused_rows)
+
+
 def _count_chunks(folder: Path) -> int:
     return sum(1 for _ in folder.glob("*/slice-*.npz")) if folder.is_dir() else 0
 
@@ -441,8 +450,10 @@ class _Audit:
         t0 = time.perf_counter()
         assert self.baseline_engine is not None
         engines = {"baseline": self.baseline_engine, "candidate": engine}
+        oracle: Any = None
         try:
             oracle = self.oracle_for(config, engines)
+            rows_before = _oracle_rows(oracle)
             result = run(config, [case], engines=engines, oracle=oracle)
         except KeyboardInterrupt:
             raise
@@ -452,6 +463,9 @@ class _Audit:
         cell = cell_from_result(result, base, cell_dir.relative_to(plan.out_dir) / RESULT_FILE, seconds=seconds,
                                 baseline_sampled=_count_chunks(self.shared_baseline) - before,
                                 declared_lossy=engine.describe().get("lossless") is False)
+        if oracle is not None:
+            scored, reused = (after - before for after, before in zip(_oracle_rows(oracle), rows_before))
+            cell = AuditCell.from_dict({**cell.to_dict(), "oracle_rows_scored": scored, "oracle_rows_reused": reused})
         from speceq.store import write_json_atomic
 
         write_json_atomic(cell_dir / CELL_FILE, {"identity": self.identity(method, case), "cell": cell.to_dict()})

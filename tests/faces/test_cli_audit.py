@@ -34,9 +34,9 @@ def test_markdown_has_every_cell_and_the_command_of_each_shifted_cell():
 
 
 def test_audit_of_the_byte_world_runs_cells_and_marks_faults(tmp_path, capsys):
-    """One real method at a tiny budget (about 30 s on 2 CPU cores): ran, not supported, not run."""
+    """Two real methods at a tiny budget (about 40 s on 2 CPU cores): ran, shared, not supported, not run."""
     out = tmp_path / "audit"
-    code = main(["audit", "transformers", "--methods", "hf-prompt-lookup,hf-nope", "--settings", "t1",
+    code = main(["audit", "transformers", "--methods", "hf-prompt-lookup,hf-early-exit,hf-nope", "--settings", "t1",
                  "--shapes", "single,ragged-b4", "--samples", "60", "--chunk-size", "60", "--out", str(out), "--json"])
     printed = json.loads(capsys.readouterr().out)
     result = load_audit(out / AUDIT_JSON)
@@ -46,6 +46,10 @@ def test_audit_of_the_byte_world_runs_cells_and_marks_faults(tmp_path, capsys):
     assert single.status == RAN and single.n == 60 and single.acceptance is not None
     assert single.command.startswith("speceq run --models byte --baseline hf-sample --candidate hf-prompt-lookup "
                                      f"--cases {out}/cases/t1-single.json --samples 60")
+    # the second method shares the first one's baseline samples and, with the same oracle (no draft), its scores
+    second = result.cell("hf-early-exit", "t1", "single")
+    assert second.status == RAN and second.baseline_chunks_sampled == 0 and single.baseline_chunks_sampled == 1
+    assert single.oracle_rows_scored > 60 and second.oracle_rows_scored <= 60 <= second.oracle_rows_reused
     batch = result.cell("hf-prompt-lookup", "t1", "ragged-b4")
     assert batch.status == NOT_SUPPORTED and "batch size 1 only" in batch.reason
     nope = result.cell("hf-nope", "t1", "single")
