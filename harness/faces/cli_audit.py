@@ -13,6 +13,7 @@ not at all; :attr:`speceq.pipeline.audit.AuditResult.exit_code`); 2 when no cell
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -54,7 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from speceq.models.worlds import WORLDS
     from speceq.pipeline.audit import SETTINGS, SHAPES
 
-    p.add_argument("family", choices=sorted(FAMILIES), help="engine family to audit")
+    p.add_argument("family", choices=[*FAMILIES, "openai"],
+                   help="engine family to audit: transformers (the registry's hf-* engines against hf-sample) or "
+                        "openai (the servers of --servers against their plain one)")
+    p.add_argument("--servers", default=None, metavar="FILE",
+                   help="openai: a JSON file naming OpenAI-compatible endpoints, exactly one of them plain (the "
+                        "baseline); see docs/how-to/audit-an-engine.md")
     p.add_argument("--models", default="byte", choices=WORLDS,
                    help="bundled model world the engines and cases use (as speceq run --models). Default: %(default)s")
     p.add_argument("--methods", type=_names, default=None, metavar="A,B",
@@ -88,22 +94,127 @@ def build_plan(args: argparse.Namespace) -> Any:
     from speceq.pipeline.audit import SETTINGS, SHAPES, AuditMethod, AuditPlan, pick
     from speceq.pipeline.config import RunConfig
 
-    fam = FAMILIES[args.family]
-    names = args.methods if args.methods is not None else family_methods(args.family)
-    if not names:
-        raise ConfigError(f"the registry has no {args.family} method (no built-in engine named {fam.prefix}*)",
-                          where="--methods")
-    methods = tuple(AuditMethod(n, n, world_engine_options(args.models, n, {})) for n in names)
-    own = all(runs_world_models(s, {}) for s in (fam.baseline, *names))
-    margin = SUPPORT_MARGIN_NATS_BY_WORLD.get(args.models, SUPPORT_MARGIN_OFF) if own else SUPPORT_MARGIN_OFF
-    run = RunConfig(samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
-                    tolerance=args.tolerance, oracle=args.oracle, threads=args.threads, workers=1, progress=False,
-                    support_margin_nats=margin)
     prompt, companion = world_prompts(args.models)
-    return AuditPlan(family=args.family, baseline=fam.baseline,
-                     baseline_options=world_engine_options(args.models, fam.baseline, {}), methods=methods,
+    if args.family == "openai":
+        if args.servers is None:
+            raise ConfigError("give the servers file: speceq audit openai --servers FILE", where="--servers")
+        servers = load_servers(args.servers, args.models)
+        baseline, baseline_options, oracle = "openai", servers.baseline_options, False  # no local target to score with
+        methods = servers.methods
+        if args.methods is not None:
+            known = {m.name: m for m in methods}
+            unknown = [n for n in args.methods if n not in known]
+            if unknown:
+                raise ConfigError(f"unknown server(s) {', '.join(map(repr, unknown))}; {args.servers} names "
+                                  f"{', '.join(known)}", where="--methods")
+            methods = tuple(known[n] for n in args.methods)
+        prompt, companion = servers.prompt_ids or prompt, servers.companion_ids or companion
+        margin = SUPPORT_MARGIN_OFF
+    else:
+        if args.servers is not None:
+            raise ConfigError("--servers is for speceq audit openai", where="--servers")
+        fam = FAMILIES[args.family]
+        names = args.methods if args.methods is not None else family_methods(args.family)
+        if not names:
+            raise ConfigError(f"the registry has no {args.family} method (no built-in engine named {fam.prefix}*)",
+                              where="--methods")
+        methods = tuple(AuditMethod(n, n, world_engine_options(args.models, n, {})) for n in names)
+        own = all(runs_world_models(s, {}) for s in (fam.baseline, *names))
+        margin = SUPPORT_MARGIN_NATS_BY_WORLD.get(args.models, SUPPORT_MARGIN_OFF) if own else SUPPORT_MARGIN_OFF
+        baseline, baseline_options, oracle = fam.baseline, world_engine_options(args.models, fam.baseline, {}), args.oracle
+    run = RunConfig(samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
+                    tolerance=args.tolerance, oracle=oracle, threads=args.threads, workers=1, progress=False,
+                    support_margin_nats=margin)
+    return AuditPlan(family=args.family, baseline=baseline, baseline_options=baseline_options, methods=methods,
                      prompt_ids=prompt, companion_ids=companion, settings=pick(SETTINGS, args.settings, "setting"),
                      shapes=pick(SHAPES, args.shapes, "shape"), run=run, out_dir=Path(args.out), world=args.models)
+
+
+@dataclass(frozen=True, slots=True)
+class Servers:
+    """A servers file: the plain endpoint's options (the baseline), the others as methods, and the
+    prompt ids to use instead of the world's (None: the world's)."""
+
+    baseline_options: dict[str, Any]
+    methods: tuple[Any, ...]
+    prompt_ids: tuple[int, ...] | None
+    companion_ids: tuple[int, ...] | None
+
+
+#: Keys of one server entry, and of the file.
+SERVER_KEYS = ("name", "url", "model", "plain", "options")
+SERVERS_FILE_KEYS = ("servers", "options", "prompt_ids", "companion_ids")
+
+
+def load_servers(path: str, world: str) -> Servers:
+    """Read a servers file (JSON)::
+
+        {"options": {...every server's openai engine options...},
+         "servers": [{"name": "plain", "url": "http://host:8000", "model": "m", "plain": true},
+                     {"name": "ngram", "url": "http://host:8001", "model": "m", "options": {...}}],
+         "prompt_ids": [..], "companion_ids": [..]}
+
+    Exactly one server is ``plain``: the baseline. ``name``, ``url`` and ``model`` (the served model's
+    name) are required. A server's engine options are ``base_url`` (its url), ``model``, the file's
+    ``options`` and its own, and the world's tokenizer unless the options
+    set ``tokenizer`` or ``vocab_size``. ConfigError names the file, the server and the field.
+    """
+    from speceq.errors import ConfigError
+    from speceq.models.worlds import world_engine_options
+    from speceq.pipeline.audit import AuditMethod
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the servers file: {e}", where=path) from None
+    except ValueError as e:
+        raise ConfigError(f"not JSON: {e}", where=path) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("servers"), list) or not doc["servers"]:
+        raise ConfigError('expected an object with a non-empty "servers" list', where=path)
+    unknown = sorted(set(doc) - set(SERVERS_FILE_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown}; expected some of {list(SERVERS_FILE_KEYS)}", where=path)
+    shared = doc.get("options", {})
+    if not isinstance(shared, dict):
+        raise ConfigError("expected an object of engine options", where=f"{path}: options")
+    plain, methods = [], []
+    for i, entry in enumerate(doc["servers"]):
+        where = f"{path}: servers[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError("expected an object with name and url", where=where)
+        where = f"{path}: servers[{i}] ({entry.get('name')!r})"
+        bad = sorted(set(entry) - set(SERVER_KEYS))
+        if bad:
+            raise ConfigError(f"unknown key(s) {bad}; expected some of {list(SERVER_KEYS)}", where=where)
+        for key in ("name", "url", "model"):  # model: without it the engine learns it at its first call, which
+            # changes its identity mid-audit, and the shared baseline samples would no longer match it
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise ConfigError(f"expected a non-empty string {key!r}", where=where)
+        own = entry.get("options", {})
+        if not isinstance(own, dict) or not isinstance(entry.get("plain", False), bool):
+            raise ConfigError("expected options to be an object and plain true or false", where=where)
+        options = {"base_url": entry["url"], "model": entry["model"], **shared, **own, "name": entry["name"]}
+        if "tokenizer" in options or "vocab_size" in options:
+            options = dict(options)
+        else:
+            options = world_engine_options(world, "openai", options)
+        (plain if entry.get("plain") else methods).append(AuditMethod(entry["name"], "openai", options))
+    if len(plain) != 1:
+        raise ConfigError(f"expected exactly one server with \"plain\": true (the baseline), got {len(plain)}",
+                          where=path)
+    if not methods:
+        raise ConfigError("no server to audit besides the plain one", where=path)
+
+    def ids(key: str) -> tuple[int, ...] | None:
+        v = doc.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, list) or not v or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                        for t in v):
+            raise ConfigError("expected a non-empty list of token ids", where=f"{path}: {key}")
+        return tuple(v)
+
+    return Servers(dict(plain[0].options), tuple(methods), ids("prompt_ids"), ids("companion_ids"))
 
 
 def world_prompts(world: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -121,12 +232,17 @@ def cell_command(args: argparse.Namespace, plan: Any) -> Any:
     the audit's budget and the cell's folder (its stored samples are reused)."""
     from speceq.pipeline.audit import folder_name
 
+    def options(flag: str, opts: Any) -> list[str]:
+        return [w for k, v in opts.items() for w in (flag, f"{k}={v if isinstance(v, str) else json.dumps(v)}")]
+
     def command(method: Any, case: Any, cell_dir: Path) -> str:
-        words = ["speceq", "run", "--models", args.models, "--baseline", plan.baseline, "--candidate", method.spec,
-                 "--cases", str(plan.out_dir / "cases" / f"{folder_name(case.case_id)}.json"),
+        words = ["speceq", "run", "--models", args.models, "--baseline", plan.baseline, "--candidate", method.spec]
+        if args.family == "openai":  # the servers' options; a world's tokenizer is filled in by --models again
+            words += options("--baseline-option", plan.baseline_options) + options("--candidate-option", method.options)
+        words += ["--cases", str(plan.out_dir / "cases" / f"{folder_name(case.case_id)}.json"),
                  "--samples", str(args.samples), "--chunk-size", str(args.chunk_size), "--seed", str(args.seed),
                  "--alpha", f"{args.alpha:g}", "--tolerance", f"{args.tolerance:g}", "--out", str(cell_dir)]
-        if not args.oracle:
+        if not plan.run.oracle:
             words.append("--no-oracle")
         return shlex.join(words)
 
@@ -206,5 +322,6 @@ def handle(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-__all__ = ["FAMILIES", "HELP", "Family", "add_arguments", "audit_markdown", "build_plan", "cell_command",
-           "family_methods", "handle", "world_prompts", "write_outputs"]
+__all__ = ["FAMILIES", "HELP", "SERVERS_FILE_KEYS", "SERVER_KEYS", "Family", "Servers", "add_arguments",
+           "audit_markdown", "build_plan", "cell_command", "family_methods", "handle", "load_servers", "world_prompts",
+           "write_outputs"]

@@ -453,7 +453,7 @@ class _Audit:
         oracle: Any = None
         try:
             oracle = self.oracle_for(config, engines)
-            rows_before = _oracle_rows(oracle)
+            rows_before = _oracle_rows(oracle) if oracle is not None else (0, 0)
             result = run(config, [case], engines=engines, oracle=oracle)
         except KeyboardInterrupt:
             raise
