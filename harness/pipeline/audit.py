@@ -445,13 +445,13 @@ class _Audit:
             why = engine.describe().get("limitation") or f"the engine runs at most {limit} rows per batch"
             return AuditCell(**base, status=NOT_SUPPORTED, reason=str(why))
         config = self.config(method, case)
-        self.link_baseline(cell_dir)
         before = _count_chunks(self.shared_baseline)
         t0 = time.perf_counter()
         assert self.baseline_engine is not None
         engines = {"baseline": self.baseline_engine, "candidate": engine}
         oracle: Any = None
         try:
+            self.link_baseline(cell_dir)
             oracle = self.oracle_for(config, engines)
             rows_before = _oracle_rows(oracle) if oracle is not None else (0, 0)
             result = run(config, [case], engines=engines, oracle=oracle)

@@ -163,3 +163,12 @@ def test_a_declared_lossy_method_is_measured_never_shifted(tmp_path):
     assert cell.verdict == Verdict.LOSSY and cell.reason.startswith("declared lossy by the engine; the run said shifted")
     assert cell.tv_estimate > 0.2 and cell.tv_upper_bound >= cell.tv_estimate
     assert result.verdict == result.cell("ok", "t1", "single").verdict != Verdict.SHIFTED
+
+
+def test_a_cell_whose_baseline_folder_is_its_own_is_not_run_and_the_others_run(tmp_path):
+    own = tmp_path / "cells" / "a" / "t1-single" / "chunks" / "baseline"
+    own.mkdir(parents=True)  # e.g. left by `speceq run --fresh` on the cell's folder
+    result = run_audit(plan(tmp_path, [AuditMethod("a", FAKE)]), log=lambda _: None)
+    cell = result.cell("a", "t1", "single")
+    assert cell.status == NOT_RUN and "is a folder of its own, not the audit's shared baseline" in cell.reason
+    assert result.cell("a", "t1", "ragged-b4").status == RAN
