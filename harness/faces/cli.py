@@ -34,6 +34,7 @@ PLUGIN_COMMANDS: dict[str, str] = {
     "power": "speceq.faces.cli_power",
     "kernel": "speceq.faces.cli_kernel",
     "smollm2": "speceq.faces.cli_smollm2",
+    "audit": "speceq.faces.cli_audit",
 }
 
 

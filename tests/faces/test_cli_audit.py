@@ -1,0 +1,78 @@
+"""speceq audit: the family's methods from the registry, the Markdown, and one real small audit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from audit_example import example_audit
+
+from speceq.engines import registry
+from speceq.faces.cli import main
+from speceq.faces.cli_audit import audit_markdown, family_methods
+from speceq.pipeline.audit import AUDIT_JSON, NOT_RUN, NOT_SUPPORTED, RAN, load_audit
+
+
+def test_family_methods_come_from_the_registry(monkeypatch):
+    methods = family_methods("transformers")
+    assert {"hf-assisted", "hf-prompt-lookup", "hf-early-exit", "hf-universal"} <= set(methods)
+    assert "hf-sample" not in methods and "reference" not in methods and "openai" not in methods
+    monkeypatch.setitem(registry.BUILTIN_ENGINES, "hf-new-path", "speceq.engines.hf:HFAssistedEngine")
+    assert family_methods("transformers")[-1] == "hf-new-path"  # a new registry name is audited, no other change
+
+
+def test_markdown_has_every_cell_and_the_command_of_each_shifted_cell():
+    md = audit_markdown(example_audit())
+    assert md.startswith("### speceq audit transformers: SHIFTED\n")
+    assert "| method | t1 · single | t1 · ragged-b4 | greedy · single | greedy · ragged-b4 |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| `hf-assisted`"))
+    assert row.count("|") == 6
+    assert "**equivalent** TV 0.021 ≤ 0.064, accept 0.61" in row and "not supported: transformers runs" in row
+    assert "```sh\nspeceq run --candidate hf-universal --out audit/cells/hf-universal/t1-single\n```" in md
+    assert "--candidate hf-assisted" not in md  # only shifted cells get their command
+    assert "<script>" not in md and "\\|" in md  # user text is escaped: no markup, no broken table
+
+
+def test_audit_of_the_byte_world_runs_cells_and_marks_faults(tmp_path, capsys):
+    """Two real methods at a tiny budget (about 40 s on 2 CPU cores): ran, shared, not supported, not run."""
+    out = tmp_path / "audit"
+    code = main(["audit", "transformers", "--methods", "hf-prompt-lookup,hf-early-exit,hf-nope", "--settings", "t1",
+                 "--shapes", "single,ragged-b4", "--samples", "60", "--chunk-size", "60", "--out", str(out), "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    result = load_audit(out / AUDIT_JSON)
+    assert printed == result.to_dict()
+    assert code == result.exit_code and code in (0, 3)  # a lossless path: never shifted
+    single = result.cell("hf-prompt-lookup", "t1", "single")
+    assert single.status == RAN and single.n == 60 and single.acceptance is not None
+    assert single.command.startswith("speceq run --models byte --baseline hf-sample --candidate hf-prompt-lookup "
+                                     f"--cases {out}/cases/t1-single.json --samples 60")
+    # the second method shares the first one's baseline samples and, with the same oracle (no draft), its scores
+    second = result.cell("hf-early-exit", "t1", "single")
+    assert second.status == RAN and second.baseline_chunks_sampled == 0 and single.baseline_chunks_sampled == 1
+    assert single.oracle_rows_scored > 60 and second.oracle_rows_scored <= 60 <= second.oracle_rows_reused
+    batch = result.cell("hf-prompt-lookup", "t1", "ragged-b4")
+    assert batch.status == NOT_SUPPORTED and "batch size 1 only" in batch.reason
+    nope = result.cell("hf-nope", "t1", "single")
+    assert nope.status == NOT_RUN and nope.reason.startswith("EngineNotFound: unknown engine 'hf-nope'")
+    for name in ("audit.md", "audit.html", "cells/hf-prompt-lookup/t1-single/report.html"):
+        assert (out / name).is_file(), name
+    # the reproducing command reruns the cell alone on its stored samples, to the same verdict
+    argv = single.command.split()[1:]
+    assert main(argv) == single.verdict.exit_code
+    rerun = json.loads((out / single.result).read_text())
+    assert rerun["provenance"]["chunks"]["sampled"] == 0
+    assert rerun["cases"][0]["verdict"] == single.verdict
+
+
+def test_bad_input_is_one_line_naming_the_option(tmp_path, capsys):
+    assert main(["audit", "transformers", "--settings", "t1,hot", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown setting 'hot'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("word", ["", ","])
+def test_empty_method_list_is_a_usage_error(tmp_path, word, capsys):
+    assert main(["audit", "transformers", "--methods", word, "--out", str(tmp_path)]) == 2
+    assert "expected comma-separated names" in capsys.readouterr().err
+
+
