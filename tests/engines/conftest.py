@@ -11,6 +11,7 @@ the first position), for the sampling-heavy empirical checks.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -36,7 +37,7 @@ def target() -> torch.nn.Module:
     return tiny_random_llama(0, init_std=0.5)
 
 
-def noisy_copy(model: torch.nn.Module, relative_noise: float, seed: int = 5) -> torch.nn.Module:
+def _noisy_copy(model: torch.nn.Module, relative_noise: float, seed: int = 5) -> torch.nn.Module:
     """``model`` with Gaussian noise of ``relative_noise`` x each tensor's std on every weight."""
     copied = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(seed)
@@ -47,8 +48,15 @@ def noisy_copy(model: torch.nn.Module, relative_noise: float, seed: int = 5) -> 
 
 
 @pytest.fixture(scope="session")
+def noisy_copy() -> Callable[..., torch.nn.Module]:
+    """The noisy-copy builder, for tests that make a draft of their own target (a conftest is not importable
+    by name: pytest may have loaded another ``conftest`` module first)."""
+    return _noisy_copy
+
+
+@pytest.fixture(scope="session")
 def close_draft(target: torch.nn.Module) -> torch.nn.Module:
-    return noisy_copy(target, 0.05)
+    return _noisy_copy(target, 0.05)
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +66,7 @@ def fast_target() -> torch.nn.Module:
 
 @pytest.fixture(scope="session")
 def fast_draft(fast_target: torch.nn.Module) -> torch.nn.Module:
-    return noisy_copy(fast_target, 0.2)
+    return _noisy_copy(fast_target, 0.2)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ engines' workaround options are not shifted.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,9 +188,8 @@ def test_schedules_from_the_command_line_strings(target: Any, close_draft: Any) 
         3, "heuristic_transient", 0.25)
 
 
-def test_heuristic_schedule_with_a_threshold_is_not_shifted(ee_target: torch.nn.Module, tmp_path: Path) -> None:
-    from conftest import noisy_copy
-
+def test_heuristic_schedule_with_a_threshold_is_not_shifted(ee_target: torch.nn.Module, tmp_path: Path,
+                                                            noisy_copy: Callable[..., torch.nn.Module]) -> None:
     engine = HFAssistedEngine(ee_target, noisy_copy(ee_target, 0.3), num_assistant_tokens=2,
                               num_assistant_tokens_schedule="heuristic", assistant_confidence_threshold=0.3)
     result = verdict(HFSampleEngine(ee_target), engine, tmp_path)
