@@ -134,7 +134,7 @@ def _memory_child(args: argparse.Namespace) -> int:
     import threading
 
     from speceq.kernels import check
-    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.reference_kernels import reference_kernel
     from speceq.kernels.scenarios import default_scenarios
 
     rss_mb = _rss_mb
@@ -209,7 +209,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     from speceq.kernels import check
     from speceq.kernels.hf_adapter import transformers_speculative_sampling
-    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.reference_kernels import reference_kernel
     from speceq.kernels.scenarios import MAX_CELLS_PER_CALL
     from speceq.kernels.trees import reference_tree_kernel
 

@@ -43,7 +43,7 @@ def bf16_laws(sims: int = 200, draws: int = 2000) -> int:
     from speceq.kernels.drafts import DRAFT_TEMPLATES, rows_of_templates
     from speceq.kernels.families import target_logits
     from speceq.kernels.gof import chain_gof
-    from speceq.kernels.processing import RequestParams, processed_law
+    from speceq.kernels.target_processing import RequestParams, processed_law
 
     def rounded(row: np.ndarray) -> np.ndarray:
         return torch.from_numpy(row).to(torch.bfloat16).to(torch.float32).numpy()

@@ -53,8 +53,8 @@ TREE_VARIANTS = ("tree-target-only", "tree-multi-draft")
 
 
 def make_kernel(name: str):  # noqa: ANN201
-    from speceq.kernels.mutants import LOSSLESS
-    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.kernel_mutants import LOSSLESS
+    from speceq.kernels.reference_kernels import reference_kernel
 
     if name in TREE_VARIANTS:
         from speceq.kernels.trees import reference_tree_kernel
@@ -150,9 +150,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
-    from speceq.kernels.checks import DEFAULT_ALPHA, planned_tests
-    from speceq.kernels.collect import ScenarioRecord, TemplateRecord, collect
-    from speceq.kernels.evidence import observations, plan, run_tests
+    from speceq.kernels.kernel_calls import ScenarioRecord, TemplateRecord, collect
+    from speceq.kernels.kernel_check import DEFAULT_ALPHA, planned_tests
+    from speceq.kernels.law_tests import observations, plan, run_tests
     from speceq.kernels.scenarios import default_scenarios
     from speceq.stats import holm
 

@@ -201,7 +201,7 @@ def size_of(law: np.ndarray, n: int, samples: int, rng: np.random.Generator,
 def select_tests(scenarios: list, spec: object, cases: str = "flagged") -> list[tuple]:
     """(scenario name, template, planned test, n) of every test to size: ``flagged`` (CASES), ``all``, or
     ``unflagged`` (all but those CASES takes, which keep their observed n there)."""
-    from speceq.kernels.evidence import plan
+    from speceq.kernels.law_tests import plan
 
     if cases == "unflagged":
         done = {(s, t.name, x.component, x.position) for s, t, x, _ in select_tests(scenarios, spec, "flagged")}
@@ -236,8 +236,8 @@ def main() -> int:
     parser.add_argument("--variant", default="reference",
                         help="whose planned tests (reference: the ragged reference kernel; or a lossless variant)")
     args = parser.parse_args()
-    from speceq.kernels.mutants import LOSSLESS
-    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.kernel_mutants import LOSSLESS
+    from speceq.kernels.reference_kernels import reference_kernel
     from speceq.kernels.scenarios import default_scenarios
 
     rng = np.random.default_rng(args.seed)

@@ -40,7 +40,7 @@ def main() -> int:
     from speceq.kernels import check
     from speceq.kernels.drafts import DRAFT_TEMPLATES, DRAFTERS, check_drafter
     from speceq.kernels.engine_tests import flashinfer_cosine, trtllm_kl, vllm_l2_ratio
-    from speceq.kernels.mutants import LOSSLESS, MUTANTS
+    from speceq.kernels.kernel_mutants import LOSSLESS, MUTANTS
     from speceq.kernels.trees import InclusiveCoin, SiblingsNotRemoved, reference_tree_kernel
 
     default_scale = 0.1 if args.quick else 1.0

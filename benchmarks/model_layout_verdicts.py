@@ -18,7 +18,7 @@ import time
 import torch
 
 from speceq.kernels.block_resampling import block_resampling_kernel
-from speceq.kernels.checks import check
+from speceq.kernels.kernel_check import check
 from speceq.kernels.model_layout import reference_model_kernel, residual_from_target_kernel
 
 KERNELS = (

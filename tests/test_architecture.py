@@ -313,3 +313,11 @@ def test_the_private_name_check_finds_a_planted_use(tmp_path: Path, monkeypatch:
     bad = _private_uses()
     assert any("imports speceq.oracles.hf._top2_margin" in b for b in bad)
     assert any("uses speceq.oracles.hf._row_slices" in b for b in bad)
+
+
+def test_the_kernel_wing_shares_no_module_name_with_the_run_wing() -> None:
+    """``kernels/result.py`` beside ``verdicts/result.py`` read as one thing: each name means one thing."""
+    kernel_names = {m.rsplit(".", 1)[-1] for m in MODULES if _within(m, "speceq.kernels") and m != "speceq.kernels"}
+    other_names = {part for m in MODULES if not _within(m, "speceq.kernels") for part in m.split(".")[1:]}
+    shared = sorted(kernel_names & other_names)
+    assert not shared, f"kernel-wing modules named like run-wing modules or packages: {shared}"

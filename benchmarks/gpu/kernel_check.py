@@ -1,6 +1,6 @@
 """The kernel check on an accelerator: speceq's reference kernels and the mutant gallery on CUDA.
 
-Runs ``speceq.kernels.checks`` with ``device=cuda`` (all request tensors and the kernels' work on
+Runs ``speceq.kernels.kernel_check`` with ``device=cuda`` (all request tensors and the kernels' work on
 the GPU; the statistics on the CPU) for the reference kernels in every layout, every gallery
 mutant and lossless variant, and transformers' ``_speculative_sampling``; records verdicts,
 times (kernel vs harness) and the GPU's peak memory; writes kernel-check.json and
@@ -37,8 +37,8 @@ def main() -> int:
     import torch
 
     from speceq.kernels import check
-    from speceq.kernels.mutants import LOSSLESS, MUTANTS
-    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.kernel_mutants import LOSSLESS, MUTANTS
+    from speceq.kernels.reference_kernels import reference_kernel
     from speceq.kernels.trees import reference_tree_kernel
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -15,9 +15,9 @@ import importlib
 from typing import Any
 
 _PUBLIC: dict[str, str] = {
-    "check": "speceq.kernels.checks",
-    "KernelCheckResult": "speceq.kernels.checks",
-    "DEFAULT_ALPHA": "speceq.kernels.checks",
+    "check": "speceq.kernels.kernel_check",
+    "KernelCheckResult": "speceq.kernels.kernel_check",
+    "DEFAULT_ALPHA": "speceq.kernels.kernel_check",
     "Verdict": "speceq.verdicts.verdict",
     "check_drafter": "speceq.kernels.drafts",
     "DraftRequest": "speceq.kernels.drafts",
@@ -37,7 +37,7 @@ _PUBLIC: dict[str, str] = {
     "sample_tokens": "speceq.kernels.table_models",
     "as_kernel": "speceq.kernels.contract",
     "kernel": "speceq.kernels.contract",
-    "RequestParams": "speceq.kernels.processing",
+    "RequestParams": "speceq.kernels.target_processing",
     "Scenario": "speceq.kernels.scenarios",
     "Template": "speceq.kernels.scenarios",
     "TemplateSpec": "speceq.kernels.scenarios",

@@ -27,7 +27,7 @@ A request's tensors are valid during its call only: the check reuses the memory 
 inputs (logits, probabilities) for the next call, so a kernel may modify them in place but
 must not keep them. (The padded and tree layouts hand the same rows to consecutive calls and
 compare them with speceq's tables; a kernel that writes into them makes the check copy every
-call's inputs and collect the scenario again: :func:`speceq.kernels.collect.run_scenario`.)
+call's inputs and collect the scenario again: :func:`speceq.kernels.kernel_calls.run_scenario`.)
 
 Every chain layout returns ``tokens`` ``[batch, >= max drafts + 1]``: the accepted drafts, then
 one recovered or bonus token, then -1. A tree kernel returns the accepted path and its tokens.

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from speceq.kernels.evidence import KernelTest
+from speceq.kernels.law_tests import KernelTest
 from speceq.kernels.outcomes import KINDS, Violation
 
 COMPONENT_TEXT = {

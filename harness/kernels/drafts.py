@@ -42,11 +42,11 @@ import torch
 
 from speceq.core.defaults import DEFAULT_ALPHA
 from speceq.errors import EngineError
-from speceq.kernels.evidence import KernelTest
 from speceq.kernels.families import target_logits
 from speceq.kernels.gof import chain_gof
-from speceq.kernels.processing import RequestParams, processed_law
+from speceq.kernels.law_tests import KernelTest
 from speceq.kernels.scenarios import MIN_CUT_GAP, MIN_TOP_P_MARGIN
+from speceq.kernels.target_processing import RequestParams, processed_law
 from speceq.stats import anderson_darling_uniform_sf, anderson_darling_uniform_statistic, holm
 from speceq.verdicts.verdict import Verdict
 
@@ -130,7 +130,7 @@ def draft_logits(family: str, vocab: int, rng: np.random.Generator) -> np.ndarra
 
 def rows_of_templates(vocab: int, rng: np.random.Generator) -> list[tuple[str, np.ndarray, RequestParams]]:
     """(name, float32 logits row, parameters) of every template, drawn as the check draws them."""
-    from speceq.kernels.processing import cut_margins, nucleus_midpoint
+    from speceq.kernels.target_processing import cut_margins, nucleus_midpoint
 
     out = []
     for family, prm in DRAFT_TEMPLATES:
@@ -257,7 +257,7 @@ def pit_of_rows(q: np.ndarray, tok: np.ndarray, rng: np.random.Generator) -> np.
 
 # ---- reference drafters (a correct one and the gallery's drafter bugs) ------------------------------
 def _processed(req: DraftRequest) -> torch.Tensor:
-    from speceq.kernels.reference import ReferenceChainKernel
+    from speceq.kernels.reference_kernels import ReferenceChainKernel
 
     return ReferenceChainKernel.process(req.logits, req.temperature, req.top_k, req.top_p)
 

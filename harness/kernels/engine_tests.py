@@ -1,7 +1,7 @@
 """The engines' own distribution tests, re-implemented against speceq's kernel contract (for comparison).
 
 Each function runs one engine's test on any chain kernel (any layout: the requests go through
-:func:`speceq.kernels.collect.collect`) and returns whether that test would flag the kernel.
+:func:`speceq.kernels.kernel_calls.collect`) and returns whether that test would flag the kernel.
 They are re-implementations from the engines' public test code, with the same sizes and pass
 criteria; where the engine's test does not draw the drafts from the draft law (FlashInfer's
 chain test draws them with ``randint``, so it checks shapes only) the frequency criterion is
@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from speceq.kernels.collect import collect
 from speceq.kernels.contract import Kernel
+from speceq.kernels.kernel_calls import collect
 from speceq.kernels.scenarios import Scenario, template_from_arrays
 
 VLLM_SAMPLE_SIZES = (10, 100, 1_000, 10_000, 100_000)

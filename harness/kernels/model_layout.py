@@ -17,7 +17,7 @@ the cell's count, tested with the exact-valid chain goodness of fit
 (:func:`speceq.kernels.gof.chain_gof`). Cells are planned before any kernel call: a cell is
 tested when its expected count under the target's own stream, every position reached
 (simulated from a fixed seed, :data:`PLAN_STREAMS` streams per template), is at least
-:data:`~speceq.kernels.evidence.MIN_PLANNED`; Holm runs over every planned cell. There is no
+:data:`~speceq.kernels.law_tests.MIN_PLANNED`; Holm runs over every planned cell. There is no
 accepted-length law (method ``lossless``): how many tokens a call emits is the kernel's choice.
 
 Drafts are drawn inside the kernel (with the request's generator, seeds or uniforms): the test
@@ -41,16 +41,16 @@ import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.collect import seeds62
+from speceq.kernels.check_result import DEFAULT_ALPHA, KernelCheckResult, ScenarioSummary, decide
 from speceq.kernels.contract import Kernel, KernelSpec, ModelRequest, Outcome
 from speceq.kernels.diagnosis import Finding
-from speceq.kernels.evidence import MIN_PLANNED, KernelTest, tv_lower_bound_split
 from speceq.kernels.families import draft_law, target_logits
 from speceq.kernels.gof import chain_gof
+from speceq.kernels.kernel_calls import seeds62
+from speceq.kernels.law_tests import MIN_PLANNED, KernelTest, tv_lower_bound_split
 from speceq.kernels.outcomes import Violation, as_token_array, merge
-from speceq.kernels.processing import RequestParams, processed_law
-from speceq.kernels.result import DEFAULT_ALPHA, KernelCheckResult, ScenarioSummary, decide
 from speceq.kernels.table_models import TableModel, extend_hash, hash_rows, prefix_hashes, sample_tokens
+from speceq.kernels.target_processing import RequestParams, processed_law
 
 #: Default requests per template, and the most requests in one kernel call.
 DEFAULT_REPLICATES = 2000

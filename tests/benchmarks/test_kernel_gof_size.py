@@ -39,8 +39,8 @@ def test_dynamic_programme_and_tilted_sampling_match_the_enumerated_size() -> No
 
 def test_all_cases_select_every_planned_test_of_the_check_once() -> None:
     """``--cases all`` sizes exactly the check's planned tests (Holm's m), each once, at its expected n."""
-    from speceq.kernels.checks import planned_tests
-    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.kernel_check import planned_tests
+    from speceq.kernels.reference_kernels import reference_kernel
     from speceq.kernels.scenarios import default_scenarios
 
     size = _script()

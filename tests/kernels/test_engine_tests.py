@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from speceq.kernels.engine_tests import ENGINE_TESTS
-from speceq.kernels.mutants import make
-from speceq.kernels.reference import reference_kernel
+from speceq.kernels.kernel_mutants import make
+from speceq.kernels.reference_kernels import reference_kernel
 
 
 @pytest.mark.parametrize("name", ["vllm-l2", "trtllm-kl"])

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from speceq.kernels import Kernel, check
-from speceq.kernels.collect import (
+from speceq.kernels.contract import Outcome
+from speceq.kernels.kernel_calls import (
     DIRECT_RUN_BYTES,
     RowBuffers,
     collect,
@@ -25,8 +26,7 @@ from speceq.kernels.collect import (
     run_scenario,
     same_bits,
 )
-from speceq.kernels.contract import Outcome
-from speceq.kernels.reference import reference_kernel
+from speceq.kernels.reference_kernels import reference_kernel
 from speceq.kernels.scenarios import MAX_CELLS_PER_CALL, default_scenarios
 from speceq.kernels.trees import check_tree, collect_tree, default_tree_scenarios, reference_tree_kernel
 

@@ -8,7 +8,7 @@ import torch
 
 from speceq.errors import ConfigError
 from speceq.kernels import Kernel, KernelSpec, Outcome, check
-from speceq.kernels.evidence import plan
+from speceq.kernels.law_tests import plan
 from speceq.kernels.model_layout import (
     default_model_scenarios,
     plan_cells,
@@ -179,8 +179,8 @@ def test_uniforms_are_handed_in_when_declared_and_a_raising_kernel_is_named() ->
 
 
 def test_the_lossless_chain_method_checks_the_token_laws_end_to_end() -> None:
-    from speceq.kernels.mutants import make
-    from speceq.kernels.reference import reference_kernel
+    from speceq.kernels.kernel_mutants import make
+    from speceq.kernels.reference_kernels import reference_kernel
 
     spec = KernelSpec(layout="padded", method="lossless", max_vocab=64)
     assert check(reference_kernel("padded", "standard"), spec, scale=0.2, solo=False).verdict == Verdict.EQUIVALENT

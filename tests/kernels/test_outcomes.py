@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from speceq.kernels.outcomes import parse_call
-from speceq.kernels.processing import RequestParams
 from speceq.kernels.scenarios import template_from_arrays
+from speceq.kernels.target_processing import RequestParams
 
 
 def _templates():

@@ -27,7 +27,7 @@ def test_files_modules_and_factories(tmp_path: Path) -> None:
     k = resolve_kernel(f"{REPO / 'examples/kernels/my_kernel.py'}:my_kernel")
     assert k.spec.layout == "padded" and k.name == "my_kernel"
     f = tmp_path / "factory.py"
-    f.write_text("from speceq.kernels.reference import reference_kernel\n"
+    f.write_text("from speceq.kernels.reference_kernels import reference_kernel\n"
                  "def make():\n    return reference_kernel('single')\n"
                  "def plain(req):\n    return req\n")
     assert resolve_kernel(f"{f}:make").spec.layout == "single"

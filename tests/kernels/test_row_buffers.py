@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from speceq.kernels import Kernel, check
-from speceq.kernels.collect import RowBuffers
-from speceq.kernels.reference import reference_kernel
+from speceq.kernels.kernel_calls import RowBuffers
+from speceq.kernels.reference_kernels import reference_kernel
 from speceq.kernels.scenarios import default_scenarios
 from speceq.kernels.trees import check_tree, default_tree_scenarios, reference_tree_kernel
 

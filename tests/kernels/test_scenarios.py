@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from speceq.kernels import KernelSpec, default_scenarios
-from speceq.kernels.processing import cut_margins
 from speceq.kernels.scenarios import MAX_CELLS_PER_CALL, MIN_CUT_GAP, MIN_TOP_P_MARGIN
+from speceq.kernels.target_processing import cut_margins
 
 
 def test_ragged_spec_gets_every_feature() -> None:

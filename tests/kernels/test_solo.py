@@ -14,10 +14,10 @@ import numpy as np
 import torch
 
 from speceq.kernels import check
-from speceq.kernels.checks import SOLO_POWER
-from speceq.kernels.evidence import gof_power, shrunk_alternative
-from speceq.kernels.mutants import make
-from speceq.kernels.reference import ReferenceChainKernel, reference_kernel
+from speceq.kernels.kernel_check import SOLO_POWER
+from speceq.kernels.kernel_mutants import make
+from speceq.kernels.law_tests import gof_power, shrunk_alternative
+from speceq.kernels.reference_kernels import ReferenceChainKernel, reference_kernel
 from speceq.kernels.scenarios import default_scenarios
 
 

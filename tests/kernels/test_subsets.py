@@ -14,8 +14,8 @@ import torch
 from kernel_support import quick_scenarios
 
 from speceq.kernels import Kernel, Outcome, check
-from speceq.kernels.mutants import make
-from speceq.kernels.reference import reference_kernel
+from speceq.kernels.kernel_mutants import make
+from speceq.kernels.reference_kernels import reference_kernel
 
 LAW_COMPONENTS = {"token", "bonus", "accepted", "recovered", "length"}
 

@@ -45,8 +45,8 @@ def test_every_result_type_speaks_it() -> None:
     """Runs, kernel checks and drafter checks carry the same enum (no second vocabulary)."""
     import typing
 
+    from speceq.kernels.check_result import KernelCheckResult
     from speceq.kernels.drafts import DraftCheckResult
-    from speceq.kernels.result import KernelCheckResult
     from speceq.verdicts.result import CaseResult, RunResult
 
     for cls in (RunResult, CaseResult, KernelCheckResult, DraftCheckResult):

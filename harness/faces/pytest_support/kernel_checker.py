@@ -1,6 +1,6 @@
 """The ``speceq_kernel`` fixture's object: check a verification kernel inside a test.
 
-``speceq_kernel.check(fn, spec=None, **overrides)`` runs :func:`speceq.kernels.checks` on ``fn``
+``speceq_kernel.check(fn, spec=None, **overrides)`` runs :func:`speceq.kernels.kernel_check` on ``fn``
 (a :class:`~speceq.kernels.Kernel`, a decorated function, or a function plus ``spec``) with the
 session's settings: ``--speceq-alpha``, ``--speceq-seed``, ``--speceq-kernel-scale``,
 ``--speceq-kernel-device`` (keywords override them: ``scale``, ``seed``, ``device``, ``alpha``,

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-import speceq.kernels.checks  # noqa: F401  (imported before the in-process runs, as conftest.py explains)
+import speceq.kernels.kernel_check  # noqa: F401  (imported before the in-process runs, as conftest.py explains)
 import speceq.reports.kernels  # noqa: F401
 
 KERNEL_TESTS = """
 import dataclasses
 
 from speceq.kernels import kernel
-from speceq.kernels.mutants import make
-from speceq.kernels.reference import ReferenceChainKernel
+from speceq.kernels.kernel_mutants import make
+from speceq.kernels.reference_kernels import ReferenceChainKernel
 
 core = ReferenceChainKernel()
 

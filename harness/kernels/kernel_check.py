@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from speceq.kernels.collect import ScenarioRecord, collect
+from speceq.kernels.check_result import DEFAULT_ALPHA, KernelCheckResult, ScenarioSummary, decide
 from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
 from speceq.kernels.diagnosis import Finding
-from speceq.kernels.evidence import gof_power, observations, plan, run_tests, shrunk_alternative
-from speceq.kernels.result import DEFAULT_ALPHA, KernelCheckResult, ScenarioSummary, decide
+from speceq.kernels.kernel_calls import ScenarioRecord, collect
+from speceq.kernels.law_tests import gof_power, observations, plan, run_tests, shrunk_alternative
 from speceq.kernels.scenarios import Scenario, Template, default_scenarios
 from speceq.verdicts.verdict import Verdict
 
@@ -173,8 +173,8 @@ def solo_power(spec: KernelSpec, key: str, sc: Scenario, tpl: Template, solo_sc:
     the batch's rate r per request fails the rerun of N requests with probability
     1 - (1 - r)^N; a rejected batch test (the :data:`POWER_TESTS` smallest p-values) is
     replayed: its batch counts, shrunk for the plug-in's upward bias
-    (:func:`~speceq.kernels.evidence.shrunk_alternative`), drawn at the solo test's n and tested
-    at alpha / (the rerun's tests), the smallest of Holm's levels (:func:`~speceq.kernels.evidence.gof_power`).
+    (:func:`~speceq.kernels.law_tests.shrunk_alternative`), drawn at the solo test's n and tested
+    at alpha / (the rerun's tests), the smallest of Holm's levels (:func:`~speceq.kernels.law_tests.gof_power`).
     """
     copies = max(sc.copies(tpl), 1)
     broke = sum(v.count for v in result.violations if v.template == key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speceq.kernels.processing import RequestParams, cut_margins, nucleus_midpoint, processed_law
+from speceq.kernels.target_processing import RequestParams, cut_margins, nucleus_midpoint, processed_law
 
 
 def test_temperature_top_k_top_p() -> None:

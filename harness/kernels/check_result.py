@@ -19,7 +19,7 @@ import numpy as np
 from speceq.core.defaults import DEFAULT_ALPHA
 from speceq.kernels.contract import Kernel, KernelSpec
 from speceq.kernels.diagnosis import Finding, diagnose
-from speceq.kernels.evidence import KernelTest
+from speceq.kernels.law_tests import KernelTest
 from speceq.kernels.outcomes import Violation
 from speceq.stats import holm
 from speceq.verdicts.verdict import Verdict

@@ -8,7 +8,7 @@ at each position; block: for the stop coins), ``sample_uniforms`` for the one re
 bonus draw. Draws are inverse-CDF searches in float64 cumulative sums, with a fallback to the
 last token of positive probability when u * total rounds onto the end.
 
-Every step is a method, so a mutant (:mod:`speceq.kernels.mutants`) overrides exactly one:
+Every step is a method, so a mutant (:mod:`speceq.kernels.kernel_mutants`) overrides exactly one:
 ``expand`` (per-request values to per-token ones), ``process_draft_rows`` / ``process_bonus_rows``,
 ``accept_probs``, ``accepted``, ``residual``, ``sample``, ``bonus_law``, ``recovered_uniforms``,
 ``draft_counts`` (padded layout).

@@ -9,8 +9,8 @@ from kernel_support import quick_scenarios
 
 from speceq.errors import EngineError
 from speceq.kernels import Kernel, KernelSpec, check
-from speceq.kernels.mutants import LOSSLESS, MUTANTS, make
-from speceq.kernels.reference import ReferenceChainKernel, reference_kernel
+from speceq.kernels.kernel_mutants import LOSSLESS, MUTANTS, make
+from speceq.kernels.reference_kernels import ReferenceChainKernel, reference_kernel
 
 
 @pytest.mark.parametrize("layout", ["ragged", "padded", "single"])

@@ -1,6 +1,6 @@
 """The kernel mutant gallery: the reference kernel with ONE real bug class each, and lossless variants.
 
-Each mutant overrides one step of :class:`~speceq.kernels.reference.ReferenceChainKernel`; the
+Each mutant overrides one step of :class:`~speceq.kernels.reference_kernels.ReferenceChainKernel`; the
 bug classes are the ones engines shipped (the ``source`` field names one public report of each).
 The lossless variants look different (another RNG order and noise sharing, the one-hot path,
 exact-match, block verification) but sample the target law exactly: a sound check flags every
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from speceq.kernels.contract import Kernel, Outcome, RaggedRequest
-from speceq.kernels.reference import Dense, ReferenceChainKernel, reference_kernel
+from speceq.kernels.reference_kernels import Dense, ReferenceChainKernel, reference_kernel
 
 #: Tile width of the tiled samplers (FlashInfer / Triton kernels sample in vocabulary tiles).
 TILE = 8192

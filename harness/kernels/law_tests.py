@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from speceq.kernels import laws
-from speceq.kernels.collect import ScenarioRecord
 from speceq.kernels.contract import TOKENWISE_METHODS, KernelSpec
 from speceq.kernels.gof import chain_gof
+from speceq.kernels.kernel_calls import ScenarioRecord
 from speceq.kernels.scenarios import Template
 
 #: Smallest expected number of observations for a test to be planned.

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from speceq.kernels.collect import build_single, seeds62
 from speceq.kernels.hf_adapter import transformers_speculative_sampling
+from speceq.kernels.kernel_calls import build_single, seeds62
 from speceq.kernels.scenarios import default_scenarios
 
 
@@ -23,7 +23,7 @@ def test_seeds62_are_the_values_and_state_of_integers_drawn_one_by_one(seed: int
 
 
 def test_build_single_draws_coins_bonus_uniform_and_seeds_in_that_order() -> None:
-    from speceq.kernels.collect import _Tables  # the build's own tables, as the check makes them
+    from speceq.kernels.kernel_calls import _Tables  # the build's own tables, as the check makes them
 
     kern = transformers_speculative_sampling()
     scn = next(s for s in default_scenarios(kern.spec) if s.name == "mixed-v61")
