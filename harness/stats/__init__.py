@@ -30,6 +30,7 @@ from speceq.stats.comparison import (
 )
 from speceq.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
 from speceq.stats.design import (
+    HEAD_COUNT,
     DetectableTV,
     SampleSizePlan,
     estimate_law,
@@ -113,7 +114,7 @@ __all__ = [
     "PITLawBound", "PITLawPosition", "pit_law_bound", "required_n_pit_law",
     "effective_support_upper", "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
     "required_n_oracle", "required_n_two_sample",
-    "DetectableTV", "SampleSizePlan", "estimate_law", "expected_plugin_tv", "min_detectable_tv", "samples_for",
+    "HEAD_COUNT", "DetectableTV", "SampleSizePlan", "estimate_law", "expected_plugin_tv", "min_detectable_tv", "samples_for",
     "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "PooledComparisonResult", "SupportComparisonResult", "SupportResult",
     "TwoSampleResult", "UniformityResult", "ZTestResult",
     "TokenScores",

@@ -92,7 +92,7 @@ def expected_plugin_tv(probs: np.ndarray, n: int) -> tuple[float, float]:
 
 
 def estimate_law(counts: np.ndarray, vocabulary: int | None = None) -> np.ndarray:
-    """A full law (sorted, largest first, length ``vocabulary``) estimated from pooled token counts.
+    """A full law (length ``vocabulary``: head then tail, each largest first) estimated from pooled token counts.
 
     Head: tokens counted >= :data:`HEAD_COUNT` times, at count / N. Tail: the other
     ``vocabulary - head`` tokens, holding the rest of the empirical mass, with p(r) proportional to

@@ -51,6 +51,9 @@ def test_no_deciding_test_for_other_verdicts_and_hard_failures() -> None:
     calm = _case([_test("chi2 length", 0.3)])
     assert calm.verdict == "inconclusive" and deciding_test(calm, ALPHA) is None and decided_by(calm, ALPHA) == ""
     assert samples_needed(calm) == f"~{calm.required_n:,} samples per engine would decide (now 100)"
+    sized = dataclasses.replace(calm, min_detectable_tv=0.0834)
+    assert samples_needed(sized) == (f"~{calm.required_n:,} samples per engine would decide (now 100; its tests "
+                                     "detect TV shifts >= 0.083 (power 0.9))")
     hard = _case([_test("chi2 length", 0.3)], hard_failures=("row 3 (prompt 0) position 1: token 'x' has probability 0",
                                                              "another"))
     assert hard.verdict == "shifted" and decided_by(hard, ALPHA) == (
