@@ -47,7 +47,7 @@ from speceq.stats.sample_size import noncentrality_for_power
 
 #: Tokens seen at least this often in the pooled counts keep their empirical frequency; the
 #: rest are fitted as a power-law tail (:func:`estimate_law`).
-HEAD_COUNT = 5
+HEAD_COUNT = 20
 #: Expected count per group at which the χ² test keeps a label as its own bin (Cochran).
 CHI2_MIN_EXPECTED = 5.0
 #: Largest sample size the searches consider (per engine).

@@ -110,7 +110,7 @@ def test_predictor_matches_simulation_on_a_sparse_zipf_law_and_the_old_one_does_
     """Zipf(1.0) over 30 000 tokens, a 500-per-engine pilot, tolerance 0.25: the certificate's size.
 
     Measured with these seeds: the simulated 90 % size is about 42 700 per engine; the new
-    prediction 37 300 (0.87), the old one (sqrt(k_eff / 2 pi) with k_eff from add-one and Chao1)
+    prediction 38 900 (0.91), the old one (sqrt(k_eff / 2 pi) with k_eff from add-one and Chao1)
     21 100 (0.49): the pilot does not see the tail whose plug-in bias decides.
     """
     vocab, tol, alpha = 30_000, 0.25, 1e-3
