@@ -128,13 +128,16 @@ def estimate_law(counts: np.ndarray, vocabulary: int | None = None) -> np.ndarra
         return law
     spectrum = np.bincount(tail_counts.astype(np.int64), minlength=HEAD_COUNT)[:HEAD_COUNT].astype(np.float64)
     spectrum[0] = tail_labels - tail_counts.size
-    k = np.arange(HEAD_COUNT, dtype=np.float64)
-    log_factorial = special.gammaln(k + 1.0)
-
     def negative_loglik(weights: np.ndarray) -> float:
-        mu = np.maximum(total * tail_mass * weights, 1e-300)
-        # shares of the tail's labels expected to be counted k times, k < HEAD_COUNT (Poisson counts)
-        share = np.exp(k[None, :] * np.log(mu)[:, None] - mu[:, None] - log_factorial[None, :]).sum(axis=0)
+        mu = total * tail_mass * weights
+        # shares of the tail's labels expected to be counted k times, k < HEAD_COUNT (Poisson counts,
+        # pmf(k) = pmf(k - 1) mu / k)
+        share = np.empty(HEAD_COUNT)
+        pmf = np.exp(-mu)
+        share[0] = pmf.sum()
+        for j in range(1, HEAD_COUNT):
+            pmf = pmf * mu / j
+            share[j] = pmf.sum()
         share = share / share.sum()
         return -float((spectrum * np.log(np.maximum(share, 1e-300))).sum())
 
@@ -170,8 +173,8 @@ def _gaussian_logit_tail(labels: int) -> Callable[[float], np.ndarray]:
 
 
 def _fit_tail(objective: Callable[[float], float], bounds: tuple[float, float]) -> float:
-    """Minimise a one-parameter objective: a grid of 41 points, then a bounded search around the best."""
-    grid = np.linspace(bounds[0], bounds[1], 41)
+    """Minimise a one-parameter objective: a grid of 21 points, then a bounded search around the best."""
+    grid = np.linspace(bounds[0], bounds[1], 21)
     values = [objective(float(s)) for s in grid]
     i = int(np.argmin(values))
     lo, hi = float(grid[max(0, i - 1)]), float(grid[min(grid.size - 1, i + 1)])

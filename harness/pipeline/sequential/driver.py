@@ -287,6 +287,7 @@ def _merge(fixed: RunResult, progress: Mapping[str, CaseProgress], k_tests: int)
         note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
                 "comparison only, since it is not valid after looking at the data along the way")
         cases.append(dataclasses.replace(c, verdict=p.verdict, reason=p.reason, tests=tests + diag, required_n=None,
+                                         min_detectable_tv=None,  # the fixed-size chi-square's, not the e-processes'
                                          notes=(*c.notes, note), **extra))
     notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
                            f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
