@@ -218,16 +218,16 @@ def _bound_quantile(laws: list[np.ndarray], n: float, z: float, alpha: float) ->
     return worst + margin, w_mean, w_sd, margin
 
 
-def _smallest_n(holds: object, start: int = 1) -> int:
+def _smallest_n(holds: Callable[[int], bool], start: int = 1) -> int:
     """Smallest integer n >= start with holds(n), for a predicate that stays true once true."""
     lo, hi = start - 1, max(start, 1)
-    while not holds(hi):  # type: ignore[operator]
+    while not holds(hi):
         lo, hi = hi, hi * 2
         if hi > MAX_SAMPLES:
             raise ValueError(f"no sample size up to {MAX_SAMPLES:.0e} per engine reaches the target")
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if holds(mid):  # type: ignore[operator]
+        if holds(mid):
             hi = mid
         else:
             lo = mid
