@@ -641,7 +641,9 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                       effective_support=k_eff, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures,
                       bound_alpha=alpha / max(1, len(bounds)),
                       pit_law_upper_bound=None if pit_law is None else pit_law.bound,
-                      pit_law_positions=0 if pit_law is None else len(pit_law.positions))
+                      pit_law_positions=0 if pit_law is None else len(pit_law.positions),
+                      pooled_counts=None if not bounds else pc.counts_baseline + pc.counts_candidate,
+                      vocabulary=None if oracle is None else oracle.vocab_size + 1, positions=max(1, len(bounds)))
     return ev, details, differences
 
 
@@ -732,6 +734,7 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         case_id=case.case_id, case=case.to_dict(), verdict=d.verdict, reason=d.reason, tolerance=tolerance,
         n_baseline=ev.n_baseline, n_candidate=ev.n_candidate, tests=d.tests, tv_estimate=d.tv_estimate,
         tv_upper_bound=d.tv_upper_bound, tv_reference=x.tv_reference, required_n=d.required_n, rerun_command=rerun,
+        min_detectable_tv=d.min_detectable_tv,
         candidate_tokens=x.candidate_tokens, acceptance_rate=x.acceptance_rate,
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,

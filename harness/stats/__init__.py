@@ -13,7 +13,9 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
   :func:`pooled_comparison` of each case's ``OracleComparisons.differences``
 - effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds; the coarser
   certificate a large vocabulary affords, :func:`pit_law_bound` (and :func:`required_n_pit_law`)
-- multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``
+- multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``, and the
+  TV certificate's and the χ² tests' on a law estimated from counts: :func:`samples_for`,
+  :func:`min_detectable_tv` (:func:`estimate_law`)
 - Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
 
@@ -27,6 +29,15 @@ from speceq.stats.comparison import (
     support_comparison,
 )
 from speceq.stats.counts import END, decode_joint, joint_symbols, paired_counts, position_symbols
+from speceq.stats.design import (
+    HEAD_COUNT,
+    DetectableTV,
+    SampleSizePlan,
+    estimate_law,
+    expected_plugin_tv,
+    min_detectable_tv,
+    samples_for,
+)
 from speceq.stats.goodness import chisquare_gof, probability_bins
 from speceq.stats.martingale import (
     argmax_leak_z,
@@ -103,6 +114,7 @@ __all__ = [
     "PITLawBound", "PITLawPosition", "pit_law_bound", "required_n_pit_law",
     "effective_support_upper", "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
     "required_n_oracle", "required_n_two_sample",
+    "HEAD_COUNT", "DetectableTV", "SampleSizePlan", "estimate_law", "expected_plugin_tv", "min_detectable_tv", "samples_for",
     "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "PooledComparisonResult", "SupportComparisonResult", "SupportResult",
     "TwoSampleResult", "UniformityResult", "ZTestResult",
     "TokenScores",

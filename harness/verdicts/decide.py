@@ -24,11 +24,16 @@ Every verdict, greedy ones included, is decided here and only here:
   coarser certificate would need.
 
 The required n of an inconclusive case (samples per engine) is the larger of (a) the size
-at which the case's chi-square detects a TV shift of ``tolerance`` with power 0.9 at the
-level of a case test's first Holm step (alpha / (number of primary tests), or its weighted
-share when pooled tests run), and (b) the size
-at which the TV upper bound falls below ``tolerance`` with probability 0.9 when the engines
-truly agree (speceq.stats.sample_size); both use an upper estimate of the bin count.
+at which the TV certificate succeeds with probability 0.9 when the engines truly agree and
+sample the law :func:`speceq.stats.estimate_law` estimates from the pooled counts of the
+position the bound waits on (:func:`speceq.stats.samples_for`: the plug-in TV's upward bias
+on that law plus the bound's margin, at every one of the bound's positions), and (b) the size
+at which the case's chi-square, with the bins it keeps at that size, detects a TV shift of
+``tolerance`` with power 0.9 at the level of a case test's first Holm step (alpha / (number
+of primary tests), or its weighted share when pooled tests run). Equivalent and inconclusive
+sampling cases also carry ``min_detectable_tv``: the smallest TV shift that chi-square detects
+with power 0.9 at the current size (:func:`speceq.stats.min_detectable_tv`). Evidence without
+pooled counts falls back to the effective-support formulas of speceq.stats.sample_size.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from speceq.stats.design import estimate_law, min_detectable_tv, samples_for
 from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.pit_law import required_n_pit_law
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
@@ -73,6 +79,7 @@ class CaseDecision:
     tv_estimate: float | None = None
     tv_upper_bound: float | None = None
     required_n: int | None = None
+    min_detectable_tv: float | None = None
 
     def summary(self) -> str:
         return f"{self.case_id}: {self.verdict.upper()} — {self.reason}"
@@ -134,12 +141,33 @@ def first_step_levels(alpha: float, case_tests: int, pooled_tests: int) -> tuple
     return level, level
 
 
-def _required_n(case: CaseEvidence, alpha: float, tolerance: float, level: float) -> int:
-    bins = max(2, math.ceil(case.effective_support))
-    detect = required_n_two_sample(tolerance, bins, level, DESIGN_POWER)
-    certify = required_n_equivalence_two_sample(tolerance, float(case.effective_support), case.bound_alpha or alpha,
-                                                DESIGN_POWER)
-    return max(detect, certify)
+def _law(case: CaseEvidence) -> np.ndarray | None:
+    """The law the sizes are computed for, estimated from the pooled counts (None: none recorded)."""
+    counts = case.pooled_counts
+    if counts is None or int(np.sum(counts)) == 0:
+        return None
+    vocabulary = None if case.vocabulary is None else max(case.vocabulary, int(np.count_nonzero(counts)))
+    return estimate_law(np.asarray(counts), vocabulary)
+
+
+def _required_n(case: CaseEvidence, alpha: float, tolerance: float, level: float, law: np.ndarray | None) -> int:
+    bound_alpha = case.bound_alpha or alpha
+    if law is None:
+        bins = max(2, math.ceil(case.effective_support))
+        detect = required_n_two_sample(tolerance, bins, level, DESIGN_POWER)
+        certify = required_n_equivalence_two_sample(tolerance, float(case.effective_support), bound_alpha,
+                                                    DESIGN_POWER)
+        return max(detect, certify)
+    certify = samples_for(tolerance, [law] * max(1, case.positions), alpha=bound_alpha, probability=DESIGN_POWER).n
+    bins = min_detectable_tv(certify, law, level=level, power=DESIGN_POWER).bins
+    return max(certify, required_n_two_sample(tolerance, bins, level, DESIGN_POWER))
+
+
+def _detectable(case: CaseEvidence, level: float, law: np.ndarray | None) -> float | None:
+    now = _current_n(case)
+    if law is None or now < 1:
+        return None
+    return min_detectable_tv(now, law, level=level, power=DESIGN_POWER).tv
 
 
 def _current_n(case: CaseEvidence) -> int:
@@ -248,6 +276,8 @@ def _decide_case(
     if case.greedy is not None:
         return _decide_greedy(case.greedy, alpha, tolerance, common)
     smallest = f"smallest Holm-adjusted p={best.adjusted_pvalue:.3g}" if best is not None else "no primary test"
+    law = _law(case)
+    common["min_detectable_tv"] = _detectable(case, first_level, law)
     if certificate == "pit-law":
         return _decide_pit_law(case, alpha, tolerance, smallest, common)
     bound = case.tv_upper_bound
@@ -258,7 +288,7 @@ def _decide_case(
                     f"this {CERTIFIES}"),
             **common,
         )
-    required = _required_n(case, alpha, tolerance, first_level)
+    required = _required_n(case, alpha, tolerance, first_level, law)
     now = _current_n(case)
     why = "no TV upper bound was computed" if bound is None else f"TV upper bound {bound:.4f} >= tolerance {tolerance:g}"
     if required > now:

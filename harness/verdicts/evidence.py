@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.result import TestOutcome
 
@@ -88,7 +90,12 @@ class CaseEvidence:
     holds over L positions at once); the certification size uses it. pit_law_upper_bound: the
     simultaneous (1 - alpha) bound of :func:`speceq.stats.pit_law_bound` over the case prompt's
     ``pit_law_positions`` positions (None without a full-law oracle); an ``equivalent`` verdict
-    rests on it only when the run's certificate is ``pit-law``.
+    rests on it only when the run's certificate is ``pit-law``. pooled_counts: both engines' token
+    counts at the position whose TV bound is the largest (the one the certificate waits on), from
+    which :func:`speceq.stats.estimate_law` estimates the law the sample sizes are computed for;
+    vocabulary: how many labels that position can hold (None: estimated from the counts);
+    positions: how many positions the TV bound holds over (L of ``bound_alpha`` = alpha / L).
+    Without pooled_counts the sizes fall back to the effective-support formulas.
     """
 
     case_id: str
@@ -103,6 +110,9 @@ class CaseEvidence:
     bound_alpha: float | None = None
     pit_law_upper_bound: float | None = None
     pit_law_positions: int = 0
+    pooled_counts: np.ndarray | None = None
+    vocabulary: int | None = None
+    positions: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -565,13 +565,22 @@ def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any)
     return command
 
 
+def detectable_shift(case: CaseResult) -> str:
+    """The smallest TV shift the case's chi-square detects at its size ('' when not computed)."""
+    if case.min_detectable_tv is None:
+        return ""
+    return f"its tests detect TV shifts >= {case.min_detectable_tv:.3f} (power 0.9)"
+
+
 def samples_needed(case: CaseResult) -> str:
     """For an inconclusive case: the samples that would decide ('' when none is known)."""
     if case.verdict != "inconclusive":
         return ""
     if case.required_n is None:
         return case.reason
-    return f"~{case.required_n:,} samples per engine would decide (now {min(case.n_baseline, case.n_candidate):,})"
+    shift = detectable_shift(case)
+    return (f"~{case.required_n:,} samples per engine would decide (now {min(case.n_baseline, case.n_candidate):,}"
+            f"{'; ' + shift if shift else ''})")
 
 
 def argv_rerun_command(argv: Sequence[str], samples: int, *, program: str = "speceq") -> str:

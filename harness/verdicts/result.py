@@ -182,6 +182,7 @@ class CaseResult:
     tv_upper_bound: float | None = None
     tv_reference: str = "two-sample"  # or "oracle (position 0) and two-sample", "greedy rows"
     required_n: int | None = None
+    min_detectable_tv: float | None = None  # smallest TV shift the chi-square detects with power 0.9 at this n
     rerun_command: str | None = None
     candidate_tokens: int = 0
     acceptance_rate: float | None = None

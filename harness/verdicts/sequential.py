@@ -91,6 +91,7 @@ def apply_sequential(fixed: RunResult, decisions: Mapping[str, SequentialDecisio
         note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
                 "comparison only, since it is not valid after looking at the data along the way")
         cases.append(dataclasses.replace(c, verdict=d.verdict, reason=d.reason, tests=d.tests + diag, required_n=None,
+                                         min_detectable_tv=None,  # the fixed-size chi-square's, not the e-processes'
                                          notes=(*c.notes, note), **extra))
     notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
                            f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")

@@ -117,6 +117,9 @@ def test_small_sample_is_inconclusive_with_required_n() -> None:
     assert cr.verdict == "inconclusive"
     assert cr.required_n is not None and cr.required_n > 300
     assert r.exit_code == 3
+    # the sizes come from the law estimated on the pooled counts, and the detectable shift is recorded
+    assert cr.min_detectable_tv is not None and 0.0 < cr.min_detectable_tv < 1.0
+    assert r.to_dict()["cases"][0]["min_detectable_tv"] == cr.min_detectable_tv
 
 
 def test_oracle_tests_reject_a_candidate_off_the_target(monkeypatch: pytest.MonkeyPatch) -> None:

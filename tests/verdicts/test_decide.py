@@ -322,3 +322,31 @@ def test_the_pooled_tests_hold_half_of_alpha_whatever_the_number_of_case_tests(m
     levels.clear()
     decide_run(cases, alpha=1e-3, tolerance=0.05)
     assert levels == [pytest.approx(1e-3 / 56)] * 7
+
+
+def test_with_pooled_counts_the_sizes_come_from_the_estimated_law() -> None:
+    """Evidence with the pooled counts of the bound's position: required_n is samples_for on the
+    estimated law (or the chi-square's detection size at that law's bins, whichever is larger),
+    and equivalent and inconclusive cases carry min_detectable_tv at their current n."""
+    from speceq.stats import estimate_law, min_detectable_tv, samples_for
+
+    p = np.arange(1, 5001, dtype=np.float64) ** -1.1
+    p /= p.sum()
+    rng = np.random.default_rng(5)
+    counts = rng.multinomial(400, p) + rng.multinomial(400, p)
+    counts = counts[counts > 0]
+    base = dict(tests=(_test("t", 0.5),), tv_estimate=0.1, effective_support=10.0, n_baseline=400, n_candidate=400,
+                bound_alpha=1e-3 / 4, pooled_counts=counts, vocabulary=5000, positions=4)
+    unsure = CaseEvidence(case_id="a", tv_upper_bound=0.3, **base)
+    sure = CaseEvidence(case_id="b", tv_upper_bound=0.05, **base)
+    d_unsure, d_sure = decide_run([unsure, sure], alpha=1e-3, tolerance=0.15)
+    law = estimate_law(counts, 5000)
+    certify = samples_for(0.15, [law] * 4, alpha=1e-3 / 4).n
+    level = 1e-3 / 2  # two primary tests in the run
+    detect = required_n_two_sample(0.15, min_detectable_tv(certify, law, level=level).bins, level)
+    assert d_unsure.verdict == "inconclusive" and d_unsure.required_n == max(certify, detect)
+    assert d_unsure.required_n != decide_run([_case("a", [0.5], upper=0.3, k=10.0, n=400)], alpha=1e-3,
+                                             tolerance=0.15)[0].required_n
+    detectable = min_detectable_tv(400, law, level=level).tv
+    assert d_sure.verdict == "equivalent" and d_sure.min_detectable_tv == detectable == d_unsure.min_detectable_tv
+    assert 0.0 < detectable < 1.0

@@ -65,6 +65,9 @@ def test_no_deciding_test_for_other_verdicts_and_hard_failures() -> None:
     calm = _case([_test("chi2 length", 0.3)])
     assert calm.verdict == "inconclusive" and deciding_test(calm, ALPHA) is None and decided_by(calm, ALPHA) == ""
     assert samples_needed(calm) == f"~{calm.required_n:,} samples per engine would decide (now 100)"
+    sized = dataclasses.replace(calm, min_detectable_tv=0.0834)
+    assert samples_needed(sized) == (f"~{calm.required_n:,} samples per engine would decide (now 100; its tests "
+                                     "detect TV shifts >= 0.083 (power 0.9))")
     zero = HardFailure(kind=FailureKind.ZERO_PROBABILITY, prompt=0, position=1, token=ord("x"), prefix=(104, 105),
                        vocab_size=259, row=3)
     hard = _case([_test("chi2 length", 0.3)], hard_failures=(zero, dataclasses.replace(zero, row=4)))
