@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -98,3 +99,76 @@ def test_the_model_layout_wrappers_are_two_lines() -> None:
         for start in starts:
             end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
             assert end - start <= 5, (path.name, start)
+
+
+LAYOUT_EXAMPLES = {"ragged": REPO / "examples/kernels/ragged.py", "tree": REPO / "examples/kernels/tree.py"}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUT_EXAMPLES))
+def test_the_page_shows_the_ragged_and_tree_examples_verbatim(layout: str) -> None:
+    assert LAYOUT_EXAMPLES[layout].read_text(encoding="utf-8") in _python_blocks(PAGE.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("layout", "attr", "rc", "verdict", "finding"), [
+    ("ragged", "my_kernel", 0, "(ragged, standard): equivalent", ""),
+    ("ragged", "my_buggy_kernel", 1, "(ragged, standard): shifted", "token law at the draft positions wrong"),
+    ("tree", "my_kernel", 0, "(tree, target-only): equivalent", ""),
+    ("tree", "my_buggy_kernel", 1, "(tree, target-only): shifted", "token law at the reached tree nodes wrong")])
+def test_the_ragged_and_tree_commands_give_the_documented_verdicts(layout: str, attr: str, rc: int, verdict: str,
+                                                                   finding: str,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    from speceq.faces.cli import main
+
+    text = PAGE.read_text(encoding="utf-8")
+    assert f"speceq kernel examples/kernels/{layout}.py:{attr} " in text
+    assert f"kernel {attr} {verdict}" in text  # the page shows this verdict's output
+    # the page's command, at a smaller budget (a tenth of the draws, vocabularies up to 20 000)
+    assert main(["kernel", f"{LAYOUT_EXAMPLES[layout]}:{attr}", "--scale", "0.1", "--max-vocab", "20000",
+                 "--no-solo"]) == rc
+    out = capsys.readouterr().out
+    assert f"kernel {attr} {verdict}" in out
+    assert finding in out
+
+
+# ---- lines of wrapper per layout: the page's table is counted from the example files ----------------------------
+def _definition_lines(path: Path, name: str) -> int:
+    """Lines of the top-level definition of ``name`` in ``path``: a function with its decorators, or an assignment."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            return node.end_lineno - first + 1
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node.end_lineno - node.lineno + 1
+    raise AssertionError(f"{_rel(path)} defines no top-level {name!r}")
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+_WRAPPER_ROW = re.compile(r"^\| `(?P<layout>[\w-]+)` \| `(?P<example>examples/kernels/\w+\.py):(?P<wrapper>\w+)` "
+                          r"\| `(?P<kernel>\w+)` \| (?P<kernel_lines>\d+) \| (?P<wrapper_lines>\d+) \|", flags=re.M)
+
+
+def _wrapper_table() -> list[re.Match]:
+    return list(_WRAPPER_ROW.finditer(PAGE.read_text(encoding="utf-8")))
+
+
+def test_the_wrapper_table_covers_every_layout_and_every_example() -> None:
+    rows = _wrapper_table()
+    assert {r["layout"] for r in rows} == {"padded", "ragged", "single", "tree", "model"}
+    examples = [r["example"] for r in rows]  # one row per example file, each file once
+    assert sorted(examples) == sorted(_rel(p) for p in (REPO / "examples/kernels").glob("*.py"))
+    assert len(rows) == WRAPPER_ROWS
+
+
+WRAPPER_ROWS = 6
+
+
+@pytest.mark.parametrize("row", range(WRAPPER_ROWS))
+def test_the_wrapper_table_matches_the_example_files(row: int) -> None:
+    r = _wrapper_table()[row]
+    path = REPO / r["example"]
+    assert int(r["wrapper_lines"]) == _definition_lines(path, r["wrapper"]), r.group(0)
+    assert int(r["kernel_lines"]) == _definition_lines(path, r["kernel"]), r.group(0)
