@@ -6,7 +6,8 @@ and generated tokens), ``presence_penalty`` and ``frequency_penalty`` (over gene
 ``logit_bias`` (token id -> bias added to the logit), ``processing``, the named order in
 which they are applied (:mod:`speceq.core.processing`), ``stop`` (strings that end a row, matched
 on its text decoded with ``tokenizer``; :mod:`speceq.core.stops`) with
-``include_stop_str_in_output``.
+``include_stop_str_in_output``, and ``seed`` (the case's own seed, for engines that honour
+per-request seeds).
 
 Validation raises :class:`~speceq.errors.ConfigError` naming the field. A case (prompt,
 parameters and batch context) is :class:`speceq.inputs.cases.Case`.
@@ -33,11 +34,14 @@ EXTRA_DEFAULTS: dict[str, Any] = {
     "logit_bias": (),
     "stop": (),
     "include_stop_str_in_output": False,
+    "seed": None,
 }
 #: Range of presence_penalty and frequency_penalty (OpenAI's and vLLM's).
 PENALTY_RANGE = (-2.0, 2.0)
 #: Range of one logit_bias value (OpenAI's).
 BIAS_RANGE = (-100.0, 100.0)
+#: A case's ``seed`` lies in [0, SEED_LIMIT).
+SEED_LIMIT = 2**63
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +67,11 @@ class SamplingParams:
     (:func:`speceq.core.stops.stop_text`) keeps the stop string (vLLM's flag, default false).
     ``tokenizer``: the name (``bytes``, ``bpe``, ``smollm2``) or absolute path of the tokenizer
     that decodes rows; required with ``stop``.
+
+    ``seed``: the case's own seed. A run derives the case's request seeds from it instead of the
+    run's seed (:func:`speceq.pipeline.plan.case_run_seed`), so two runs of the case with the same
+    ``seed`` ask for the same draws; an engine that honours per-request seeds (declares ``seed``
+    in ``sampling_fields``) then gives the same rows. None: the run's seed.
     """
 
     temperature: float = 1.0
@@ -78,6 +87,7 @@ class SamplingParams:
     processing: str = "vllm"
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
+    seed: int | None = None
     tokenizer: str | None = None
 
     def __post_init__(self) -> None:
@@ -135,6 +145,8 @@ class SamplingParams:
             parts.append(f"processing={self.processing}")
         if self.stop:
             parts.append(f"stop={len(self.stop)}" + ("+text" if self.include_stop_str_in_output else ""))
+        if self.seed is not None:
+            parts.append(f"seed={self.seed}")
         parts.append(f"len={self.max_new_tokens}")
         if self.ignore_eos:
             parts.append("ignore_eos")
@@ -215,6 +227,9 @@ def validate_params(p: SamplingParams, where: str | None = None) -> None:
         raise bad("include_stop_str_in_output", f"expected true or false, got {p.include_stop_str_in_output!r}")
     if p.tokenizer is not None and (not isinstance(p.tokenizer, str) or not p.tokenizer):
         raise bad("tokenizer", f"expected a tokenizer name or path, got {p.tokenizer!r}")
+    if p.seed is not None and (isinstance(p.seed, bool) or not isinstance(p.seed, int)
+                               or not 0 <= p.seed < SEED_LIMIT):
+        raise bad("seed", f"expected an integer in [0, 2**63) (or nothing: the run's seed), got {p.seed!r}")
     if p.stop and p.tokenizer is None:
         raise bad("stop", "stop strings are matched on each row's decoded text, so the case needs a tokenizer "
                   "(set 'tokenizer': bytes, bpe, smollm2 or a tokenizer.json path)")

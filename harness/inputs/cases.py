@@ -28,7 +28,7 @@ from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_fold
 
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos", "min_p",
                                   "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias",
-                                  "processing", "stop", "include_stop_str_in_output")
+                                  "processing", "stop", "include_stop_str_in_output", "seed")
 #: Parameters read as plain numbers.
 NUMBER_FIELDS: tuple[str, ...] = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                                   "frequency_penalty")

@@ -226,6 +226,7 @@ plausible = {
     "processing": st.sampled_from(["vllm", "hf", "x"]),
     "stop": st.text(max_size=2) | st.lists(st.text(max_size=2) | st.integers(), max_size=3),
     "include_stop_str_in_output": st.booleans(),
+    "seed": st.integers(-2, 2**31 + 1) | st.none(),
 }
 ids = st.sampled_from(["a", "b", "c"]) | st.text(max_size=5) | st.integers()
 others = {k: plausible[k] | json_values for k in CASE_FIELDS if k not in ("id", "prompt", "prompt_ids")}
