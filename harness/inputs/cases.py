@@ -101,7 +101,15 @@ class Case:
         return [list(self.prompt_ids), *(list(c) for c in self.companions)]
 
     def check_vocab(self, vocab_size: int) -> None:
-        """Raise ConfigError when a token id (of a prompt, or a ``logit_bias`` key) is outside ``[0, vocab_size)``."""
+        """Raise ConfigError when a token id (of a prompt, or a ``logit_bias`` key) is outside ``[0, vocab_size)``,
+        or when stop strings would be matched with the byte tokenizer on a larger vocabulary."""
+        if self.params.stop and self.params.tokenizer == BYTES_TOKENIZER:
+            from speceq.models.tokenizer import VOCAB_SIZE
+
+            if vocab_size > VOCAB_SIZE:
+                raise ConfigError(f"stop strings are matched on rows decoded with the byte tokenizer ({VOCAB_SIZE} "
+                                  f"tokens), but the engine's vocabulary has {vocab_size}: set 'tokenizer' to the "
+                                  "model's", where=f"case {self.case_id!r}.tokenizer")
         for t, _ in self.params.logit_bias:
             if t >= vocab_size:
                 raise ConfigError(f"key {t} is outside the vocabulary [0, {vocab_size})",

@@ -474,3 +474,12 @@ def test_stop_without_a_tokenizer_is_refused():
                                           "a tokenizer") as e:
         SamplingParams(stop=("x",))
     assert e.value.where == "stop"  # a cases file always names a tokenizer (default 'bytes'): see above
+
+
+def test_a_stop_case_decoded_with_the_byte_tokenizer_is_refused_on_a_larger_vocabulary():
+    (c,) = parse_cases([{"id": "bpe-ids", "prompt_ids": [1, 2], "stop": ["\n"]}])
+    c.check_vocab(VOCAB_SIZE)
+    with pytest.raises(ConfigError, match="decoded with the byte tokenizer .* vocabulary has 32000") as e:
+        c.check_vocab(32000)
+    assert e.value.where == "case 'bpe-ids'.tokenizer"
+    parse_cases([{"id": "no-stop", "prompt_ids": [1, 2]}])[0].check_vocab(32000)
