@@ -197,7 +197,7 @@ def _logit_bias(v: Any, where: str) -> dict[int, float]:
 
 def _stop_strings(v: Any, where: str) -> tuple[str, ...]:
     """``stop``: a string or a non-empty list of non-empty strings."""
-    items = [v] if isinstance(v, str) else v
+    items = [v] if isinstance(v, str) else list(v) if isinstance(v, tuple) else v  # a tuple: a pytest marker's
     if not isinstance(items, list):
         raise ConfigError(f"expected a string or a list of strings, got {_type_name(v)} {v!r}", where=where)
     if not items:

@@ -483,3 +483,9 @@ def test_a_stop_case_decoded_with_the_byte_tokenizer_is_refused_on_a_larger_voca
         c.check_vocab(32000)
     assert e.value.where == "case 'bpe-ids'.tokenizer"
     parse_cases([{"id": "no-stop", "prompt_ids": [1, 2]}])[0].check_vocab(32000)
+
+
+def test_stop_from_marker_keywords_takes_a_tuple_too():
+    (c,) = parse_cases([{"id": "m", "prompt_ids": [1], "stop": ("\n", "##"), "seed": 5}],
+                       source="test_x.py::t: speceq_case marker")
+    assert c.params.stop == ("\n", "##") and c.params.seed == 5
