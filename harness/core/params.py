@@ -3,8 +3,11 @@
 Temperature, top-k, top-p, length and EOS, plus the request fields production servers take
 with their OpenAI / vLLM names and meanings: ``min_p``, ``repetition_penalty`` (over prompt
 and generated tokens), ``presence_penalty`` and ``frequency_penalty`` (over generated tokens),
-``logit_bias`` (token id -> bias added to the logit), and ``processing``, the named order in
-which they are applied (:mod:`speceq.core.processing`).
+``logit_bias`` (token id -> bias added to the logit), ``processing``, the named order in
+which they are applied (:mod:`speceq.core.processing`), ``stop`` (strings that end a row, matched
+on its text decoded with ``tokenizer``; :mod:`speceq.core.stops`) with
+``include_stop_str_in_output``, and ``seed`` (the case's own seed, for engines that honour
+per-request seeds).
 
 Validation raises :class:`~speceq.errors.ConfigError` naming the field. A case (prompt,
 parameters and batch context) is :class:`speceq.inputs.cases.Case`.
@@ -29,11 +32,16 @@ EXTRA_DEFAULTS: dict[str, Any] = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "logit_bias": (),
+    "stop": (),
+    "include_stop_str_in_output": False,
+    "seed": None,
 }
 #: Range of presence_penalty and frequency_penalty (OpenAI's and vLLM's).
 PENALTY_RANGE = (-2.0, 2.0)
 #: Range of one logit_bias value (OpenAI's).
 BIAS_RANGE = (-100.0, 100.0)
+#: A case's ``seed`` lies in [0, SEED_LIMIT).
+SEED_LIMIT = 2**63
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +59,19 @@ class SamplingParams:
 
     ``logit_bias`` accepts a mapping {token id: bias} (ids as ints or decimal strings, as JSON
     writes them) and is stored as sorted ``(id, bias)`` pairs so the parameters stay hashable.
+
+    ``stop`` (a string or a list of strings, stored as a tuple): a row ends at the first token
+    after which its generated text (decoded with ``tokenizer``, special tokens skipped) contains
+    one of them; that token is the row's last, as an EOS is. Its tokens are the same whatever
+    ``include_stop_str_in_output`` says; that flag says whether the row's *text*
+    (:func:`speceq.core.stops.stop_text`) keeps the stop string (vLLM's flag, default false).
+    ``tokenizer``: the name (``bytes``, ``bpe``, ``smollm2``) or absolute path of the tokenizer
+    that decodes rows; required with ``stop``.
+
+    ``seed``: the case's own seed. A run derives the case's request seeds from it instead of the
+    run's seed (:func:`speceq.pipeline.plan.case_run_seed`), so two runs of the case with the same
+    ``seed`` ask for the same draws; an engine that honours per-request seeds (declares ``seed``
+    in ``sampling_fields``) then gives the same rows. None: the run's seed.
     """
 
     temperature: float = 1.0
@@ -64,9 +85,17 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     processing: str = "vllm"
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    seed: int | None = None
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        elif isinstance(self.stop, list):
+            object.__setattr__(self, "stop", tuple(self.stop))
         validate_params(self)
 
     @property
@@ -93,6 +122,10 @@ class SamplingParams:
                 continue
             if f.name == "processing" and v == PROFILES[0]:
                 continue
+            if f.name == "tokenizer" and v is None:
+                continue
+            if f.name == "stop":
+                v = list(v)
             out[f.name] = {str(t): b for t, b in v} if f.name == "logit_bias" else v
         return out
 
@@ -110,6 +143,10 @@ class SamplingParams:
             parts.append(f"logit_bias={len(self.logit_bias)}")
         if self.processing != PROFILES[0]:
             parts.append(f"processing={self.processing}")
+        if self.stop:
+            parts.append(f"stop={len(self.stop)}" + ("+text" if self.include_stop_str_in_output else ""))
+        if self.seed is not None:
+            parts.append(f"seed={self.seed}")
         parts.append(f"len={self.max_new_tokens}")
         if self.ignore_eos:
             parts.append("ignore_eos")
@@ -179,6 +216,23 @@ def validate_params(p: SamplingParams, where: str | None = None) -> None:
         seen.add(t)
         if not number(b) or not blo <= b <= bhi:
             raise bad("logit_bias", f"the bias of token {t} is {b!r}; expected a number in [{blo:g}, {bhi:g}]")
+    if not isinstance(p.stop, tuple) or not all(isinstance(x, str) for x in p.stop):
+        raise bad("stop", f"expected a string or a list of strings, got {p.stop!r}")
+    for i, x in enumerate(p.stop):
+        if not x:
+            raise bad("stop", f"stop string {i} is empty; every stop string needs at least one character")
+        if x in p.stop[:i]:
+            raise bad("stop", f"stop string {x!r} is given twice")
+    if not isinstance(p.include_stop_str_in_output, bool):
+        raise bad("include_stop_str_in_output", f"expected true or false, got {p.include_stop_str_in_output!r}")
+    if p.tokenizer is not None and (not isinstance(p.tokenizer, str) or not p.tokenizer):
+        raise bad("tokenizer", f"expected a tokenizer name or path, got {p.tokenizer!r}")
+    if p.seed is not None and (isinstance(p.seed, bool) or not isinstance(p.seed, int)
+                               or not 0 <= p.seed < SEED_LIMIT):
+        raise bad("seed", f"expected an integer in [0, 2**63) (or nothing: the run's seed), got {p.seed!r}")
+    if p.stop and p.tokenizer is None:
+        raise bad("stop", "stop strings are matched on each row's decoded text, so the case needs a tokenizer "
+                  "(set 'tokenizer': bytes, bpe, smollm2 or a tokenizer.json path)")
     if p.processing not in PROFILES:
         raise bad("processing", f"expected one of {', '.join(map(repr, PROFILES))}, got {p.processing!r}")
     if p.processing == "hf" and (p.presence_penalty or p.frequency_penalty):

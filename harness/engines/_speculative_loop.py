@@ -22,6 +22,10 @@ committed. The draft's i-th proposal is processed with that history plus d_1..d_
 target's block position j with that history plus d_1..d_j (hook ``block_history``); the hook
 ``step_history`` gives the committed history a step starts from.
 
+Stop strings (only when ``params.stop`` is set): after each verification, hook ``stop_length``
+finds where the row's text first holds a stop string among the tokens this step emits; the
+row ends at that token, and the tokens after it in the block are dropped.
+
 Random draws of a step, in order, from the batch's generator: k draft tokens, k accept
 uniforms (when k >= 1), one next token per row.
 """
@@ -90,6 +94,8 @@ class SpeculativeHooks(Protocol):
     def position_ids(self, slots: SlotCache, valid: torch.Tensor) -> torch.Tensor: ...
 
     def rollback(self, slots: SlotCache, keep: torch.Tensor) -> None: ...
+
+    def stop_length(self, row: list[int], committed: int, params: SamplingParams) -> int | None: ...
 
 
 @dataclass(slots=True)
@@ -330,7 +336,8 @@ def _emit(
     params: SamplingParams,
     out: _Outputs,
 ) -> list[int]:
-    """Write each row's accepted drafts and next token, truncated at EOS / ``max_new_tokens``.
+    """Write each row's accepted drafts and next token, truncated at EOS / ``max_new_tokens`` / a stop string
+    (hook ``stop_length``).
 
     Updates what each model has not seen yet; returns the rows that are not finished.
     """
@@ -345,6 +352,11 @@ def _emit(
         if eos is not None and eos in take:
             take = take[: take.index(eos) + 1]
         o, start = batch.out_rows[r], len(batch.generated[r])
+        stopped = False
+        if params.stop:
+            n_stop = engine.stop_length(batch.generated[r] + take, start, params)
+            if n_stop is not None:
+                take, stopped = take[: n_stop - start], True
         out.tokens[o, start : start + len(take)] = take
         out.lengths[o] = start + len(take)
         if out.trace is not None:
@@ -357,7 +369,7 @@ def _emit(
             batch.draft_pending[r] = emitted[min(n, drafted.fed_drafts) :]
         else:
             batch.draft_pending[r] = batch.draft_pending[r] + emitted
-        finished = len(batch.generated[r]) >= params.max_new_tokens or (eos is not None and take[-1] == eos)
+        finished = stopped or len(batch.generated[r]) >= params.max_new_tokens or (eos is not None and take[-1] == eos)
         if not finished:
             unfinished.append(r)
     batch.target_pending = verified.next_token

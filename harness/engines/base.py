@@ -192,13 +192,21 @@ def validate_batch(
         )
     if (tok[~inside] != PAD_OUT).any():
         raise fail(f"tokens after each row's length must be {PAD_OUT}")
+    prompts = max(1, len(request.prompts))
+
+    def row_name(r: int) -> str:  # rows are n rounds of every prompt (row_layout)
+        return f"row {r} (prompt {r % prompts}, sample {r // prompts})"
+
+    stop_len = _stop_lengths(tok, lens, request.params)
+    if stop_len is not None:
+        over = np.flatnonzero((stop_len > 0) & (stop_len < lens))
+        if over.size:
+            r = int(over[0])
+            raise fail(f"{row_name(r)} continues after a stop string completed at position {int(stop_len[r]) - 1}: "
+                       f"it goes on to position {int(lens[r]) - 1} (a row must end at the token that completes "
+                       f"its first stop string, stop={list(request.params.stop)!r})")
     eos = engine.eos_token_id
     if eos is not None:
-        prompts = max(1, len(request.prompts))
-
-        def row_name(r: int) -> str:  # rows are n rounds of every prompt (row_layout)
-            return f"row {r} (prompt {r % prompts}, sample {r // prompts})"
-
         eos_label = f"EOS id {eos}"
         default_note = " (the bundled byte model's default)" if source_note(engine, "eos_token_id") else ""
         fix = option_hint(role, "eos_token_id", "<the model's EOS id>", engine)
@@ -217,12 +225,29 @@ def validate_batch(
                            f"model's EOS, {fix})")
             last = tok[np.arange(expected_rows), lens - 1]
             early = (lens < L) & (last != eos)
+            if stop_len is not None:
+                early &= stop_len != lens  # ended by a stop string
             if early.any():
                 r = int(np.flatnonzero(early)[0])
                 raise fail(f"{row_name(r)} stops after {int(lens[r])} of max_new_tokens={L} tokens without the "
                            f"{eos_label}{default_note} (its last token is {int(last[r])}): truncated output, or a "
                            f"different EOS id? (if {int(last[r])} is the model's EOS, "
                            f"{option_hint(role, 'eos_token_id', int(last[r]), engine)})")
+
+
+def _stop_lengths(tok: np.ndarray, lens: np.ndarray, params: SamplingParams) -> np.ndarray | None:
+    """Per row, the length at which its first stop string completes (0: none); None without ``stop``."""
+    if not params.stop:
+        return None
+    from speceq.core.stops import first_stop
+    from speceq.models.text_decoding import row_decoder
+
+    decode = row_decoder(params.tokenizer or "")
+    out = np.zeros(len(lens), dtype=np.int64)
+    for r in range(len(lens)):
+        match = first_stop([int(t) for t in tok[r, : int(lens[r])]], decode, params.stop)
+        out[r] = 0 if match is None else match.length
+    return out
 
 
 def checked_prefixes(prefixes: Any, vocab_size: int, *, what: str, scorer: str) -> list[list[int]]:

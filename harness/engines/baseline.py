@@ -7,8 +7,9 @@ a batch is computed once and its KV cache copied to the rows that continue it. E
 :func:`speceq.core.processing.process_logits` and draws with
 :func:`speceq.core.processing.sample_from_probs` from one ``torch.Generator`` per batch,
 seeded from ``(request.seed, batch index)``. With a penalty, each row's own history (its
-prompt and the tokens it generated so far) goes into the processing. A row ends at EOS (unless ``ignore_eos``) or
-after ``max_new_tokens``; finished rows leave the batch.
+prompt and the tokens it generated so far) goes into the processing. A row ends at EOS (unless ``ignore_eos``), at
+the token that completes one of its ``stop`` strings (:mod:`speceq.core.stops`), or after ``max_new_tokens``;
+finished rows leave the batch.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import torch
 
 from speceq.core.params import SamplingParams
 from speceq.core.processing import TokenHistory, process_logits, sample_from_probs, token_history
+from speceq.core.stops import first_stop
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import ALL_SAMPLING_FIELDS, PAD_OUT, SampleBatch, SampleRequest
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
+from speceq.models.text_decoding import row_decoder
 from speceq.models.torch_utils import batch_generator, configure_threads
 
 
@@ -147,14 +150,19 @@ class BaselineEngine:
                 trace[rows_np, t] = probs.float().cpu().numpy()
             if t == L - 1:
                 break
+            going = torch.ones_like(tok, dtype=torch.bool)
             if self.eos_token_id is not None and not params.ignore_eos:
-                going = tok != self.eos_token_id
-                if not bool(going.all()):
-                    if not bool(going.any()):
-                        break
-                    keep = torch.nonzero(going).squeeze(1)
-                    slots.select_rows(keep)
-                    active, tok = active[keep.cpu()], tok[keep]
-                    history = None if history is None else history.select(keep)
+                going &= tok != self.eos_token_id
+            if params.stop:  # a row whose text now holds a stop string ends at this token
+                decode = row_decoder(params.tokenizer)
+                stopped = [first_stop(tokens[o, : t + 1], decode, params.stop, start=t) is not None for o in rows_np]
+                going &= ~torch.tensor(stopped, dtype=torch.bool, device=going.device)
+            if not bool(going.all()):
+                if not bool(going.any()):
+                    break
+                keep = torch.nonzero(going).squeeze(1)
+                slots.select_rows(keep)
+                active, tok = active[keep.cpu()], tok[keep]
+                history = None if history is None else history.select(keep)
             ones = torch.ones((len(tok), 1), dtype=torch.bool, device=self.device)
             logits = slots.forward(tok[:, None], ones)[:, -1]

@@ -32,6 +32,7 @@ from speceq.engines._options import unknown_options_message
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.rejection import gather_token_probs
 from speceq.errors import ConfigError, EngineNotFound
+from speceq.models.text_decoding import row_decoder
 
 #: Default exponent of the biased accept ratio min(1, (p/q)^power).
 DEFAULT_POWER = 0.9
@@ -311,6 +312,21 @@ class LogitBiasDroppedAtVerification(_Mutant):
                               history=history)
 
 
+class StopAtBlockEnd(_Mutant):
+    """Stop strings checked once per verified block, on the block's end only.
+
+    The row's text is searched after the whole block is appended, and a stop string found
+    there ends the row at the block's end: a stop string completed inside an accepted block
+    lets the row run on past it (the tokens after it in the block are kept).
+    """
+
+    MUTANT = "stop-at-block-end"
+
+    def stop_length(self, row: list[int], committed: int, params: SamplingParams) -> int | None:
+        text = row_decoder(params.tokenizer or "")(row)
+        return len(row) if any(s in text for s in params.stop) else None
+
+
 # ---- lossless variants ---------------------------------------------------------------------
 class DraftOtherTemperature(_Mutant):
     """LOSSLESS: temperature on the target only; the draft proposes at ``draft_temperature`` (default 1).
@@ -381,7 +397,7 @@ class MutantSpec:
     name: the ``mutant:<name>`` suffix. cls: the engine class. bug: what is wrong (or, for a
     lossless variant, why it only looks wrong). bug_class: ``rejection`` (accept/residual
     arithmetic), ``bonus``, ``processing`` (temperature / top-k / top-p on one side),
-    ``request-fields`` (min_p, penalties or logit_bias applied wrongly),
+    ``request-fields`` (min_p, penalties, logit_bias or stop strings applied wrongly),
     ``cache`` (KV rollback), ``batch`` (acts only at batch size > 1), ``mixture`` or
     ``lossless``. exact: its per-step law is computable by enumeration (:func:`speceq.power.exact.exact_tv`).
     params: sampling parameters under which the bug acts (overrides of SamplingParams'
@@ -389,7 +405,9 @@ class MutantSpec:
     ``k=1`` so that a bonus bug acts at position 1, where its TV is computed exactly).
     row_law: how the TV between one-row laws is known (:mod:`speceq.power.ceiling`):
     ``support`` (exact: the chance a row leaves the target's support), ``mixture`` (a bound)
-    or None (not known).
+    or None (not known). contract: its rows break the engine contract
+    (:func:`speceq.engines.base.validate_batch` raises EngineError naming the row and
+    position), so every run stops on it before any statistics; ``speceq power`` leaves it out.
     """
 
     name: str
@@ -401,6 +419,7 @@ class MutantSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
     row_law: str | None = None
+    contract: bool = False
 
 
 def _spec(cls: type[_Mutant], bug_class: str, bug: str, **kw: Any) -> tuple[str, MutantSpec]:
@@ -436,6 +455,9 @@ MUTANTS: dict[str, MutantSpec] = dict([
           params={"temperature": 0.5, "min_p": 0.1}),
     _spec(LogitBiasDroppedAtVerification, "request-fields", "logit_bias applied by the draft, dropped at verification",
           exact=False, params={"logit_bias": {"32": 3.0}}),
+    _spec(StopAtBlockEnd, "request-fields",
+          "stop strings checked at block ends only: a row runs on past a stop string inside an accepted block",
+          exact=False, contract=True, params={"stop": (" ",), "tokenizer": "bytes"}, options={"k": 4}),
     _spec(DraftOtherTemperature, "lossless",
           "temperature on the target only, draft at T = 1: the ratio uses the q the draft sampled from",
           lossless=True, params={"temperature": 0.7}),

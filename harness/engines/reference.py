@@ -30,12 +30,14 @@ import torch
 
 from speceq.core.params import SamplingParams
 from speceq.core.processing import TokenHistory, process_logits
+from speceq.core.stops import first_stop
 from speceq.engines._kv import SlotCache
 from speceq.engines._speculative_loop import run_speculative
 from speceq.engines.base import ALL_SAMPLING_FIELDS, SampleBatch, SampleRequest
 from speceq.engines.rejection import acceptance_ratios, gather_token_probs, residual_probs
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
+from speceq.models.text_decoding import row_decoder
 from speceq.models.torch_utils import configure_threads
 
 
@@ -86,9 +88,13 @@ class ReferenceSpeculativeEngine:
       model (each row's own count here, so left padding and rejected slots are skipped).
     - ``rollback(slots, keep [rows, w])``: after verification, keep only accepted slots
       visible in a model's KV cache (``slots.keep_last(keep)`` here).
+    - ``stop_length(row, committed, params) -> int | None``: with ``params.stop``, the length at
+      which a stop string ends ``row`` (its committed tokens plus this step's ``row[committed:]``):
+      the first prefix longer than ``committed`` whose decoded text holds a stop string
+      (:func:`speceq.core.stops.first_stop`); None when none does.
 
-    Applies every request field of :class:`SamplingParams` (min_p, the penalties, logit_bias) in
-    both processing orders, with each row's own history.
+    Applies every request field of :class:`SamplingParams` (min_p, the penalties, logit_bias, stop
+    strings) in both processing orders, with each row's own history.
 
     ``single_step_law(p, q)`` gives the exact law of the first emitted token under these
     hooks, so a mutant's single-step TV shift can be computed analytically.
@@ -183,6 +189,10 @@ class ReferenceSpeculativeEngine:
 
     def rollback(self, slots: SlotCache, keep: torch.Tensor) -> None:
         slots.keep_last(keep)
+
+    def stop_length(self, row: list[int], committed: int, params: SamplingParams) -> int | None:
+        match = first_stop(row, row_decoder(params.tokenizer or ""), params.stop, start=committed)
+        return None if match is None else match.length
 
     # ---- analysis ---------------------------------------------------------------------
     def single_step_law(

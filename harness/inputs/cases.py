@@ -28,7 +28,7 @@ from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_fold
 
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos", "min_p",
                                   "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias",
-                                  "processing")
+                                  "processing", "stop", "include_stop_str_in_output", "seed")
 #: Parameters read as plain numbers.
 NUMBER_FIELDS: tuple[str, ...] = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                                   "frequency_penalty")
@@ -101,7 +101,15 @@ class Case:
         return [list(self.prompt_ids), *(list(c) for c in self.companions)]
 
     def check_vocab(self, vocab_size: int) -> None:
-        """Raise ConfigError when a token id (of a prompt, or a ``logit_bias`` key) is outside ``[0, vocab_size)``."""
+        """Raise ConfigError when a token id (of a prompt, or a ``logit_bias`` key) is outside ``[0, vocab_size)``,
+        or when stop strings would be matched with the byte tokenizer on a larger vocabulary."""
+        if self.params.stop and self.params.tokenizer == BYTES_TOKENIZER:
+            from speceq.models.tokenizer import VOCAB_SIZE
+
+            if vocab_size > VOCAB_SIZE:
+                raise ConfigError(f"stop strings are matched on rows decoded with the byte tokenizer ({VOCAB_SIZE} "
+                                  f"tokens), but the engine's vocabulary has {vocab_size}: set 'tokenizer' to the "
+                                  "model's", where=f"case {self.case_id!r}.tokenizer")
         for t, _ in self.params.logit_bias:
             if t >= vocab_size:
                 raise ConfigError(f"key {t} is outside the vocabulary [0, {vocab_size})",
@@ -185,6 +193,19 @@ def _logit_bias(v: Any, where: str) -> dict[int, float]:
             raise ConfigError(f"token id {key} is given twice", where=where)
         out[_int(key, where, minimum=0)] = _number(b, where)
     return out
+
+
+def _stop_strings(v: Any, where: str) -> tuple[str, ...]:
+    """``stop``: a string or a non-empty list of non-empty strings."""
+    items = [v] if isinstance(v, str) else list(v) if isinstance(v, tuple) else v  # a tuple: a pytest marker's
+    if not isinstance(items, list):
+        raise ConfigError(f"expected a string or a list of strings, got {_type_name(v)} {v!r}", where=where)
+    if not items:
+        raise ConfigError("empty stop list: give at least one stop string, or leave 'stop' out", where=where)
+    for i, x in enumerate(items):
+        if not isinstance(x, str) or not x:
+            raise ConfigError(f"stop string {i} is {_type_name(x)} {x!r}; expected a non-empty string", where=where)
+    return tuple(items)
 
 
 def _token_ids(v: Any, at: At, name: str) -> tuple[int, ...]:
@@ -426,12 +447,16 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
             if not isinstance(v, str):
                 raise ConfigError(f"expected a string, got {_type_name(v)} {v!r}", where=at(name))
             params[name] = v
-        elif name == "ignore_eos":
+        elif name == "stop":
+            params[name] = _stop_strings(v, at(name))
+        elif name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(v, bool):
                 raise ConfigError(f"expected true or false, got {_type_name(v)} {v!r}", where=at(name))
             params[name] = v
         else:
             params[name] = _int(v, at(name), minimum=1 if name == "max_new_tokens" else 0)
+    if params.get("stop"):  # rows are decoded with the case's tokenizer: a name, or the file it resolved to
+        params["tokenizer"] = toks.display_name(tokenizer, at("tokenizer"))
     batch_size = _int(merged.get("batch_size", 1), at("batch_size"), minimum=1)
     samples = None if merged.get("samples") is None else _int(merged["samples"], at("samples"), minimum=1)
     try:
@@ -514,6 +539,8 @@ def cases_document(cases: list[Case]) -> dict[str, Any]:
     for c in cases:
         entry: dict[str, Any] = {"id": c.case_id, "prompt_ids": list(c.prompt_ids)}
         entry.update({k: v for k, v in c.params.to_dict().items() if k in PARAM_FIELDS})
+        if c.params.tokenizer is not None:
+            entry["tokenizer"] = c.params.tokenizer
         entry["batch_size"] = c.batch_size
         if c.companions:
             entry["companions"] = [list(x) for x in c.companions]

@@ -30,7 +30,7 @@ from speceq.store import ROLES, SampleStore
 from speceq.verdicts.result import RunResult
 
 #: How fixed-size chunk seeds derive from the run seed (recorded in provenance).
-SEED_DERIVATION = "speceq.pipeline.plan.chunk_seed(run_seed, role, case_id, slice)"
+SEED_DERIVATION = "speceq.pipeline.plan.chunk_seed(case seed or run_seed, role, case_id, slice)"
 
 
 @dataclass(frozen=True, slots=True)

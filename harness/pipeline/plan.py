@@ -1,7 +1,8 @@
 """The chunks of a run: seed slices of every case and engine, their seeds and store keys.
 
 Every case is cut into seed slices of at most ``chunk_size`` samples; one chunk = (role,
-case, slice). Its seed is :func:`chunk_seed` of (run seed, role, case id, slice), so a rerun
+case, slice). Its seed is :func:`chunk_seed` of (run seed, role, case id, slice) (the case's own
+``seed`` in place of the run seed when it sets one: :func:`case_run_seed`), so a rerun
 draws the same samples, and the last slice of a case is stored under its own sample count, so
 growing or shrinking ``samples`` samples only what the new plan lacks.
 """
@@ -23,6 +24,11 @@ from speceq.pipeline.config import RunConfig
 from speceq.store import ROLES, STORE_FORMAT, ChunkKey
 
 _ROLE_CODES = {"baseline": 1, "candidate": 2}
+
+
+def case_run_seed(run_seed: int, case: Case) -> int:
+    """The seed a case's chunk seeds derive from: the case's own ``seed`` when it sets one, else the run's."""
+    return run_seed if case.params.seed is None else case.params.seed
 
 
 def chunk_seed(run_seed: int, role: str, case_id: str, slice_index: int) -> int:
@@ -87,10 +93,11 @@ def plan_chunk(config: RunConfig, case: Case, role: str, index: int, n: int,
     budget re-plans the last slice under its new size); a schedule name (sequential runs):
     recorded in the identity, and the slice sizes are the schedule's own.
     """
-    seed = chunk_seed(config.seed, role, case.case_id, index)
+    base = case_run_seed(config.seed, case)
+    seed = chunk_seed(base, role, case.case_id, index)
     case_doc = {k: v for k, v in case.to_dict().items() if k not in ("text", "tokenizer")}  # display only
     identity = {"format": STORE_FORMAT, "role": role, "engine": engine_ids[role], "case": case_doc,
-                "run_seed": config.seed, "seed": seed, "slice": index, "n": n}
+                "run_seed": base, "seed": seed, "slice": index, "n": n}
     if schedule is not None:
         identity["schedule"] = schedule
     key = ChunkKey.build(role, case.case_id, index, identity, samples=n if schedule is None else None)
@@ -122,4 +129,4 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
     )
 
 
-__all__ = ["ChunkPlan", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk", "plan_chunks", "slice_sizes"]
+__all__ = ["ChunkPlan", "case_run_seed", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk", "plan_chunks", "slice_sizes"]

@@ -28,6 +28,7 @@ import numpy as np
 
 from speceq.core.params import SamplingParams
 from speceq.engines.mutants import MUTANTS, MutantSpec, enumerable, make_mutant
+from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
 from speceq.power.ceiling import RowTV, greedy_row_tv, mixture_row_tv, support_row_tv
 from speceq.power.exact import ExactLaws, exact_laws
@@ -336,10 +337,14 @@ def measure_power(settings: PowerSettings, *, threads: int | None = None, log: L
     """Run the whole calibration of ``settings`` and return its report."""
     from speceq.core.provenance import collect_provenance
 
-    names = list(settings.mutants) or list(MUTANTS)
+    names = list(settings.mutants) or [n for n, s in MUTANTS.items() if not s.contract]
     unknown = [n for n in names if n not in MUTANTS and n != REFERENCE]
     if unknown:
         make_mutant(unknown[0])  # raises EngineNotFound with "did you mean"
+    caught = [n for n in names if n in MUTANTS and MUTANTS[n].contract]
+    if caught:
+        raise ConfigError(f"mutant {caught[0]!r} breaks the engine contract (every run stops on it with an EngineError "
+                          "naming the row), so there is no detection rate to measure", where="power.mutants")
     if not settings.mutants:
         names.append(REFERENCE)
     t0 = time.perf_counter()

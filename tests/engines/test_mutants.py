@@ -27,7 +27,7 @@ from speceq.pipeline.analysis import analyse_run
 from speceq.power.exact import exact_laws, exact_tv
 
 HOOKS = ("process_target", "process_draft", "step_history", "block_history", "effective_target", "accept_probs",
-         "residual", "bonus_probs", "position_ids", "rollback")
+         "residual", "bonus_probs", "position_ids", "rollback", "stop_length")
 TOK = ByteTokenizer()
 PROMPT = tuple(TOK.encode(DEFAULT_PROMPTS[0]))
 COMPANIONS = (tuple(TOK.encode(DEFAULT_PROMPTS[7])), tuple(TOK.encode(DEFAULT_PROMPTS[8])))
@@ -38,6 +38,9 @@ STRONG = {"biased-ratio": {"power": 0.5}, "mixture": {"mix": 0.5}}
 #: (docs/measurements/power.md); at 300, resample-from-target and biased-ratio (power 0.5) were inconclusive.
 VERDICT_SAMPLES = 800
 BUGS = [n for n, s in MUTANTS.items() if not s.lossless]
+#: The bugs the statistics must catch; a ``contract`` bug's rows are refused by validate_batch before any statistic
+#: (tests/engines/test_stop_strings.py); stop-at-block-end's rows, analysed anyway, were inconclusive at 800 samples.
+SHIFT_BUGS = [n for n in BUGS if not MUTANTS[n].contract]
 LOSSLESS = [n for n, s in MUTANTS.items() if s.lossless]
 
 
@@ -203,7 +206,7 @@ def verdict(models, baseline_samples, name: str, n: int, **options) -> str:
     return result.cases[0].verdict
 
 
-@pytest.mark.parametrize("name", BUGS)
+@pytest.mark.parametrize("name", SHIFT_BUGS)
 def test_every_bug_is_shifted_at_a_fixed_seed(models, baseline_samples, name) -> None:
     assert verdict(models, baseline_samples, name, VERDICT_SAMPLES, **STRONG.get(name, {})) == "shifted"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -10,11 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from speceq.core.params import SamplingParams
 from speceq.errors import ConfigError
 from speceq.inputs.cases import (
     CASE_FIELDS,
     SHARED_FIELDS,
     Case,
+    cases_document,
     default_cases,
     load_cases,
     parse_cases,
@@ -221,6 +224,9 @@ plausible = {
     "logit_bias": st.dictionaries(st.integers(-2, 300).map(str) | st.text(max_size=3),
                                   st.floats(-200, 200) | st.text(max_size=2), max_size=3),
     "processing": st.sampled_from(["vllm", "hf", "x"]),
+    "stop": st.text(max_size=2) | st.lists(st.text(max_size=2) | st.integers(), max_size=3),
+    "include_stop_str_in_output": st.booleans(),
+    "seed": st.integers(-2, 2**31 + 1) | st.none(),
 }
 ids = st.sampled_from(["a", "b", "c"]) | st.text(max_size=5) | st.integers()
 others = {k: plausible[k] | json_values for k in CASE_FIELDS if k not in ("id", "prompt", "prompt_ids")}
@@ -397,6 +403,11 @@ def test_request_fields_from_marker_keywords_with_int_keys():
     ("logit_bias", {"1": "big"}, "expected a number, got a string"),
     ("logit_bias", {"1": 500}, "expected a number in [-100, 100]"),
     ("processing", "sglang", "expected one of 'vllm', 'hf'"),
+    ("stop", [], "empty stop list"),
+    ("stop", ["\n", ""], "stop string 1 is a string ''; expected a non-empty string"),
+    ("stop", {"a": 1}, "expected a string or a list of strings"),
+    ("stop", ["x", "x"], "stop string 'x' is given twice"),
+    ("include_stop_str_in_output", "yes", "expected true or false"),
 ])
 def test_request_field_errors_name_file_case_and_field(tmp_path, field, value, text):
     p = write(tmp_path, {"cases": [{"id": "ok", "prompt_ids": [1]}, {"id": "bad", "prompt_ids": [1], field: value}]})
@@ -432,3 +443,49 @@ def test_the_tokenizer_name_is_display_only_and_keeps_the_store_keys(tmp_path):
     engines = {"baseline": FakeEngine(), "candidate": FakeEngine()}
     keys = [c.key for c in plan_chunks(config, [named], engines)]
     assert keys == [c.key for c in plan_chunks(config, [dataclasses.replace(named, tokenizer=None)], engines)]
+
+
+def test_stop_fields_parse_and_carry_the_cases_tokenizer(tmp_path):
+    doc = {"defaults": {"include_stop_str_in_output": True},
+           "cases": [{"id": "a", "prompt": "def f", "stop": ["\n", "return"]},
+                     {"id": "b", "prompt": "x", "stop": "\n\n", "tokenizer": "bytes"},
+                     {"id": "c", "prompt": "x"}]}
+    a, b, c = load_cases(write(tmp_path, doc))
+    assert a.params.stop == ("\n", "return") and a.params.include_stop_str_in_output
+    assert a.params.tokenizer == "bytes"  # the default tokenizer decodes the rows
+    assert b.params.stop == ("\n\n",)
+    assert c.params.stop == () and c.params.tokenizer is None and "tokenizer" not in c.to_dict()["params"]
+    again = parse_cases([{"id": "a", "prompt_ids": list(a.prompt_ids), **a.to_dict()["params"]}])[0]
+    assert again.params == a.params
+    back = parse_cases(cases_document([a, b, c]))
+    assert [(x.case_id, x.prompt_ids, x.params) for x in back] == [(x.case_id, x.prompt_ids, x.params) for x in (a, b, c)]
+
+
+def test_a_stop_case_on_a_tokenizer_file_stores_its_absolute_path(tmp_path):
+    from speceq.models.bpe import BPE_TARGET_DIR
+
+    (c,) = parse_cases([{"id": "p", "prompt": "x", "stop": ["\n"], "tokenizer": str(BPE_TARGET_DIR)}],
+                       base_dir=tmp_path)
+    assert c.params.tokenizer == str((BPE_TARGET_DIR / "tokenizer.json").resolve())
+
+
+def test_stop_without_a_tokenizer_is_refused():
+    with pytest.raises(ConfigError, match="stop strings are matched on each row's decoded text, so the case needs "
+                                          "a tokenizer") as e:
+        SamplingParams(stop=("x",))
+    assert e.value.where == "stop"  # a cases file always names a tokenizer (default 'bytes'): see above
+
+
+def test_a_stop_case_decoded_with_the_byte_tokenizer_is_refused_on_a_larger_vocabulary():
+    (c,) = parse_cases([{"id": "bpe-ids", "prompt_ids": [1, 2], "stop": ["\n"]}])
+    c.check_vocab(VOCAB_SIZE)
+    with pytest.raises(ConfigError, match="decoded with the byte tokenizer .* vocabulary has 32000") as e:
+        c.check_vocab(32000)
+    assert e.value.where == "case 'bpe-ids'.tokenizer"
+    parse_cases([{"id": "no-stop", "prompt_ids": [1, 2]}])[0].check_vocab(32000)
+
+
+def test_stop_from_marker_keywords_takes_a_tuple_too():
+    (c,) = parse_cases([{"id": "m", "prompt_ids": [1], "stop": ("\n", "##"), "seed": 5}],
+                       source="test_x.py::t: speceq_case marker")
+    assert c.params.stop == ("\n", "##") and c.params.seed == 5

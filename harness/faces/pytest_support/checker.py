@@ -241,13 +241,16 @@ class EquivalenceChecker:
 
     def repeatability(self, case: CaseLike, *, role: str = "candidate", samples: int | None = None,
                       seed: int | None = None, engine: str | Engine | None = None) -> Repeatability:
-        """Sample ``case`` twice with one seed and report (as information) whether the rows repeat."""
+        """Sample ``case`` twice with one seed (``seed``, else the case's own ``seed``, else the run's) and report
+        (as information) whether the rows repeat."""
         __tracebackhide__ = True
         (c,) = self._cases(case)
         eng = self.engine(role, engine)
         n = self.samples if samples is None else samples
-        request = SampleRequest(prompts=tuple(tuple(p) for p in c.prompts), params=c.params, n=n,
-                                seed=self.settings.seed if seed is None else seed, batch_size=c.batch_size)
+        if seed is None:
+            seed = self.settings.seed if c.params.seed is None else c.params.seed
+        request = SampleRequest(prompts=tuple(tuple(p) for p in c.prompts), params=c.params, n=n, seed=seed,
+                                batch_size=c.batch_size)
         rep = repeatability(eng, request, case_id=c.case_id)
         self.note(rep.summary())
         return rep

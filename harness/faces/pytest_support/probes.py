@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
+from speceq.engines.base import Engine, SampleBatch, SampleRequest, check_sampling_support, validate_batch
 from speceq.engines.function import prompt_seed
 from speceq.errors import ConfigError
 
@@ -89,7 +89,12 @@ class Repeatability:
 
 
 def repeatability(engine: Engine, request: SampleRequest, *, case_id: str) -> Repeatability:
-    """Sample ``request`` twice and compare the rows token for token (lengths included)."""
+    """Sample ``request`` twice and compare the rows token for token (lengths included).
+
+    A request whose parameters set a field ``engine`` does not declare (``seed`` among them) is refused
+    first (ConfigError naming the case, the field and the engine).
+    """
+    check_sampling_support(engine, request.params, case_id)
     first = engine.sample(request)
     validate_batch(first, request, engine, case_id=case_id)
     second = engine.sample(request)

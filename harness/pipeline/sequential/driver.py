@@ -50,7 +50,7 @@ from speceq.verdicts.sequential import SequentialDecision, apply_sequential, dec
 SCHEDULE = "sequential-doubling-v1"
 STORE_SUBDIR = "sequential"
 #: How look-slice seeds derive from the run seed (recorded in provenance).
-SEED_DERIVATION = "speceq.pipeline.plan.chunk_seed(run_seed, role, case_id, look slice)"
+SEED_DERIVATION = "speceq.pipeline.plan.chunk_seed(case seed or run_seed, role, case_id, look slice)"
 
 
 def look_totals(samples: int) -> tuple[int, ...]:

@@ -1,0 +1,34 @@
+"""The examples of docs/how-to/test-your-engine.md#stop-strings and #per-case-seeds run and print what their
+comments say."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import textwrap
+
+import pytest
+from docs_support import REPO
+
+PAGE = REPO / "docs" / "how-to" / "test-your-engine.md"
+
+
+def section_block(title: str) -> str:
+    section = PAGE.read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)^\s*```", section, flags=re.S | re.M)
+    assert len(blocks) == 1, f"the section {title!r} has one Python example"
+    return textwrap.dedent(blocks[0])
+
+
+@pytest.mark.parametrize(("title", "prints"), [("Stop strings", 4), ("Per-case seeds", 2)])
+def test_the_example_prints_what_its_comments_say(tmp_path, monkeypatch, title: str, prints: int) -> None:
+    monkeypatch.chdir(tmp_path)
+    block = section_block(title)
+    expected = [m.group(1).strip() for line in block.splitlines()
+                if line.lstrip().startswith("print(") and (m := re.search(r"\)\s*#\s*(.+)$", line))]
+    assert len(expected) == prints
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, str(PAGE), "exec"), {})
+    assert out.getvalue().split("\n")[: len(expected)] == expected
