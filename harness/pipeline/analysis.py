@@ -431,7 +431,7 @@ def declared_numerics(description: Mapping[str, Any]) -> tuple[str, str] | None:
 
 @dataclass(frozen=True, slots=True)
 class NumericsMargin:
-    """The numerics margin of the support comparison of a run, and why.
+    """The numerics margin of the support comparison and the row scores of a run, and why.
 
     nats: 0 (the exact rule: every token of oracle probability 0 is support evidence) unless the
     engines declare different numerics (dtype or device of the target), then the run's support
@@ -465,7 +465,8 @@ def boundary_note(found: stats.OracleComparisons, numerics: NumericsMargin) -> s
     return (f"numerics boundary: {found.candidate_boundary_rows} of {sup.candidate_rows} candidate rows and "
             f"{found.baseline_boundary_rows} of {sup.baseline_rows} baseline rows hold a token of oracle probability 0 "
             f"that a law within {margin} logit error admits (the engines declare different numerics: "
-            f"{numerics.words()}); read as numerics at a processing cut, not as a hard failure")
+            f"{numerics.words()}); read as numerics at a processing cut, not as a hard failure, and scored 0 in the "
+            f"row-score comparisons")
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
@@ -473,8 +474,8 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
                   support_margin_nats: float, numerics: NumericsMargin = NumericsMargin()) -> OracleFindings:
     """Both engines scored by the same oracle: the comparisons (primary), then the one-sample diagnostics.
 
-    numerics: the margin of the support comparison (boundary tokens inside it are numerics
-    evidence, not flagged; :mod:`speceq.stats.oracle_rows`).
+    numerics: the margin of the support comparison and the row scores (boundary tokens inside it are
+    numerics evidence: not flagged, scored 0; :mod:`speceq.stats.oracle_rows`).
     """
     params = case.params
     base_scores = oracle.score(case.prompts, base, params)
@@ -734,8 +735,8 @@ def analyse_run(
     ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
     greedy near-tie threshold (top-2 margin, nats). ``support_margin_nats``: the numerics margin
     of the support hard failure (:func:`robust_support_failures`; 0: exact oracle), and, when the
-    engines declare different numerics (:class:`NumericsMargin`), of the support comparison too:
-    a boundary token inside it is numerics evidence, not a hard failure. ``certificate``: what an ``equivalent`` verdict
+    engines declare different numerics (:class:`NumericsMargin`), of the support comparison and the
+    row scores too: a boundary token inside it is numerics evidence, not a hard failure. ``certificate``: what an ``equivalent`` verdict
     rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). Monte Carlo p-values are sized to
     the first Holm step of a case test (alpha / planned primary tests, or the cases' weighted share
     when pooled tests are planned: :func:`speceq.verdicts.decide.first_step_levels`).

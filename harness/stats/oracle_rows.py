@@ -42,9 +42,12 @@ past the float32 nucleus edge, which the float32 oracle gives probability 0. Suc
 token* (probability 0, yet inside the support of some law within the margin:
 :func:`speceq.stats.support_margin.boundary_tokens`) is evidence of the numerics, not of a bug.
 So with a margin a row is flagged in the support comparison only for a token outside the
-support by more than the margin: a function of the row alone, applied alike to both engines'
-rows, so the comparison stays exact under H0. Margin 0 (the default) is the exact rule: every
-probability-0 token flags its row.
+support by more than the margin, and every row score counts a boundary token as 0, the score's
+expectation under the oracle's law (each score is centred), instead of the extreme value its
+probability 0 gives it (the draft ratio's cap 10, the log-likelihood's floor -10). Both are
+functions of a row alone, applied alike to both engines' rows, so every comparison stays exact
+under H0. Margin 0 (the default) is the exact rule: every probability-0 token flags its row and
+is scored as it is.
 """
 
 from __future__ import annotations
@@ -92,9 +95,14 @@ def _margin_iv(margin_nats: object) -> float:
     return float(margin_nats)
 
 
-def token_scores(scores: TokenScores) -> dict[str, np.ndarray]:
-    """Per-token values of every comparison the scores support (name -> float64 array)."""
+def token_scores(scores: TokenScores, margin_nats: float = 0.0) -> dict[str, np.ndarray]:
+    """Per-token values of every comparison the scores support (name -> float64 array).
+
+    margin_nats > 0: the boundary tokens at that margin (module docstring) score 0 in every
+    comparison; 0: every token is scored as it is.
+    """
     s = scores
+    neutral = boundary_tokens(s, _margin_iv(margin_nats))
     prob = np.asarray(s.prob, dtype=np.float64)
     width = prob if s.pit_mass is None else np.asarray(s.pit_mass, dtype=np.float64)
     out = {
@@ -111,13 +119,16 @@ def token_scores(scores: TokenScores) -> dict[str, np.ndarray]:
         with np.errstate(invalid="ignore"):
             llr = np.clip(np.nan_to_num(np.asarray(s.draft_llr, dtype=np.float64), nan=0.0), -LLR_CLIP, LLR_CLIP)
         out["draft log-ratio"] = llr - np.clip(np.asarray(s.draft_llr_mean, dtype=np.float64), -LLR_CLIP, LLR_CLIP)
-    return {k: out[k] for k in COMPARISONS if k in out}
+    return {k: np.where(neutral, 0.0, out[k]) for k in COMPARISONS if k in out}
 
 
-def row_scores(scores: TokenScores, n_rows: int) -> dict[str, np.ndarray]:
-    """Per-row sums of every token score (name -> ``[n_rows]``); rows without tokens score 0."""
+def row_scores(scores: TokenScores, n_rows: int, margin_nats: float = 0.0) -> dict[str, np.ndarray]:
+    """Per-row sums of every token score (name -> ``[n_rows]``); rows without tokens score 0.
+
+    margin_nats: as in :func:`token_scores` (boundary tokens score 0).
+    """
     s, n = _scores_iv(scores, n_rows, "scores")
-    return {k: row_sums(v, np.asarray(s.row), n) for k, v in token_scores(s).items()}
+    return {k: row_sums(v, np.asarray(s.row), n) for k, v in token_scores(s, margin_nats).items()}
 
 
 def impossible_rows(scores: TokenScores, n_rows: int, margin_nats: float = 0.0) -> np.ndarray:
@@ -152,8 +163,8 @@ class OracleComparisons(_Result):
     differences: per row score, the pair differences candidate - baseline the tests were built
     from (within each prompt, collection order): what :func:`speceq.stats.pooled_comparison`
     pools over the cases of a run. margin_nats: the numerics margin the support flags and the
-    flags were built with; baseline_boundary_rows / candidate_boundary_rows: rows holding a
-    boundary token at that margin (not flagged; both 0 at margin 0).
+    scores were built with; baseline_boundary_rows / candidate_boundary_rows: rows holding a
+    boundary token at that margin (scored 0, not flagged; both 0 at margin 0).
     """
 
     tests: tuple[ComparisonResult, ...]
@@ -180,7 +191,7 @@ def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, ca
     p-values are compared at). margin_nats: the engines' numerics margin (module docstring; 0: exact).
     """
     bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
-    wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
+    wb, wc = row_scores(baseline, bp.size, margin_nats), row_scores(candidate, cp.size, margin_nats)
     ib, ic = pair_rows_by_prompt(bp, cp)
     names = [k for k in COMPARISONS if k in wb and k in wc]
     if rng is not None and ib.size < PERMUTATION_MAX_PAIRS:
@@ -228,7 +239,7 @@ def sequential_oracle_comparisons(baseline: TokenScores, baseline_prompt: np.nda
     the engines' numerics margin, as in :func:`compare_oracle_scores`.
     """
     bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
-    wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
+    wb, wc = row_scores(baseline, bp.size, margin_nats), row_scores(candidate, cp.size, margin_nats)
     ib, ic = pair_rows_by_prompt(bp, cp)
     later = np.maximum(ib, ic)
     tests, rows = [], []
