@@ -23,6 +23,12 @@ SUPPORT_MARGIN_NATS: the numerics margin Delta of the support hard failure on th
     :mod:`speceq.stats.support_margin`) excludes it under the case's processing. 0 means an
     exact oracle (any token of oracle probability 0). Chosen from measured spreads of bf16 /
     fp16 logits against float32 (``benchmarks/logit_spread.py``, docs/measurements/numerics.md).
+    When the engines declare different numerics (the target's dtype or device, e.g. a bf16
+    candidate against a float32 baseline), the same margin also applies to the two-sample support
+    comparison: a token of oracle probability 0 that a law within the margin admits (a top-p /
+    top-k edge moved by the numerics) is boundary evidence, counted in a note, not a flagged row
+    (:class:`speceq.pipeline.analysis.NumericsMargin`); with equal numerics the comparison keeps the
+    exact rule.
 DEFAULT_CHUNK_TIMEOUT_S: seconds one chunk may take to sample before the run stops with an engine
     error naming the engine, case and slice (``--chunk-timeout``; serial and local worker-process
     collection). None: no limit, since a chunk's time depends on the engine and the chunk size.

@@ -349,11 +349,13 @@ def _prefix(case: Case, batch: SampleBatch, row: int, position: int) -> tuple[in
 
 
 def _impossible_tokens(case: Case, batch: SampleBatch, scores: stats.TokenScores,
-                       tok: TokenLabels) -> list[HardFailure]:
-    """Up to 5 tokens of probability 0 under the oracle, with their prefixes."""
-    sup = stats.support_violations(scores)
+                       tok: TokenLabels, margin_nats: float = 0.0) -> list[HardFailure]:
+    """Up to 5 tokens outside the oracle's support at ``margin_nats`` (0: of probability 0), with their prefixes."""
+    outside = stats.outside_margin(scores, margin_nats)
+    if outside is None:  # the oracle cannot bound the support: probability 0
+        outside = np.asarray(scores.prob) <= 0
     out = []
-    for idx in sup.indices[:5]:
+    for idx in np.flatnonzero(outside)[:5]:
         r, t = int(scores.row[idx]), int(scores.position[idx])
         out.append(HardFailure(kind=FailureKind.ZERO_PROBABILITY, prompt=int(batch.prompt_index[r]), position=t,
                                token=int(scores.token[idx]), prefix=_prefix(case, batch, r, t),
@@ -417,22 +419,81 @@ def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.Toke
     return failure_lines(failures)
 
 
+def declared_numerics(description: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(dtype, device) of the target model an engine samples from, as its ``describe()`` declares it.
+
+    The built-in engines declare it under ``model`` (:func:`speceq.models.hf_utils.describe_model`), the
+    transformers engines at the top level; None: the engine declares no dtype (a server, a function).
+    """
+    for src in (description.get("model"), description):
+        if isinstance(src, Mapping) and isinstance(src.get("dtype"), str):
+            return str(src["dtype"]), str(src.get("device") or "")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class NumericsMargin:
+    """The numerics margin of the support comparison and the row scores of a run, and why.
+
+    nats: 0 (the exact rule: every token of oracle probability 0 is support evidence) unless the
+    engines declare different numerics (dtype or device of the target), then the run's support
+    margin (:data:`speceq.core.defaults.SUPPORT_MARGIN_NATS_BY_WORLD`; inf: only tokens of logit
+    -inf). An engine that declares none is taken to share the other's (the exact rule, as before).
+    """
+
+    nats: float = 0.0
+    baseline: tuple[str, str] | None = None
+    candidate: tuple[str, str] | None = None
+
+    @staticmethod
+    def of(engines: Mapping[str, Any], support_margin_nats: float) -> NumericsMargin:
+        b, c = (declared_numerics(engines.get(r) or {}) for r in ("baseline", "candidate"))
+        differ = b is not None and c is not None and b != c
+        return NumericsMargin(nats=float(support_margin_nats) if differ else 0.0, baseline=b, candidate=c)
+
+    def words(self) -> str:
+        """e.g. ``baseline float32 on cpu, candidate bfloat16 on cpu``."""
+        def one(role: str, n: tuple[str, str] | None) -> str:
+            return f"{role} {n[0]}" + (f" on {n[1]}" if n and n[1] else "") if n else f"{role} undeclared"
+        return f"{one('baseline', self.baseline)}, {one('candidate', self.candidate)}"
+
+
+def boundary_note(found: stats.OracleComparisons, numerics: NumericsMargin) -> str | None:
+    """The boundary evidence of a case in words (None: no boundary token at the run's margin)."""
+    if not (found.candidate_boundary_rows or found.baseline_boundary_rows):
+        return None
+    sup = found.support
+    margin = "any finite" if numerics.nats == float("inf") else f"{numerics.nats:g} nats of"
+    return (f"numerics boundary: {found.candidate_boundary_rows} of {sup.candidate_rows} candidate rows and "
+            f"{found.baseline_boundary_rows} of {sup.baseline_rows} baseline rows hold a token of oracle probability 0 "
+            f"that a law within {margin} logit error admits (the engines declare different numerics: "
+            f"{numerics.words()}); read as numerics at a processing cut, not as a hard failure, and scored 0 in the "
+            f"row-score comparisons")
+
+
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
                   tok: TokenLabels, first_probs: np.ndarray | None, *, alpha: float, mc_level: float,
-                  support_margin_nats: float) -> OracleFindings:
-    """Both engines scored by the same oracle: the comparisons (primary), then the one-sample diagnostics."""
+                  support_margin_nats: float, numerics: NumericsMargin = NumericsMargin()) -> OracleFindings:
+    """Both engines scored by the same oracle: the comparisons (primary), then the one-sample diagnostics.
+
+    numerics: the margin of the support comparison and the row scores (boundary tokens inside it are
+    numerics evidence: not flagged, scored 0; :mod:`speceq.stats.oracle_rows`).
+    """
     params = case.params
     base_scores = oracle.score(case.prompts, base, params)
     scores = oracle.score(case.prompts, cand, params)
     found = stats.compare_oracle_scores(base_scores, np.asarray(base.prompt_index), scores, np.asarray(cand.prompt_index),
-                                        rng=rng, level=mc_level)
+                                        rng=rng, level=mc_level, margin_nats=numerics.nats)
     tests = [_outcome(t.name, "oracle comparison", True, t, TestKind(t.name)) for t in found.tests]
     sup = found.support
     tests.append(_outcome("support comparison", "oracle comparison", True, sup, TestKind.SUPPORT_COMPARISON))
     failures, notes = robust_support_failures(case, base, base_scores, cand, scores, tok, support_margin_nats)
+    boundary = boundary_note(found, numerics)
+    if boundary is not None:
+        notes.append(boundary)
     if not failures and sup.baseline_clean and sup.candidate_flagged and sup.pvalue <= mc_level:
         # impossible tokens only in the candidate, significantly more than chance at the first Holm step
-        failures = _impossible_tokens(case, cand, scores, tok)
+        failures = _impossible_tokens(case, cand, scores, tok, numerics.nats)
         if failures:
             failures[0] = dataclasses.replace(failures[0], rows_flagged=sup.candidate_flagged,
                                               rows_total=sup.candidate_rows, baseline_rows=sup.baseline_rows,
@@ -470,8 +531,9 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         notes.append(baseline_zero_probability_note(base_sup.statistic, _impossible_tokens(case, base, base_scores, tok)[0]))
     bins = ()
     if sup.pvalue <= alpha:  # the support comparison may decide: its counts are its picture
-        bins = (TestBins(test="support comparison", labels=("rows with a token of oracle probability 0",
-                                                             "rows without"),
+        flagged = ("rows with a token of oracle probability 0" if numerics.nats == 0 else
+                   f"rows with a token outside the support by more than {numerics.nats:g} nats")
+        bins = (TestBins(test="support comparison", labels=(flagged, "rows without"),
                          baseline_counts=(sup.baseline_flagged, sup.baseline_rows - sup.baseline_flagged),
                          candidate_counts=(sup.candidate_flagged, sup.candidate_rows - sup.candidate_flagged),
                          n_baseline=sup.baseline_rows, n_candidate=sup.candidate_rows),)
@@ -582,8 +644,9 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: TokenLabels)
 
 
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
-                  seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float,
-                  support_margin_nats: float) -> tuple[CaseEvidence, CaseDetails, Mapping[str, np.ndarray] | None]:
+                  seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float, support_margin_nats: float,
+                  numerics: NumericsMargin = NumericsMargin(),
+                  ) -> tuple[CaseEvidence, CaseDetails, Mapping[str, np.ndarray] | None]:
     """One case's evidence, what its result shows, and its pair differences per row score (None: no oracle scores)."""
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
     n_cand = int((np.asarray(cand.prompt_index) == 0).sum())
@@ -616,7 +679,8 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         else:
             notes.append(TOP_K_ORACLE_NOTE)
         found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
-                              alpha=alpha, mc_level=mc_level, support_margin_nats=support_margin_nats)
+                              alpha=alpha, mc_level=mc_level, support_margin_nats=support_margin_nats,
+                              numerics=numerics)
         tests += found.tests
         failures = found.support_failures
         notes += found.notes
@@ -674,12 +738,15 @@ def analyse_run(
     ``oracle``: any :class:`speceq.oracles.protocol.Oracle`, or None for black-box mode.
     ``engines``: {"baseline": describe(), "candidate": describe()}. ``near_tie_nats``: the
     greedy near-tie threshold (top-2 margin, nats). ``support_margin_nats``: the numerics margin
-    of the support hard failure (:func:`robust_support_failures`; 0: exact oracle). ``certificate``: what an ``equivalent`` verdict
+    of the support hard failure (:func:`robust_support_failures`; 0: exact oracle), and, when the
+    engines declare different numerics (:class:`NumericsMargin`), of the support comparison and the
+    row scores too: a boundary token inside it is numerics evidence, not a hard failure. ``certificate``: what an ``equivalent`` verdict
     rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). Monte Carlo p-values are sized to
     the first Holm step of a case test (alpha / planned primary tests, or the cases' weighted share
     when pooled tests are planned: :func:`speceq.verdicts.decide.first_step_levels`).
     """
     tok = TokenLabels(oracle.vocab_size if oracle is not None else BYTE_VOCAB_SIZE)  # black-box: bytes when the ids fit
+    numerics = NumericsMargin.of(engines, support_margin_nats)
     planned = sum(planned_primary_tests(c, oracle=oracle is not None) for c in cases)
     mc_level = first_step_levels(alpha, planned, planned_pooled_tests(cases, oracle=oracle is not None))[0]
     evidence: list[CaseEvidence] = []
@@ -693,7 +760,7 @@ def analyse_run(
     for case in iterator:
         ev, d, diff = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
                                     seed=seed, tok=_case_labels(tok, case), mc_level=mc_level, near_tie_nats=near_tie_nats,
-                                    support_margin_nats=support_margin_nats)
+                                    support_margin_nats=support_margin_nats, numerics=numerics)
         evidence.append(ev)
         details.append(d)
         if diff is not None:

@@ -55,6 +55,7 @@ from speceq.stats.oracle_rows import (
     COMPARISONS,
     OracleComparisons,
     SequentialComparisons,
+    boundary_rows,
     compare_oracle_scores,
     impossible_rows,
     row_scores,
@@ -90,7 +91,7 @@ from speceq.stats.sample_size import (
 )
 from speceq.stats.scores import TokenScores
 from speceq.stats.sequence import cramervonmises_2samp_permutation, ks_2samp_jittered
-from speceq.stats.support_margin import TAIL_NATS, exclusion_margins, outside_margin
+from speceq.stats.support_margin import TAIL_NATS, boundary_tokens, exclusion_margins, outside_margin
 from speceq.stats.tv import (
     tv_distance,
     tv_to_oracle,
@@ -104,11 +105,11 @@ __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
     "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "pooled_comparison", "row_sums", "support_comparison",
-    "COMPARISONS", "OracleComparisons", "SequentialComparisons", "compare_oracle_scores", "impossible_rows", "row_scores",
+    "COMPARISONS", "OracleComparisons", "SequentialComparisons", "boundary_rows", "compare_oracle_scores", "impossible_rows", "row_scores",
     "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",
-    "TAIL_NATS", "exclusion_margins", "outside_margin",
+    "TAIL_NATS", "boundary_tokens", "exclusion_margins", "outside_margin",
     "benjamini_hochberg", "holm",
     "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",
     "PITLawBound", "PITLawPosition", "pit_law_bound", "required_n_pit_law",

@@ -32,8 +32,22 @@ comparisons' power table) among bounded and unbounded candidates:
     p <= 1e-3): resample-from-target at 100 rows 0.70 (log-ratio) against 0.30 (ratio); the
     10 % mixture at 500 rows 0.40 (log-ratio) against 0.70 (ratio). So both are run.
 
-Support: rows holding a token of probability 0 under the oracle, compared exactly
+Support: rows holding a token outside the oracle's processed support, compared exactly
 (:func:`speceq.stats.comparison.support_comparison`).
+
+The numerics margin (``margin_nats``, raw-logit nats; :mod:`speceq.stats.support_margin`). When
+the engines declare different numerics (a bf16 candidate against a float32 baseline), their laws
+differ a little where a processing cut (top-k, top-p) falls: the bf16 engine emits tokens just
+past the float32 nucleus edge, which the float32 oracle gives probability 0. Such a *boundary
+token* (probability 0, yet inside the support of some law within the margin:
+:func:`speceq.stats.support_margin.boundary_tokens`) is evidence of the numerics, not of a bug.
+So with a margin a row is flagged in the support comparison only for a token outside the
+support by more than the margin, and every row score counts a boundary token as 0, the score's
+expectation under the oracle's law (each score is centred), instead of the extreme value its
+probability 0 gives it (the draft ratio's cap 10, the log-likelihood's floor -10). Both are
+functions of a row alone, applied alike to both engines' rows, so every comparison stays exact
+under H0. Margin 0 (the default) is the exact rule: every probability-0 token flags its row and
+is scored as it is.
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ from speceq.stats.comparison import (
 from speceq.stats.results import ComparisonResult, SupportComparisonResult, _Result
 from speceq.stats.scores import TokenScores
 from speceq.stats.sequential import EProcessResult, paired_sign_eprocess
+from speceq.stats.support_margin import boundary_tokens, outside_margin
 
 #: Lower winsorising point of the log-likelihood score, in nats below E_p log p.
 LOGP_FLOOR = 10.0
@@ -74,9 +89,20 @@ def _scores_iv(scores: object, n_rows: object, label: str) -> tuple[TokenScores,
     return scores, int(n_rows)
 
 
-def token_scores(scores: TokenScores) -> dict[str, np.ndarray]:
-    """Per-token values of every comparison the scores support (name -> float64 array)."""
+def _margin_iv(margin_nats: object) -> float:
+    if isinstance(margin_nats, bool) or not isinstance(margin_nats, (int, float)) or not 0 <= margin_nats <= np.inf:
+        raise ValueError(f"`margin_nats` must be a number of nats >= 0 (inf allowed), got {margin_nats!r}")
+    return float(margin_nats)
+
+
+def token_scores(scores: TokenScores, margin_nats: float = 0.0) -> dict[str, np.ndarray]:
+    """Per-token values of every comparison the scores support (name -> float64 array).
+
+    margin_nats > 0: the boundary tokens at that margin (module docstring) score 0 in every
+    comparison; 0: every token is scored as it is.
+    """
     s = scores
+    neutral = boundary_tokens(s, _margin_iv(margin_nats))
     prob = np.asarray(s.prob, dtype=np.float64)
     width = prob if s.pit_mass is None else np.asarray(s.pit_mass, dtype=np.float64)
     out = {
@@ -93,20 +119,40 @@ def token_scores(scores: TokenScores) -> dict[str, np.ndarray]:
         with np.errstate(invalid="ignore"):
             llr = np.clip(np.nan_to_num(np.asarray(s.draft_llr, dtype=np.float64), nan=0.0), -LLR_CLIP, LLR_CLIP)
         out["draft log-ratio"] = llr - np.clip(np.asarray(s.draft_llr_mean, dtype=np.float64), -LLR_CLIP, LLR_CLIP)
-    return {k: out[k] for k in COMPARISONS if k in out}
+    return {k: np.where(neutral, 0.0, out[k]) for k in COMPARISONS if k in out}
 
 
-def row_scores(scores: TokenScores, n_rows: int) -> dict[str, np.ndarray]:
-    """Per-row sums of every token score (name -> ``[n_rows]``); rows without tokens score 0."""
+def row_scores(scores: TokenScores, n_rows: int, margin_nats: float = 0.0) -> dict[str, np.ndarray]:
+    """Per-row sums of every token score (name -> ``[n_rows]``); rows without tokens score 0.
+
+    margin_nats: as in :func:`token_scores` (boundary tokens score 0).
+    """
     s, n = _scores_iv(scores, n_rows, "scores")
-    return {k: row_sums(v, np.asarray(s.row), n) for k, v in token_scores(s).items()}
+    return {k: row_sums(v, np.asarray(s.row), n) for k, v in token_scores(s, margin_nats).items()}
 
 
-def impossible_rows(scores: TokenScores, n_rows: int) -> np.ndarray:
-    """Per row: does it hold a token of probability 0 under the oracle? (bool ``[n_rows]``)."""
+def impossible_rows(scores: TokenScores, n_rows: int, margin_nats: float = 0.0) -> np.ndarray:
+    """Per row: does it hold a token outside the oracle's support? (bool ``[n_rows]``).
+
+    margin_nats 0: a token of probability 0 under the oracle; > 0: a token outside the support of
+    every law within the margin (:func:`speceq.stats.support_margin.outside_margin`; inf: a token
+    of logit -inf). An oracle that cannot bound the support (no exclusion margins) falls back
+    to probability 0.
+    """
+    s, n = _scores_iv(scores, n_rows, "scores")
+    outside = outside_margin(s, _margin_iv(margin_nats))
+    if outside is None:
+        outside = np.asarray(s.prob) <= 0
+    flags = np.zeros(n, dtype=bool)
+    flags[np.asarray(s.row)[outside]] = True
+    return flags
+
+
+def boundary_rows(scores: TokenScores, n_rows: int, margin_nats: float) -> np.ndarray:
+    """Per row: does it hold a boundary token at ``margin_nats`` (probability 0, inside the margin)?"""
     s, n = _scores_iv(scores, n_rows, "scores")
     flags = np.zeros(n, dtype=bool)
-    flags[np.asarray(s.row)[np.asarray(s.prob) <= 0]] = True
+    flags[np.asarray(s.row)[boundary_tokens(s, _margin_iv(margin_nats))]] = True
     return flags
 
 
@@ -116,12 +162,17 @@ class OracleComparisons(_Result):
 
     differences: per row score, the pair differences candidate - baseline the tests were built
     from (within each prompt, collection order): what :func:`speceq.stats.pooled_comparison`
-    pools over the cases of a run.
+    pools over the cases of a run. margin_nats: the numerics margin the support flags and the
+    scores were built with; baseline_boundary_rows / candidate_boundary_rows: rows holding a
+    boundary token at that margin (scored 0, not flagged; both 0 at margin 0).
     """
 
     tests: tuple[ComparisonResult, ...]
     support: SupportComparisonResult
     differences: Mapping[str, np.ndarray] = field(default_factory=dict)
+    margin_nats: float = 0.0
+    baseline_boundary_rows: int = 0
+    candidate_boundary_rows: int = 0
 
     def summary(self) -> str:
         parts = "; ".join(f"{t.name} p={t.pvalue:.3g}" for t in self.tests)
@@ -130,17 +181,17 @@ class OracleComparisons(_Result):
 
 def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, candidate: TokenScores,
                           candidate_prompt: np.ndarray, *, rng: np.random.Generator | None = None,
-                          level: float = 1e-3) -> OracleComparisons:
+                          level: float = 1e-3, margin_nats: float = 0.0) -> OracleComparisons:
     """Score both engines' rows and compare them: every row score present in both, and the support.
 
     baseline_prompt / candidate_prompt: the prompt index of every row of each batch (its length
     is the batch's row count); rows are paired within each prompt in collection order. With
     fewer than PERMUTATION_MAX_PAIRS pairs (and an ``rng``) the stratified permutation test
     replaces the paired sign-flip test, its Monte Carlo sized to ``level`` (the level the
-    p-values are compared at).
+    p-values are compared at). margin_nats: the engines' numerics margin (module docstring; 0: exact).
     """
     bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
-    wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
+    wb, wc = row_scores(baseline, bp.size, margin_nats), row_scores(candidate, cp.size, margin_nats)
     ib, ic = pair_rows_by_prompt(bp, cp)
     names = [k for k in COMPARISONS if k in wb and k in wc]
     if rng is not None and ib.size < PERMUTATION_MAX_PAIRS:
@@ -148,9 +199,13 @@ def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, ca
                                              baseline_strata=bp, candidate_strata=cp) for k in names)
     else:
         tests = tuple(paired_comparison(wb[k][ib], wc[k][ic], name=f"{k} comparison") for k in names)
-    support = support_comparison(impossible_rows(baseline, bp.size), impossible_rows(candidate, cp.size),
+    support = support_comparison(impossible_rows(baseline, bp.size, margin_nats),
+                                 impossible_rows(candidate, cp.size, margin_nats),
                                  baseline_strata=bp, candidate_strata=cp)
-    return OracleComparisons(tests=tests, support=support, differences={k: wc[k][ic] - wb[k][ib] for k in names})
+    return OracleComparisons(tests=tests, support=support, differences={k: wc[k][ic] - wb[k][ib] for k in names},
+                             margin_nats=float(margin_nats),
+                             baseline_boundary_rows=int(boundary_rows(baseline, bp.size, margin_nats).sum()),
+                             candidate_boundary_rows=int(boundary_rows(candidate, cp.size, margin_nats).sum()))
 
 
 #: Name of the support comparison in sequential mode.
@@ -174,15 +229,17 @@ class SequentialComparisons(_Result):
 
 
 def sequential_oracle_comparisons(baseline: TokenScores, baseline_prompt: np.ndarray, candidate: TokenScores,
-                                  candidate_prompt: np.ndarray, *, level: float) -> SequentialComparisons:
+                                  candidate_prompt: np.ndarray, *, level: float,
+                                  margin_nats: float = 0.0) -> SequentialComparisons:
     """Paired sign e-processes of every row score and of the impossible-row flags, pairs in collection order.
 
     Valid at every look (the look schedule may depend on the data so far) whatever the oracle's
     error: under H0 the sign of each pair difference is a fair coin given the magnitudes.
-    level: the share of alpha of each e-process (it rejects once E >= 1 / level).
+    level: the share of alpha of each e-process (it rejects once E >= 1 / level). margin_nats:
+    the engines' numerics margin, as in :func:`compare_oracle_scores`.
     """
     bp, cp = np.asarray(baseline_prompt), np.asarray(candidate_prompt)
-    wb, wc = row_scores(baseline, bp.size), row_scores(candidate, cp.size)
+    wb, wc = row_scores(baseline, bp.size, margin_nats), row_scores(candidate, cp.size, margin_nats)
     ib, ic = pair_rows_by_prompt(bp, cp)
     later = np.maximum(ib, ic)
     tests, rows = [], []
@@ -195,6 +252,6 @@ def sequential_oracle_comparisons(baseline: TokenScores, baseline_prompt: np.nda
     for k in COMPARISONS:
         if k in wb and k in wc:
             add(f"seq {k} comparison", wb[k][ib], wc[k][ic])
-    add(f"seq {SUPPORT_NAME}", impossible_rows(baseline, bp.size)[ib].astype(np.float64),
-        impossible_rows(candidate, cp.size)[ic].astype(np.float64))
+    add(f"seq {SUPPORT_NAME}", impossible_rows(baseline, bp.size, margin_nats)[ib].astype(np.float64),
+        impossible_rows(candidate, cp.size, margin_nats)[ic].astype(np.float64))
     return SequentialComparisons(tests=tuple(tests), crossing_rows=tuple(rows))

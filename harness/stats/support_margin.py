@@ -132,16 +132,34 @@ def outside_margin(scores: TokenScores, margin_nats: float) -> np.ndarray | None
     """Per token: is it outside the processed support by more than ``margin_nats``? (None: not computable).
 
     margin_nats > 0: Delta*(x) > margin_nats (no law within the margin emits it). 0: the
-    exact-oracle rule, oracle probability 0. None when the oracle gives no exclusion margins
+    exact-oracle rule, oracle probability 0. inf: Delta*(x) = inf, a token no finite logit
+    error admits (its logit is -inf: EOS under ``ignore_eos``), the only tokens outside the
+    support under numerics of unknown size. None when the oracle gives no exclusion margins
     (a server's top-K log-probabilities cannot bound what lies outside them).
     """
-    if isinstance(margin_nats, bool) or not isinstance(margin_nats, (int, float)) or not 0 <= margin_nats < np.inf:
-        raise ValueError(f"`margin_nats` must be a finite number of nats >= 0, got {margin_nats!r}")
+    if isinstance(margin_nats, bool) or not isinstance(margin_nats, (int, float)) or not 0 <= margin_nats <= np.inf:
+        raise ValueError(f"`margin_nats` must be a number of nats >= 0 (inf allowed), got {margin_nats!r}")
     if scores.exclusion_margin is None:
         return None
     if margin_nats == 0:
         return np.asarray(scores.prob) <= 0
+    if margin_nats == np.inf:
+        return np.asarray(scores.exclusion_margin) == np.inf
     return np.asarray(scores.exclusion_margin) > margin_nats
 
 
-__all__ = ["TAIL_NATS", "exclusion_margins", "outside_margin"]
+def boundary_tokens(scores: TokenScores, margin_nats: float) -> np.ndarray:
+    """Per token: oracle probability 0, yet inside the support of some law within ``margin_nats``.
+
+    These are the tokens a processing cut (top-k, top-p) excludes under the oracle's numerics but
+    that an engine whose logits are within the margin may emit: boundary evidence of a numerics
+    difference, not of a bug. Empty (all False) at margin 0, and when the oracle gives no exclusion
+    margins (then nothing bounds the support, and every probability-0 token stays one).
+    """
+    outside = outside_margin(scores, margin_nats)
+    if outside is None:
+        return np.zeros(len(scores), dtype=bool)
+    return (np.asarray(scores.prob) <= 0) & ~outside
+
+
+__all__ = ["TAIL_NATS", "boundary_tokens", "exclusion_margins", "outside_margin"]

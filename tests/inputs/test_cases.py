@@ -350,7 +350,6 @@ def test_per_case_samples_override_is_parsed_and_planned(tmp_path) -> None:
 
 def test_cases_document_reads_back_as_the_same_cases():
     """Built-in cases as a cases file (token ids), e.g. SmolLM2's for a tool that takes --cases."""
-    import dataclasses
 
     from speceq.inputs.cases import bpe_cases, cases_document
 
@@ -428,7 +427,6 @@ def test_logit_bias_key_outside_the_vocabulary_names_case_and_field():
 
 def test_the_tokenizer_name_is_display_only_and_keeps_the_store_keys(tmp_path):
     """A case that names its tokenizer (kept for the faces' token text, #47) reuses the samples stored without it."""
-    import dataclasses
 
     from fake_engines import FakeEngine
 

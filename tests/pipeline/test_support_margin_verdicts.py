@@ -37,14 +37,22 @@ def far_leak(world: MismatchWorld, mass: float) -> MismatchWorld:
                                engine_transition=leak(world.transition, world.raw_transition))
 
 
+#: What the engines' describe() declares: a float32 baseline and a bf16 candidate (issue #46's run).
+FLOAT32_VS_BF16 = {"baseline": {"model": {"dtype": "float32", "device": "cpu"}},
+                   "candidate": {"model": {"dtype": "bfloat16", "device": "cpu"}}}
+BOTH_FLOAT32 = {"baseline": {"model": {"dtype": "float32", "device": "cpu"}},
+                "candidate": {"model": {"dtype": "float32", "device": "cpu"}}}
+
+
 def _analyse(world_base: MismatchWorld, base_law: str, world_cand: MismatchWorld, cand_law: str, n: int,
-             margin: float, oracle_world: MismatchWorld) -> object:
+             margin: float, oracle_world: MismatchWorld, engines: dict | None = None) -> object:
     case = world_case()
     req = lambda s: SampleRequest(prompts=case.prompts, params=case.params, n=n, seed=s)  # noqa: E731
     base = WorldEngine(world_base, law=base_law).sample(req(1))
     cand = WorldEngine(world_cand, law=cand_law).sample(req(2))
     return analyse_run([case], {case.case_id: base}, {case.case_id: cand}, oracle=WorldOracle(oracle_world),
-                       alpha=1e-3, tolerance=0.15, seed=0, engines={"baseline": {}, "candidate": {}}, provenance={},
+                       alpha=1e-3, tolerance=0.15, seed=0, provenance={},
+                       engines=engines or {"baseline": {}, "candidate": {}},
                        support_margin_nats=margin).cases[0]
 
 
@@ -80,6 +88,35 @@ def test_a_token_far_outside_fails_from_a_few_rows_unless_the_baseline_has_one()
     assert any("the baseline emits" in note for note in both.notes)
     off = _analyse(w, "engine", bad, "engine", 5, SUPPORT_MARGIN_OFF, w)  # the library default: no hard failure
     assert not any("numerics margin" in f for f in off.hard_failures)
+
+
+def test_a_boundary_token_of_engines_with_different_numerics_is_neither_a_hard_failure_nor_drift() -> None:
+    """Issue #46: a correct bf16-like candidate (5e-3 boundary mass per step) against an exact float32-like
+    baseline. Declaring the same numerics keeps the exact rule (the support comparison's hard failure);
+    declaring different numerics reads the boundary tokens as numerics: no hard failure, no shifted score."""
+    w = mismatch_world("boundary token", boundary_mass=5e-3)
+    same = _analyse(w, "oracle", w, "engine", 3000, SUPPORT_MARGIN_NATS, w, BOTH_FLOAT32)
+    assert same.verdict == "shifted" and "probability 0" in same.hard_failures[0]
+    differ = _analyse(w, "oracle", w, "engine", 3000, SUPPORT_MARGIN_NATS, w, FLOAT32_VS_BF16)
+    assert differ.hard_failures == () and differ.verdict != "shifted"
+    ps = {t.name: t.adjusted_pvalue for t in differ.tests if t.primary}
+    assert ps["support comparison"] == 1.0 and ps["draft ratio comparison"] > 1e-3
+    note = next(n for n in differ.notes if n.startswith("numerics boundary"))
+    assert "baseline float32 on cpu, candidate bfloat16 on cpu" in note and "not as a hard failure" in note
+    # a token far outside the nucleus still fails the case, whatever the engines declare
+    far = _analyse(w, "oracle", far_leak(w, 0.05), "engine", 5, SUPPORT_MARGIN_NATS, w, FLOAT32_VS_BF16)
+    assert far.verdict == "shifted" and "beyond the numerics margin" in far.hard_failures[0]
+
+
+def test_declared_numerics_come_from_the_engines_descriptions() -> None:
+    from speceq.pipeline.analysis import NumericsMargin, declared_numerics
+
+    assert declared_numerics({"model": {"dtype": "bfloat16", "device": "cpu"}}) == ("bfloat16", "cpu")
+    assert declared_numerics({"dtype": "float16", "device": "cuda"}) == ("float16", "cuda")  # transformers engines
+    assert declared_numerics({"engine": "openai"}) is None
+    assert NumericsMargin.of(FLOAT32_VS_BF16, 0.5).nats == 0.5
+    assert NumericsMargin.of(BOTH_FLOAT32, 0.5).nats == 0.0
+    assert NumericsMargin.of({"baseline": {}, "candidate": FLOAT32_VS_BF16["candidate"]}, 0.5).nats == 0.0
 
 
 def test_the_library_default_margin_is_off() -> None:

@@ -97,3 +97,18 @@ def test_outside_margin_rules() -> None:
     assert outside_margin(_scores([0.0], None), 0.5) is None
     with pytest.raises(ValueError, match="margin_nats"):
         outside_margin(s, -1.0)
+
+
+def test_outside_margin_at_inf_keeps_only_tokens_no_finite_error_admits() -> None:
+    s = _scores([0.5, 0.0, 0.0], [0.0, 3.0, np.inf])
+    assert outside_margin(s, np.inf).tolist() == [False, False, True]
+
+
+def test_boundary_tokens_are_probability_zero_inside_the_margin() -> None:
+    from speceq.stats.support_margin import boundary_tokens
+
+    s = _scores([0.5, 0.0, 0.0, 0.0], [0.0, 0.3, 2.0, np.inf])
+    assert boundary_tokens(s, 0.5).tolist() == [False, True, False, False]
+    assert boundary_tokens(s, 0).tolist() == [False, False, False, False]  # the exact rule: none
+    assert boundary_tokens(s, np.inf).tolist() == [False, True, True, False]
+    assert not boundary_tokens(_scores([0.0], None), 0.5).any()  # no exclusion margins: nothing bounded
