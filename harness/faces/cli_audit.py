@@ -91,7 +91,7 @@ def build_plan(args: argparse.Namespace) -> Any:
     from speceq.core.defaults import SUPPORT_MARGIN_NATS_BY_WORLD, SUPPORT_MARGIN_OFF
     from speceq.errors import ConfigError
     from speceq.models.worlds import runs_world_models, world_engine_options
-    from speceq.pipeline.audit import SETTINGS, SHAPES, AuditMethod, AuditPlan, pick
+    from speceq.pipeline.audit import SETTINGS, SHAPES, AuditPlan, pick
     from speceq.pipeline.config import RunConfig
 
     prompt, companion = world_prompts(args.models)
@@ -118,7 +118,7 @@ def build_plan(args: argparse.Namespace) -> Any:
         if not names:
             raise ConfigError(f"the registry has no {args.family} method (no built-in engine named {fam.prefix}*)",
                               where="--methods")
-        methods = tuple(AuditMethod(n, n, world_engine_options(args.models, n, {})) for n in names)
+        methods = tuple(_world_method(args.models, n) for n in names)
         own = all(runs_world_models(s, {}) for s in (fam.baseline, *names))
         margin = SUPPORT_MARGIN_NATS_BY_WORLD.get(args.models, SUPPORT_MARGIN_OFF) if own else SUPPORT_MARGIN_OFF
         baseline, baseline_options, oracle = fam.baseline, world_engine_options(args.models, fam.baseline, {}), args.oracle
@@ -128,6 +128,21 @@ def build_plan(args: argparse.Namespace) -> Any:
     return AuditPlan(family=args.family, baseline=baseline, baseline_options=baseline_options, methods=methods,
                      prompt_ids=prompt, companion_ids=companion, settings=pick(SETTINGS, args.settings, "setting"),
                      shapes=pick(SHAPES, args.shapes, "shape"), run=run, out_dir=Path(args.out), world=args.models)
+
+
+def _world_method(world: str, name: str) -> Any:
+    """The row of method ``name`` in ``world`` (an ``AuditMethod``); one that needs another world is planned
+    as ``not run``, so the other rows still run."""
+    from speceq.errors import ConfigError
+    from speceq.models.worlds import world_engine_options
+    from speceq.pipeline.audit import AuditMethod
+
+    try:
+        return AuditMethod(name, name, world_engine_options(world, name, {}))
+    except ConfigError as e:
+        if e.where != "--models":
+            raise
+        return AuditMethod(name, name, {}, problem=str(e))
 
 
 @dataclass(frozen=True, slots=True)

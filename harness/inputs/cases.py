@@ -649,6 +649,8 @@ def smollm2_cases(cache: str | Path | None = None) -> list[Case]:
 
     folder = prepared(cache).target
     render = _chat_renderer(folder, "smollm2 cases")
+    # the portable name resolves in the default cache; cases of another cache name their folder
+    tokenizer = "smollm2" if cache is None else str(folder)
 
     def chat(name: str) -> tuple[int, ...]:
         return tuple(render([dict(m) for m in CHATS[name]])[0])
@@ -657,7 +659,7 @@ def smollm2_cases(cache: str | Path | None = None) -> list[Case]:
              samples: int | None = None, **params: Any) -> Case:
         return Case(case_id=cid, prompt_ids=chat(name), params=SamplingParams(max_new_tokens=tokens, **params),
                     batch_size=batch_size, companions=tuple(chat(c) for c in companions),
-                    text=render([dict(m) for m in CHATS[name]])[1], samples=samples, tokenizer="smollm2")
+                    text=render([dict(m) for m in CHATS[name]])[1], samples=samples, tokenizer=tokenizer)
 
     return [
         case("smol-capital-t1-b64-ragged", "capital", temperature=1.0, batch_size=64, companions=("repeat",)),

@@ -113,11 +113,16 @@ def pick(items: Sequence[Any], names: Sequence[str] | None, what: str) -> tuple[
 
 @dataclass(frozen=True, slots=True)
 class AuditMethod:
-    """One row of the matrix: the candidate engine ``spec`` with ``options``, shown as ``name``."""
+    """One row of the matrix: the candidate engine ``spec`` with ``options``, shown as ``name``.
+
+    problem: why the method cannot run in this audit, found while planning (e.g. it needs another
+    model world); its cells are then ``not run`` with this reason, and the other rows still run.
+    """
 
     name: str
     spec: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -560,6 +565,8 @@ def run_audit(plan: AuditPlan, *, command: Callable[[AuditMethod, Case, Path], s
         if not todo:
             continue
         try:
+            if method.problem is not None:
+                raise ConfigError(method.problem, where=f"method {method.name!r}")
             check_engine_spec(method.spec)
             engine = build(method.spec, dict(method.options))
         except KeyboardInterrupt:

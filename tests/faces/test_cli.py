@@ -312,8 +312,10 @@ def test_inconclusive_case_gives_the_samples_and_the_exact_rerun_command(tmp_pat
     argv = one_case_run(tmp_path, 300, "--fresh")
     assert main(argv) == 3
     out = capsys.readouterr().out
-    need = RunResult.from_json((tmp_path / "out" / "result.json").read_text()).cases[0].required_n
-    assert f"~{need:,} samples per engine would decide (now 300)" in out
+    case = RunResult.from_json((tmp_path / "out" / "result.json").read_text()).cases[0]
+    need = case.required_n
+    assert f"~{need:,} samples per engine would decide (now 300; its tests detect TV shifts >= " in out
+    assert case.min_detectable_tv is not None and f"TV shifts >= {case.min_detectable_tv:.3f}" in out  # the table wraps
     line = next(x for x in out.splitlines() if x.startswith("to decide: "))
     assert "second look" in line and "up to k x alpha" in line and "--sequential" in line  # issue #22: say the cost
     command = shlex.split(line.removeprefix("to decide: ").split("   (")[0])

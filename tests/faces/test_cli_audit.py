@@ -76,3 +76,12 @@ def test_empty_method_list_is_a_usage_error(tmp_path, word, capsys):
     assert "expected comma-separated names" in capsys.readouterr().err
 
 
+
+
+def test_a_method_that_needs_another_world_is_not_run_and_the_audit_goes_on() -> None:
+    """hf-mtp needs --models mtp: in the byte world its row is planned ``not run`` with that reason."""
+    from speceq.faces.cli_audit import _world_method
+
+    row = _world_method("byte", "hf-mtp")
+    assert row.problem is not None and "--models mtp" in row.problem and row.options == {}
+    assert _world_method("byte", "hf-assisted").problem is None
