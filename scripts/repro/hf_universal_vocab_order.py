@@ -11,6 +11,11 @@ writes the pruned logits back in ascending assistant-id order (lines 845-850). U
 tokenizer's ``get_vocab()`` is built from a hash map, so its order is arbitrary (and differs between calls and
 processes); this script pins one such order with a seeded shuffle so the run is reproducible.
 
+Part 3 (a second defect of the same code) shows why greedy decoding with the same assistant then fails: the
+translator installs the pruned head and an id-mapping input embedding on the caller's assistant model in place
+(lines 746-754), and a later ``do_sample=False`` call, which routes to ``AssistedCandidateGeneratorDifferentTokenizers``
+without the translator, runs the pruned model on unmapped ids and fails (an IndexError or a shape error).
+
 Part 1 shows the mismatch deterministically: where each pruned logit lands in the target vocabulary.
 Part 2 draws the first generated token N times through ``model.generate`` and compares its law with the exact
 law softmax(target logits) by a chi-squared test and the total-variation distance, for transformers as shipped
@@ -106,6 +111,25 @@ def part1(vocab_seed: int | None) -> int:
     return wrong
 
 
+def part3(vocab_seed: int | None) -> str:
+    """Greedy generation with an assistant that a sampled call already used: returns the error, or "" if none."""
+    target, draft, target_tok, draft_tok = build(vocab_seed)
+    ids = target_tok(PROMPT, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    common = dict(attention_mask=torch.ones_like(ids), assistant_model=draft, tokenizer=target_tok,
+                  assistant_tokenizer=draft_tok, max_new_tokens=4, pad_token_id=0)
+    target.generate(ids, do_sample=False, **common)  # greedy on a fresh assistant works
+    target.generate(ids, do_sample=True, top_k=0, top_p=1.0, **common)  # prunes the assistant in place
+    try:
+        target.generate(ids, do_sample=False, **common)
+    except (IndexError, RuntimeError) as err:
+        error = f"{type(err).__name__}: {err}"
+    else:
+        error = ""
+    print(f"part 3: greedy after a sampled call with the same assistant: {error or 'works'}; the assistant's head "
+          f"is now {type(draft.get_output_embeddings()).__name__}")
+    return error
+
+
 def exact_law(target, target_tok) -> np.ndarray:
     ids = target_tok(PROMPT, return_tensors="pt", add_special_tokens=False)["input_ids"]
     with torch.no_grad():
@@ -157,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     real = PreTrainedTokenizerFast(tokenizer_object=make_tokenizer(SHARED, None).backend_tokenizer).get_vocab()
     print(f"a real fast tokenizer's get_vocab() is in id order here: {list(real.values()) == sorted(real.values())}")
     part1(args.vocab_seed)
+    part3(args.vocab_seed)
     for label, fixed in (("as shipped", False), ("fixed", True)):
         t0 = time.perf_counter()
         counts, law = draw(args.draws, args.vocab_seed, args.seed, fixed)

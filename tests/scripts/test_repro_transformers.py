@@ -30,6 +30,11 @@ def test_universal_order_mismatch_is_shown_deterministically() -> None:
     assert repro.part1(vocab_seed=None) == 0
 
 
+def test_greedy_after_sampled_universal_call_fails() -> None:
+    # the sampled call leaves the caller's assistant pruned; greedy then runs it on unmapped ids
+    assert load("hf_universal_vocab_order").part3(vocab_seed=0)
+
+
 @pytest.mark.slow
 def test_universal_shift_and_fix() -> None:
     repro = load("hf_universal_vocab_order")
