@@ -181,13 +181,13 @@ def main(argv: list[str] | None = None) -> None:
     real = PreTrainedTokenizerFast(tokenizer_object=make_tokenizer(SHARED, None).backend_tokenizer).get_vocab()
     print(f"a real fast tokenizer's get_vocab() is in id order here: {list(real.values()) == sorted(real.values())}")
     part1(args.vocab_seed)
-    part3(args.vocab_seed)
     for label, fixed in (("as shipped", False), ("fixed", True)):
         t0 = time.perf_counter()
         counts, law = draw(args.draws, args.vocab_seed, args.seed, fixed)
         p, tv = compare(counts, law)
         print(f"part 2 [{label}]: {args.draws} draws of the first token vs softmax(target logits): "
               f"chi2 p = {p:.3g}, TV = {tv:.3f} [{time.perf_counter() - t0:.1f} s]")
+    part3(args.vocab_seed)
 
 
 if __name__ == "__main__":
