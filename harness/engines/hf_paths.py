@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from speceq.engines._options import as_int
+from speceq.engines.base import SampleBatch, SampleRequest
 from speceq.engines.hf import _model_label, _RowLoopEngine
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import load_causal_lm
@@ -211,7 +212,21 @@ class HFUniversalEngine(_RowLoopEngine):
         gc.num_assistant_tokens = self.num_assistant_tokens
         gc.num_assistant_tokens_schedule = "constant"
         gc.assistant_confidence_threshold = 0.0
+        # transformers installs the pruned draft head on the assistant itself at a sampled call
+        # (generation/candidate_generator.py:746-754 in 5.25.0), and its greedy path then runs that pruned
+        # model on unmapped ids and crashes: greedy requests get a copy of the untouched assistant
+        self._unpruned_assistant = copy.deepcopy(self.assistant)
         self._build_translator()
+
+    def sample(self, request: SampleRequest) -> SampleBatch:
+        """Sampled requests use the assistant transformers prunes; greedy ones a fresh unpruned copy."""
+        if request.params.temperature != 0:
+            return super().sample(request)
+        pruned, self.assistant = self.assistant, copy.deepcopy(self._unpruned_assistant)
+        try:
+            return super().sample(request)
+        finally:
+            self.assistant = pruned
 
     def _build_translator(self) -> None:
         """Run one short generate call so that transformers builds its vocabulary translator now.

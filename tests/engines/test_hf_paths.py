@@ -416,3 +416,19 @@ def test_multi_token_as_transformers_runs_it_is_shifted(gemma4: tuple[Path, Path
     target, _ = gemma4
     result = verdict(HFSampleEngine(str(target)), HFMultiTokenEngine(), tmp_path, samples=1500)
     assert result.verdict == "shifted", result.reason
+
+
+def test_universal_greedy_rows_after_a_sampled_call_equal_plain_greedy() -> None:
+    """transformers prunes the assistant in place at a sampled call, and its greedy path then crashed on the
+    pruned model (IndexError / a shape mismatch): greedy requests now use an unpruned copy."""
+    from speceq.core.params import SamplingParams
+    from speceq.engines.base import SampleRequest
+    from speceq.engines.registry import resolve_engine
+
+    universal, plain = resolve_engine("hf-universal"), resolve_engine("hf-sample")
+    prompt = (tuple(b"def f(x):"),)
+    sampled = SampleRequest(prompts=prompt, params=SamplingParams(temperature=1.0, max_new_tokens=3), n=2, seed=1)
+    greedy = SampleRequest(prompts=prompt, params=SamplingParams(temperature=0.0, max_new_tokens=4), n=2, seed=1)
+    universal.sample(sampled)
+    assert universal.sample(greedy).tokens.tolist() == plain.sample(greedy).tokens.tolist()
+    universal.sample(sampled)  # and sampling still works after a greedy request
