@@ -10,13 +10,12 @@ folder, where the page is written.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from speceq.errors import ConfigError
-from speceq.reports.templating import environment
+from speceq.reports.templating import environment, write_page
 from speceq.verdicts.verdict import Verdict
 
 #: The page's file name in the audit folder (its evidence links are relative to that folder).
@@ -56,19 +55,7 @@ def render_audit_report(audit: Mapping[str, Any]) -> str:
 
 def write_audit_report(audit: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Render ``audit`` and write the page to ``path`` atomically; return the path."""
-    html = render_audit_report(audit).encode("utf-8")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(html)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_page(render_audit_report(audit), path)
 
 
 __all__ = ["AUDIT_HTML", "CELL_REPORT", "audit_view", "render_audit_report", "write_audit_report"]

@@ -9,7 +9,6 @@ tested), broken invariants, and the tests with the smallest p-values.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from markupsafe import Markup
 
 from speceq.errors import ConfigError
-from speceq.reports.templating import environment
+from speceq.reports.templating import environment, write_page
 from speceq.verdicts.verdict import Verdict
 
 #: Tests shown per kernel (the smallest p-values; every rejecting one is among them when fewer).
@@ -67,16 +66,4 @@ def render_kernel_report(results: Sequence[Mapping[str, Any]]) -> str:
 
 def write_kernel_report(results: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
     """Render ``results`` and write the page to ``path`` atomically; return the path."""
-    html = render_kernel_report(results).encode("utf-8")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(html)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_page(render_kernel_report(results), path)

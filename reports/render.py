@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from markupsafe import Markup
 from speceq.errors import ConfigError
 from speceq.reports import svg, why
 from speceq.reports.format import fmt_value
-from speceq.reports.templating import environment
+from speceq.reports.templating import environment, write_page
 from speceq.verdicts import reasons
 from speceq.verdicts.result import CaseResult, RunResult, SampleText, TestOutcome, TokenFrequency
 from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
@@ -305,18 +304,4 @@ def write_report(result: RunResult, path: str | os.PathLike[str], kernels: Seque
     Parent folders are created. A reader never sees a half-written page: the file appears
     complete or not at all.
     """
-    html = render_report(result, kernels).encode("utf-8")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(html)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_page(render_report(result, kernels), path)

@@ -6,9 +6,13 @@ silently print an empty value; the filters are the number formats of :mod:`spece
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import jinja2
 
 from speceq.reports.format import finalize, fmt_num, fmt_p, fmt_pct, fmt_value
+from speceq.store.atomic import atomic_write
 
 
 def _build() -> jinja2.Environment:
@@ -31,3 +35,11 @@ _ENV = _build()
 def environment() -> jinja2.Environment:
     """The shared template environment (built once per process)."""
     return _ENV
+
+
+def write_page(html: str, path: str | os.PathLike[str]) -> Path:
+    """Write an HTML page to ``path`` atomically (a reader sees the old page or the complete new one, never a
+    part); parent folders are created. Returns the path."""
+    target, data = Path(path), html.encode("utf-8")
+    atomic_write(target, lambda f: f.write(data))
+    return target
