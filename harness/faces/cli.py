@@ -462,16 +462,9 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_result(path: str | Path) -> RunResult:
     """A RunResult from a result.json; ConfigError naming the file when it is not one."""
-    from speceq.errors import ConfigError
+    from speceq.store.atomic import load_saved
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read the result: {e}", where=str(path)) from None
-    try:
-        return RunResult.from_json(text)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"not a speceq result.json ({type(e).__name__}: {e})", where=str(path)) from None
+    return load_saved(path, RunResult.from_json, "result.json")
 
 
 def handle_report(args: argparse.Namespace) -> int:

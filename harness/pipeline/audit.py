@@ -627,14 +627,9 @@ def _option(value: Any) -> str:
 
 def load_audit(path: str | Path) -> AuditResult:
     """An AuditResult from an ``audit.json``; ConfigError naming the file when it is not one."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read the audit: {e}", where=str(path)) from None
-    try:
-        return AuditResult.from_json(text)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"not a speceq audit.json ({type(e).__name__}: {e})", where=str(path)) from None
+    from speceq.store.atomic import load_saved
+
+    return load_saved(path, AuditResult.from_json, "audit.json")
 
 
 __all__ = [

@@ -14,9 +14,12 @@ import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from speceq.core.credentials import redact
+from speceq.errors import ConfigError
+
+T = TypeVar("T")
 
 TEMP_SUFFIX = ".tmp"
 
@@ -96,3 +99,16 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
+
+
+def load_saved(path: str | os.PathLike[str], from_json: Callable[[str], T], what: str) -> T:
+    """``from_json`` of the text of a file speceq saved (``what``: e.g. ``result.json``), or a
+    ConfigError naming the file when it cannot be read or is not one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the {what.split('.')[0]}: {e}", where=str(path)) from None
+    try:
+        return from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"not a speceq {what} ({type(e).__name__}: {e})", where=str(path)) from None
