@@ -5,8 +5,11 @@ Prompts go out as token ids; sampled tokens come back as token ids without detok
 ``return_tokens_as_token_ids``); ``"token_ids"`` reads ``choices[i].token_ids`` (vLLM's
 ``return_token_ids`` and servers that copy it). Every sampling field is sent explicitly
 (temperature, top_p, top_k, min_p, penalties) so the server's model-specific defaults (vLLM reads
-``generation_config.json``) never apply; ``ignore_eos`` and ``min_tokens`` are sent for servers that
-have them.
+``generation_config.json``) never apply; ``logit_bias``, ``stop`` and ``include_stop_str_in_output``
+are sent when the case sets them (a row may then end at a stop string, short of EOS:
+:func:`speceq.engines.base.validate_batch` checks that it ends exactly there); ``ignore_eos`` and
+``min_tokens`` are sent for servers that have them (``min_tokens`` only without stop strings: vLLM
+checks no stop string before ``min_tokens`` tokens, which would keep rows past their stop).
 
 Requests: each prompt's ``n`` samples are split into calls of at most ``max_n_per_request``
 (``n=1`` per call when greedy: vLLM refuses ``n > 1`` with temperature 0). Call ``k`` of a request
@@ -52,7 +55,7 @@ from typing import Any
 
 from speceq.core.credentials import redact_text, redact_url
 from speceq.core.http_json import TransportFault, get_text, parse_prometheus, request_json
-from speceq.core.params import SamplingParams
+from speceq.core.params import EXTRA_DEFAULTS, SamplingParams
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
@@ -112,6 +115,10 @@ class _BadReply(Exception):
 
 class OpenAICompletionsEngine:
     """Samples from an OpenAI-compatible completions server; see the module docstring."""
+
+    #: Every request field, sent with vLLM's names; the server applies them in its own order, declared
+    #: as vLLM's (a case with ``processing: "hf"`` and a field is refused: no server promises that order).
+    sampling_fields = {name: ("vllm",) for name in EXTRA_DEFAULTS}
 
     def __init__(
         self,
@@ -276,17 +283,22 @@ class OpenAICompletionsEngine:
             "temperature": float(params.temperature),
             "top_p": float(params.top_p) if not params.greedy else 1.0,
             "top_k": int(params.top_k) if not params.greedy else 0,
-            "min_p": 0.0,
-            "repetition_penalty": 1.0,
-            "frequency_penalty": 0.0,
-            "presence_penalty": 0.0,
+            "min_p": float(params.min_p),
+            "repetition_penalty": float(params.repetition_penalty),
+            "frequency_penalty": float(params.frequency_penalty),
+            "presence_penalty": float(params.presence_penalty),
             "logprobs": 1,
             "echo": False,
             "stream": False,
             "ignore_eos": bool(params.ignore_eos),
-            "min_tokens": params.max_new_tokens if params.ignore_eos else 0,
+            "min_tokens": params.max_new_tokens if params.ignore_eos and not params.stop else 0,
             "skip_special_tokens": False,
         }
+        if params.logit_bias:
+            out["logit_bias"] = {str(t): float(b) for t, b in params.logit_bias}
+        if params.stop:
+            out["stop"] = list(params.stop)
+            out["include_stop_str_in_output"] = bool(params.include_stop_str_in_output)
         if self.token_ids_mode == "vllm":
             out["return_tokens_as_token_ids"] = True
         else:
@@ -332,13 +344,14 @@ class OpenAICompletionsEngine:
                 raise _BadReply("out_of_vocab", f"choice {i} holds token {bad[0]}, outside {self._vocab_fix()}")
             finish = c.get("finish_reason")
             ends_with_eos = eos is not None and bool(ids) and ids[-1] == eos
+            stopped = bool(params.stop) and finish == "stop" and not ends_with_eos  # validate_batch checks where
             if len(ids) > L:
                 raise _BadReply("too_long", f"choice {i} has {len(ids)} tokens, more than max_tokens={L}")
             if eos is not None and eos in ids[:-1]:
                 raise _BadReply("after_eos", f"choice {i} continues after EOS at position {ids.index(eos)}")
-            if params.ignore_eos and (len(ids) != L or ends_with_eos):
+            if params.ignore_eos and ((len(ids) != L and not stopped) or ends_with_eos):
                 raise _BadReply("truncated", f"choice {i} has {len(ids)} tokens (EOS {ends_with_eos}), expected exactly {L} with ignore_eos")
-            if len(ids) < L and not ends_with_eos:
+            if len(ids) < L and not ends_with_eos and not stopped:
                 raise _BadReply("truncated", f"choice {i} stops after {len(ids)} of {L} tokens without EOS (finish_reason {finish!r})")
             if finish == "length" and len(ids) != L:
                 raise _BadReply("truncated", f"choice {i} has finish_reason 'length' with {len(ids)} of {L} tokens")

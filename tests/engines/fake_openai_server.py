@@ -81,19 +81,36 @@ class FakeOpenAIServer:
         self._httpd.server_close()
 
     # -- sampling ---------------------------------------------------------------------------
-    def sample_choice(self, prompt: list[int], seed: int, max_tokens: int, ignore_eos: bool) -> list[int]:
-        """Tokens of one choice: i.i.d. from probs rolled by the prompt's last token, stop at EOS."""
-        p = np.roll(self.probs, prompt[-1] % self.vocab_size)
+    def law(self, prompt: list[int], ignore_eos: bool, body: dict[str, Any] | None = None) -> np.ndarray:
+        """The law of every token of a choice: probs rolled by the prompt's last token, then the body's
+        ``logit_bias`` (added to the log-probabilities) and ``min_p`` (as vLLM applies them)."""
+        p = np.roll(self.probs, prompt[-1] % self.vocab_size).copy()
+        body = body or {}
+        for t, b in (body.get("logit_bias") or {}).items():
+            p[int(t)] *= float(np.exp(b))
         if ignore_eos:
-            p = p.copy()
             p[self.eos_token_id] = 0.0
+        p /= p.sum()
+        min_p = float(body.get("min_p") or 0.0)
+        if min_p > 0:
+            p = np.where(p < min_p * p.max(), 0.0, p)
             p /= p.sum()
+        return p
+
+    def sample_choice(self, prompt: list[int], seed: int, max_tokens: int, ignore_eos: bool,
+                      body: dict[str, Any] | None = None) -> list[int]:
+        """Tokens of one choice: i.i.d. from :meth:`law`; stop at EOS, or at a ``stop`` string of the
+        body (the text being the tokens as bytes: token t is chr(t))."""
+        p = self.law(prompt, ignore_eos, body)
+        stops = list((body or {}).get("stop") or [])
         rng = np.random.default_rng(seed)
         out: list[int] = []
         for _ in range(max_tokens):
             t = int(rng.choice(self.vocab_size, p=p))
             out.append(t)
             if t == self.eos_token_id and not ignore_eos:
+                break
+            if any(s in "".join(map(chr, out)) for s in stops):
                 break
         return out
 
@@ -103,10 +120,10 @@ class FakeOpenAIServer:
         seed = int(seed) if seed is not None else int(np.random.default_rng().integers(2**31))
         choices = []
         for i in range(n + (1 if fault == "wrong_choices" else 0)):
-            ids = self.sample_choice(body["prompt"], seed + i, max_tokens, bool(body.get("ignore_eos")))
+            ids = self.sample_choice(body["prompt"], seed + i, max_tokens, bool(body.get("ignore_eos")), body)
             if fault == "oov" and i == 0:
                 ids[0] = self.vocab_size + 5
-            finish = "stop" if ids and ids[-1] == self.eos_token_id and len(ids) <= max_tokens else "length"
+            finish = "stop" if ids and (ids[-1] == self.eos_token_id or len(ids) < max_tokens) else "length"
             if fault == "truncated" and i == 0:  # fewer tokens than asked, no EOS, yet "length"
                 kept = [t for t in ids if t != self.eos_token_id][: max(1, max_tokens // 2)]
                 ids, finish = kept or [(self.eos_token_id + 1) % self.vocab_size], "length"
