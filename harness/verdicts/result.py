@@ -262,7 +262,10 @@ class RunResult:
         return cls.from_dict(json.loads(text))
 
     def to_dataframe(self) -> Any:
-        """One row per (case, test): case id, verdict, test name, statistic, p, Holm p, q, TV."""
+        """One row per (case, test): case id, verdict, test name, its kind, statistic, p, Holm p, q, the case's TV,
+        and the test's effect (:data:`EFFECT_COLUMNS`: what is measured, estimate, interval, its level and unit;
+        None where the test has none, e.g. a uniformity statistic, or in results written before effects were stored).
+        A case without tests has one row of its own columns."""
         import pandas as pd
 
         rows = []
@@ -281,15 +284,24 @@ class RunResult:
             if not c.tests:
                 rows.append(base)
             for t in c.tests:
-                rows.append({**base, "test": t.name, "family": t.family, "primary": t.primary,
-                             "statistic": t.statistic, "pvalue": t.pvalue,
-                             "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
+                rows.append({**base, **_test_columns(t)})
         for t in self.pooled_tests:  # run-level tests: no case of their own
             rows.append({"case_id": POOLED_CASE_ID, "verdict": self.verdict if t.adjusted_pvalue is not None
-                         and t.adjusted_pvalue <= self.alpha else None, "test": t.name, "family": t.family,
-                         "primary": t.primary, "statistic": t.statistic, "pvalue": t.pvalue,
-                         "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
+                         and t.adjusted_pvalue <= self.alpha else None, **_test_columns(t)})
         return pd.DataFrame(rows)
+
+
+#: The effect columns of :meth:`RunResult.to_dataframe`, one per field of :class:`speceq.stats.Effect`.
+EFFECT_COLUMNS = ("effect", "effect_estimate", "effect_low", "effect_high", "effect_level", "effect_unit")
+
+
+def _test_columns(t: TestOutcome) -> dict[str, Any]:
+    """A test's columns of :meth:`RunResult.to_dataframe` (kind as its stored word; effect fields None without one)."""
+    e = t.effect
+    effect = (None,) * len(EFFECT_COLUMNS) if e is None else (e.name, e.estimate, e.low, e.high, e.level, e.unit)
+    return {"test": t.name, "kind": None if t.kind is None else str(t.kind), "family": t.family, "primary": t.primary,
+            "statistic": t.statistic, "pvalue": t.pvalue, "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue,
+            **dict(zip(EFFECT_COLUMNS, effect))}
 
 
 def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
