@@ -68,7 +68,7 @@ from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import FailureKind, HardFailure
-from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.kinds import EffectName, TestKind, named_effect
 from speceq.verdicts.reasons import (
     TOP_K_ORACLE_NOTE,
     UNBOUNDED_SUPPORT_NOTE,
@@ -167,27 +167,27 @@ EFFECT_LEVEL = 0.95
 def _effect(res: Any) -> Effect | None:
     """The effect size of a test result with its confidence interval, or None (a uniformity statistic has none)."""
     if isinstance(res, (stats.HomogeneityResult, stats.GoodnessOfFitResult)):
-        return Effect(name="TV", unit="total variation distance", estimate=float(res.tv), low=0.0,
-                      high=float(res.tv_upper_bound), level=1.0 - float(res.tv_alpha))
+        return named_effect(EffectName.TV, float(res.tv), low=0.0, high=float(res.tv_upper_bound),
+                             level=1.0 - float(res.tv_alpha))
     if isinstance(res, stats.ComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
-        return Effect(name="row score difference", unit="candidate minus baseline row score (score units per row)",
-                      estimate=float(res.mean_difference), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+        return named_effect(EffectName.ROW_SCORE_DIFFERENCE, float(res.mean_difference), low=ci.low, high=ci.high,
+                             level=EFFECT_LEVEL)
     if isinstance(res, stats.PooledComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
-        return Effect(name="standardised row score difference", unit="mean over rms of the pair differences",
-                      estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+        return named_effect(EffectName.STANDARDISED_ROW_SCORE_DIFFERENCE, float(res.effect), low=ci.low,
+                             high=ci.high, level=EFFECT_LEVEL)
     if isinstance(res, stats.SupportComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
-        return Effect(name="row rate difference", unit="candidate minus baseline share of rows holding a token of "
-                      "oracle probability 0", estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+        return named_effect(EffectName.ROW_RATE_DIFFERENCE, float(res.effect), low=ci.low, high=ci.high,
+                             level=EFFECT_LEVEL)
     if isinstance(res, stats.ZTestResult):
         half = None
         if res.summed_variance is not None and res.summed_variance > 0 and res.n > 0:
             half = float(_Z_975 * math.sqrt(res.summed_variance) / res.n)  # the martingale CLT's normal interval
-        return Effect(name="per-token excess", unit="mean of f minus its mean under the oracle (f's units per token)",
-                      estimate=float(res.effect), low=None if half is None else res.effect - half,
-                      high=None if half is None else res.effect + half, level=None if half is None else EFFECT_LEVEL)
+        return named_effect(EffectName.PER_TOKEN_EXCESS, float(res.effect),
+                             low=None if half is None else res.effect - half,
+                             high=None if half is None else res.effect + half, level=None if half is None else EFFECT_LEVEL)
     return None
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from speceq.verdicts.failures import FailureKind, HardFailure
-from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.kinds import EffectName, TestKind
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Said wherever a fixed-size rerun with more samples is advised.
@@ -203,10 +203,16 @@ def test_kind(test: TestOutcome) -> TestKind | None:
 
 def effect(test: TestOutcome) -> str:
     """The test's effect in its own units, from its ``kind`` and ``effect`` fields: TV for chi-square tests,
-    the mean row-score difference for row-score comparisons, the per-token excess of f for z-tests, the
-    statistic otherwise (and for results written before effects were stored)."""
+    the mean row-score difference for row-score comparisons, the per-token excess of f for z-tests, the largest
+    e-value and the plug-in estimate so far for a sequential e-process, the statistic otherwise (and for results
+    written before effects were stored)."""
     kind, e = test_kind(test), test.effect
     if kind is not None and e is not None:
+        if kind.is_eprocess:  # an estimate so far, no interval (speceq.verdicts.sequential.eprocess_effect)
+            what = (f"TV={e.estimate:.4f}" if kind.is_pair_eprocess else
+                    f"candidate minus baseline {'share of rows' if e.name == EffectName.ROW_RATE_DIFFERENCE else 'row score'} "
+                    f"{e.estimate:+.3g}")
+            return f"max e-value {math.exp(min(test.statistic, 700.0)):.3g}, {what} (plug-in, so far)"
         if kind.is_row_comparison:
             return f"Z={test.statistic:+.3g}, candidate minus baseline row score {e.estimate:+.3g}"
         if kind.is_z_test:

@@ -259,7 +259,7 @@ def _decision(p: CaseProgress, k_tests: int) -> SequentialDecision:
     """A decided case's progress as the data :func:`~speceq.verdicts.sequential.apply_sequential` puts in force."""
     ev, bound = p.evidence, p.evidence.bound if p.evidence is not None else None
     return SequentialDecision(verdict=str(p.verdict), reason=p.reason, looks=p.looks, n=p.n,
-                              tests=sequential_outcomes(ev.tests, k_tests) if ev is not None else (),
+                              tests=sequential_outcomes(ev.tests, k_tests, ev.kinds, ev.places) if ev is not None else (),
                               tv_estimate=None if bound is None else bound.tv,
                               tv_upper_bound=None if bound is None else bound.upper,
                               tv_reference=None if bound is None else f"time-uniform ({bound.reference})")
