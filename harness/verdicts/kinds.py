@@ -84,7 +84,7 @@ _EPROCESSES = _PAIR_EPROCESSES | {TestKind.SEQ_ARGMAX_COMPARISON, TestKind.SEQ_L
 
 
 class EffectName(enum.StrEnum):
-    """What a test's effect (:class:`speceq.stats.Effect`) measures; the value is stored as ``effect.name``."""
+    """What a test's effect (:class:`speceq.stats.results.Effect`) measures; the value is stored as ``effect.name``."""
 
     TV = "TV"  # total variation distance between the two engines' laws (chi-square, paired exchangeability)
     ROW_SCORE_DIFFERENCE = "row score difference"  # mean row score, candidate minus baseline

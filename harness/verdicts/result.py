@@ -291,7 +291,7 @@ class RunResult:
         return pd.DataFrame(rows)
 
 
-#: The effect columns of :meth:`RunResult.to_dataframe`, one per field of :class:`speceq.stats.Effect`.
+#: The effect columns of :meth:`RunResult.to_dataframe`, one per field of :class:`speceq.stats.results.Effect`.
 EFFECT_COLUMNS = ("effect", "effect_estimate", "effect_low", "effect_high", "effect_level", "effect_unit")
 
 
