@@ -16,6 +16,7 @@ from typing import Any
 from speceq.stats.results import Effect
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.notes import Note, notes_from_saved
 from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
 
 #: The ``case_id`` of the run-level pooled tests in :meth:`RunResult.to_dataframe` (no case has it: ids are
@@ -195,7 +196,7 @@ class CaseResult:
     samples: tuple[SampleText, ...] = ()
     hard_failures: tuple[str, ...] = ()  # the failures below in words (speceq.verdicts.reasons.failure_lines)
     failures: tuple[HardFailure, ...] = ()  # what happened, with token ids (empty in older results)
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # records, worded by speceq.verdicts.reasons.note_lines (older results: text notes)
     z_paths: tuple[ZPath, ...] = ()
     test_bins: tuple[TestBins, ...] = ()
     certificate: str = "tv"  # what an equivalent verdict of this case rests on: "tv" or "pit-law" (the run's --certificate)
@@ -226,7 +227,7 @@ class RunResult:
     cases: tuple[CaseResult, ...]
     oracle: dict[str, Any] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # records, worded by speceq.verdicts.reasons.note_lines (older results: text notes)
     pooled_tests: tuple[TestOutcome, ...] = ()
     pooled_reason: str = ""
     certificate: str = "tv"  # what an equivalent verdict certifies (--certificate): "tv" or "pit-law"
@@ -255,7 +256,7 @@ class RunResult:
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
         pooled = tuple(TestOutcome.from_dict(t) for t in d.get("pooled_tests", ()))
-        return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ())), "pooled_tests": pooled})
+        return cls(**{**d, "cases": cases, "notes": notes_from_saved(d.get("notes")), "pooled_tests": pooled})
 
     @classmethod
     def from_json(cls, text: str) -> RunResult:
@@ -324,7 +325,7 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
             "samples": tuple(SampleText(**{**s, "token_ids": tuple(s.get("token_ids", ()))}) for s in d.get("samples", ())),
             "hard_failures": tuple(d.get("hard_failures", ())),
             "failures": tuple(HardFailure.from_dict(f) for f in d.get("failures", ())),
-            "notes": tuple(d.get("notes", ())),
+            "notes": notes_from_saved(d.get("notes")),
             "z_paths": tuple(ZPath(**{k: tuple(v) if isinstance(v, list) else v for k, v in z.items()})
                              for z in d.get("z_paths", ())),
             "test_bins": tuple(TestBins(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in b.items()},

@@ -20,6 +20,7 @@ from speceq.stats.results import Effect
 from speceq.stats.sequential import EProcessResult
 from speceq.verdicts.evidence import CERTIFIES, SequentialEvidence
 from speceq.verdicts.kinds import EffectName, TestKind, named_effect
+from speceq.verdicts.notes import Note, NoteKind
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 from speceq.verdicts.verdict import Verdict
 
@@ -120,14 +121,12 @@ def apply_sequential(fixed: RunResult, decisions: Mapping[str, SequentialDecisio
         extra: dict[str, Any] = {}
         if d.tv_upper_bound is not None:
             extra = {"tv_estimate": d.tv_estimate, "tv_upper_bound": d.tv_upper_bound, "tv_reference": d.tv_reference}
-        bound = "no TV bound" if c.tv_upper_bound is None else f"TV upper bound {c.tv_upper_bound:.4f}"
-        note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
-                "comparison only, since it is not valid after looking at the data along the way")
+        note = Note(kind=NoteKind.FIXED_SIZE_VERDICT, values={"verdict": str(c.verdict),
+                                                              "tv_upper_bound": c.tv_upper_bound})
         cases.append(dataclasses.replace(c, verdict=d.verdict, reason=d.reason, tests=d.tests + diag, required_n=None,
                                          min_detectable_tv=None,  # the fixed-size chi-square's, not the e-processes'
                                          notes=(*c.notes, note), **extra))
-    notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
-                           f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
+    notes = (*fixed.notes, Note(kind=NoteKind.SEQUENTIAL_MODE, values={"tests": int(k_tests)}))
     # the fixed analysis's pooled tests looked at rows chosen along the way: shown, never deciding
     pooled = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in fixed.pooled_tests)
     return dataclasses.replace(fixed, verdict=Verdict.worst(c.verdict for c in cases), cases=tuple(cases), notes=notes,

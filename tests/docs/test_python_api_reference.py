@@ -32,3 +32,4 @@ def test_the_saved_result_example_prints_each_tests_kind_effect_and_the_datafram
         frame.columns)
     assert set(frame["case_id"]) == {c.case_id for c in names["saved"].cases}
     assert "effect_unit" in out.getvalue()  # the frame was printed
+    assert "haiku/T=1 note: mixture weight of the draft in the candidate: 0 (known" in out.getvalue()  # a note
