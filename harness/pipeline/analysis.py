@@ -400,14 +400,16 @@ def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.To
 
 
 def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
-                          scores: stats.TokenScores, *, vocab_size: int, margin_nats: float) -> tuple[str, ...]:
-    """The support hard failures of :func:`robust_support_failures` on every row so far (sequential looks).
+                          scores: stats.TokenScores, *, vocab_size: int,
+                          margin_nats: float) -> tuple[HardFailure, ...]:
+    """The support hard failures of :func:`robust_support_failures` on every row so far (sequential looks), as
+    records with token ids (worded by :func:`speceq.verdicts.reasons.failure_lines`).
 
     The check is the same at every look and needs no level: under the margin a correct engine
     never emits such a token, so looking often cannot raise its false-alarm rate.
     """
     failures, _ = robust_support_failures(case, base, base_scores, cand, scores, TokenLabels(vocab_size), margin_nats)
-    return failure_lines(failures)
+    return tuple(failures)
 
 
 def declared_numerics(description: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -21,6 +21,7 @@ from speceq.stats.sequential import EProcessResult
 from speceq.verdicts.evidence import CERTIFIES, SequentialEvidence
 from speceq.verdicts.kinds import EffectName, TestKind, named_effect
 from speceq.verdicts.notes import Note, NoteKind
+from speceq.verdicts.reasons import failure_lines
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 from speceq.verdicts.verdict import Verdict
 
@@ -31,7 +32,7 @@ def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float) -
     """(verdict, reason) of a case after look ``ev.look``; verdict None while the case stays open."""
     at = f"decided at n = {ev.n} samples per engine after {ev.look} look{'s' if ev.look > 1 else ''}"
     if ev.hard_failures:
-        return "shifted", f"sequential: {at}; hard failure: {ev.hard_failures[0]}"
+        return "shifted", f"sequential: {at}; hard failure: {failure_lines(ev.hard_failures)[0]}"
     crossed = [t for t in ev.tests if t.crossing_sample is not None]
     if crossed:
         t = min(crossed, key=lambda x: x.crossing_sample)  # type: ignore[arg-type, return-value]

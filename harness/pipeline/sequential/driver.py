@@ -44,6 +44,7 @@ from speceq.stats import sequential as seq
 from speceq.stats.scores import TokenScores
 from speceq.store import ROLES, SampleStore
 from speceq.verdicts.evidence import SequentialEvidence, SequentialTestEvidence
+from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.result import RunResult
 from speceq.verdicts.sequential import SequentialDecision, apply_sequential, decide_look, sequential_outcomes
 
@@ -236,7 +237,7 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], sli
                                slices.rows("candidate", case.case_id), names=st.names, level=level,
                                alpha=config.alpha, scores=scored["candidate"], base_scores=scored["baseline"])
     budget = case.samples or config.samples
-    failures: tuple[str, ...] = ()
+    failures: tuple[HardFailure, ...] = ()
     if oracle is not None and scored["candidate"] is not None and scored["baseline"] is not None:
         failures = look_support_failures(case, slices.rows("baseline", case.case_id), scored["baseline"],
                                          slices.rows("candidate", case.case_id), scored["candidate"],
