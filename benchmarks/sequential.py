@@ -230,6 +230,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
     from speceq.pipeline.runner import run
     from speceq.power.settings import settings_for
     from speceq.power.study import PowerStudy
+    from speceq.verdicts.reasons import note_line
 
     margin = SUPPORT_MARGIN_NATS if support_margin_nats is None else support_margin_nats
     fixed = _fixed_sizes()
@@ -263,7 +264,7 @@ def run_gallery(seeds: int, budget: int, mutants: list[str] | None, alpha: float
                 elif "hard failure" in c.reason:
                     first = c.n_baseline
                 firsts.append(first)
-                notes.append(c.notes[-1] if c.notes else "")
+                notes.append(note_line(c.notes[-1]) if c.notes else "")
             secs = time.perf_counter() - t0
             f = fixed.get(name, {})
             med = float(np.median(stops))

@@ -77,6 +77,7 @@ class CaseView:
     decider: why.Decider | None = None
     plain: str = ""  # the verdict in plain words (speceq.verdicts.reasons.plain_case_summary)
     z_views: list[why.ZView] = field(default_factory=list)
+    notes: tuple[str, ...] = ()  # the case's notes in words (speceq.verdicts.reasons.note_lines)
 
 
 def _where(case: CaseResult, name: str) -> str:
@@ -256,6 +257,7 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
         decider=why.decider(case, run, deciding, z_views),
         plain=reasons.plain_case_summary(case, alpha),
         z_views=z_views,
+        notes=reasons.note_lines(case.notes, reasons.case_token_labels(case)),
     )
 
 
@@ -282,6 +284,7 @@ def render_report(result: RunResult, kernels: Sequence[dict[str, Any]] = ()) -> 
     }
     return environment().get_template("report.html.j2").render(
         run=result,
+        run_notes=reasons.note_lines(result.notes),
         plain=reasons.plain_run_summary(result),
         cases=views,
         counts=counts,

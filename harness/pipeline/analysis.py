@@ -68,18 +68,9 @@ from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import FailureKind, HardFailure
-from speceq.verdicts.kinds import TestKind
-from speceq.verdicts.reasons import (
-    TOP_K_ORACLE_NOTE,
-    UNBOUNDED_SUPPORT_NOTE,
-    TokenLabels,
-    baseline_outside_margin_note,
-    baseline_zero_probability_note,
-    failure_lines,
-    offset_readings,
-    sampling_time_estimate,
-    settings_rerun_command,
-)
+from speceq.verdicts.kinds import EffectName, TestKind, named_effect
+from speceq.verdicts.notes import Note, NoteKind, offset_notes, sampling_time_note
+from speceq.verdicts.reasons import TokenLabels, failure_lines, settings_rerun_command
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -134,7 +125,7 @@ class OracleFindings:
     tests: tuple[TestOutcome, ...]
     support_failures: tuple[HardFailure, ...]
     histogram: tuple[int, ...]
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     z_paths: tuple[Any, ...] = ()
     test_bins: tuple[Any, ...] = ()
     pit_law: stats.PITLawBound | None = None
@@ -150,7 +141,7 @@ class CaseDetails:
     acceptance_rate: float | None
     baseline_tokens_per_s: float | None
     candidate_tokens_per_s: float | None
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     top_tokens: tuple[TokenFrequency, ...] = ()
     pit_histogram: tuple[int, ...] = ()
     greedy: GreedySummary | None = None
@@ -167,27 +158,27 @@ EFFECT_LEVEL = 0.95
 def _effect(res: Any) -> Effect | None:
     """The effect size of a test result with its confidence interval, or None (a uniformity statistic has none)."""
     if isinstance(res, (stats.HomogeneityResult, stats.GoodnessOfFitResult)):
-        return Effect(name="TV", unit="total variation distance", estimate=float(res.tv), low=0.0,
-                      high=float(res.tv_upper_bound), level=1.0 - float(res.tv_alpha))
+        return named_effect(EffectName.TV, float(res.tv), low=0.0, high=float(res.tv_upper_bound),
+                             level=1.0 - float(res.tv_alpha))
     if isinstance(res, stats.ComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
-        return Effect(name="row score difference", unit="candidate minus baseline row score (score units per row)",
-                      estimate=float(res.mean_difference), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+        return named_effect(EffectName.ROW_SCORE_DIFFERENCE, float(res.mean_difference), low=ci.low, high=ci.high,
+                             level=EFFECT_LEVEL)
     if isinstance(res, stats.PooledComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
-        return Effect(name="standardised row score difference", unit="mean over rms of the pair differences",
-                      estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+        return named_effect(EffectName.STANDARDISED_ROW_SCORE_DIFFERENCE, float(res.effect), low=ci.low,
+                             high=ci.high, level=EFFECT_LEVEL)
     if isinstance(res, stats.SupportComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
-        return Effect(name="row rate difference", unit="candidate minus baseline share of rows holding a token of "
-                      "oracle probability 0", estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+        return named_effect(EffectName.ROW_RATE_DIFFERENCE, float(res.effect), low=ci.low, high=ci.high,
+                             level=EFFECT_LEVEL)
     if isinstance(res, stats.ZTestResult):
         half = None
         if res.summed_variance is not None and res.summed_variance > 0 and res.n > 0:
             half = float(_Z_975 * math.sqrt(res.summed_variance) / res.n)  # the martingale CLT's normal interval
-        return Effect(name="per-token excess", unit="mean of f minus its mean under the oracle (f's units per token)",
-                      estimate=float(res.effect), low=None if half is None else res.effect - half,
-                      high=None if half is None else res.effect + half, level=None if half is None else EFFECT_LEVEL)
+        return named_effect(EffectName.PER_TOKEN_EXCESS, float(res.effect),
+                             low=None if half is None else res.effect - half,
+                             high=None if half is None else res.effect + half, level=None if half is None else EFFECT_LEVEL)
     return None
 
 
@@ -377,7 +368,7 @@ def _outside(case: Case, batch: SampleBatch, scores: stats.TokenScores, mask: np
 
 def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
                             scores: stats.TokenScores, tok: TokenLabels,
-                            margin_nats: float) -> tuple[list[HardFailure], list[str]]:
+                            margin_nats: float) -> tuple[list[HardFailure], list[Note]]:
     """(hard failures, notes) of the one-sided support check with a numerics margin.
 
     A candidate token is a hard failure when every law whose raw logits are within
@@ -395,11 +386,11 @@ def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.To
     base_out = stats.outside_margin(base_scores, margin_nats)
     if cand_out is None or base_out is None:
         if np.any(np.asarray(scores.prob) <= 0):
-            return [], [UNBOUNDED_SUPPORT_NOTE]
+            return [], [Note(kind=NoteKind.UNBOUNDED_SUPPORT)]
         return [], []
     if base_out.any():
         eg = _outside(case, base, base_scores, base_out, tok, 1, margin_nats)[0]
-        return [], [baseline_outside_margin_note(int(base_out.sum()), eg)]
+        return [], [Note(kind=NoteKind.BASELINE_OUTSIDE_MARGIN, values={"count": int(base_out.sum())}, example=eg)]
     if not cand_out.any():
         return [], []
     shown = _outside(case, cand, scores, cand_out, tok, 5, margin_nats)
@@ -409,14 +400,16 @@ def robust_support_failures(case: Case, base: SampleBatch, base_scores: stats.To
 
 
 def look_support_failures(case: Case, base: SampleBatch, base_scores: stats.TokenScores, cand: SampleBatch,
-                          scores: stats.TokenScores, *, vocab_size: int, margin_nats: float) -> tuple[str, ...]:
-    """The support hard failures of :func:`robust_support_failures` on every row so far (sequential looks).
+                          scores: stats.TokenScores, *, vocab_size: int,
+                          margin_nats: float) -> tuple[HardFailure, ...]:
+    """The support hard failures of :func:`robust_support_failures` on every row so far (sequential looks), as
+    records with token ids (worded by :func:`speceq.verdicts.reasons.failure_lines`).
 
     The check is the same at every look and needs no level: under the margin a correct engine
     never emits such a token, so looking often cannot raise its false-alarm rate.
     """
     failures, _ = robust_support_failures(case, base, base_scores, cand, scores, TokenLabels(vocab_size), margin_nats)
-    return failure_lines(failures)
+    return tuple(failures)
 
 
 def declared_numerics(description: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -451,24 +444,27 @@ class NumericsMargin:
         differ = b is not None and c is not None and b != c
         return NumericsMargin(nats=float(support_margin_nats) if differ else 0.0, baseline=b, candidate=c)
 
-    def words(self) -> str:
-        """e.g. ``baseline float32 on cpu, candidate bfloat16 on cpu``."""
-        def one(role: str, n: tuple[str, str] | None) -> str:
-            return f"{role} {n[0]}" + (f" on {n[1]}" if n and n[1] else "") if n else f"{role} undeclared"
-        return f"{one('baseline', self.baseline)}, {one('candidate', self.candidate)}"
 
-
-def boundary_note(found: stats.OracleComparisons, numerics: NumericsMargin) -> str | None:
-    """The boundary evidence of a case in words (None: no boundary token at the run's margin)."""
+def boundary_note(found: stats.OracleComparisons, numerics: NumericsMargin) -> Note | None:
+    """The boundary evidence of a case as a ``numerics boundary`` note (None: no boundary token at the run's margin)."""
     if not (found.candidate_boundary_rows or found.baseline_boundary_rows):
         return None
     sup = found.support
-    margin = "any finite" if numerics.nats == float("inf") else f"{numerics.nats:g} nats of"
-    return (f"numerics boundary: {found.candidate_boundary_rows} of {sup.candidate_rows} candidate rows and "
-            f"{found.baseline_boundary_rows} of {sup.baseline_rows} baseline rows hold a token of oracle probability 0 "
-            f"that a law within {margin} logit error admits (the engines declare different numerics: "
-            f"{numerics.words()}); read as numerics at a processing cut, not as a hard failure, and scored 0 in the "
-            f"row-score comparisons")
+    declared = {}
+    for role, n in (("baseline", numerics.baseline), ("candidate", numerics.candidate)):
+        declared |= {f"{role}_dtype": None if n is None else n[0], f"{role}_device": None if n is None else n[1]}
+    return Note(kind=NoteKind.NUMERICS_BOUNDARY, values={
+        "candidate_rows": int(found.candidate_boundary_rows), "candidate_total": int(sup.candidate_rows),
+        "baseline_rows": int(found.baseline_boundary_rows), "baseline_total": int(sup.baseline_rows),
+        "margin_nats": float(numerics.nats), **declared})
+
+
+def pit_law_note(bound: stats.PITLawBound) -> Note:
+    """The PIT-law bound of a case as a ``PIT-law bound`` note: the bound, its worst position and level."""
+    p = bound.positions[bound.worst_position]
+    return Note(kind=NoteKind.PIT_LAW_BOUND, values={
+        "bound": float(bound.bound), "position": int(p.position), "n": int(p.n), "rows": int(bound.rows),
+        "statistic": float(p.statistic), "positions": len(bound.positions), "alpha": float(bound.alpha)})
 
 
 def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle, rng: np.random.Generator,
@@ -519,7 +515,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         pair = (_outcome(f"baseline {name}", "oracle", False, zb, kind), _outcome(name, "oracle", False, zc, kind))
         tests += [pair[1], pair[0]]
         pairs.append((*pair, by_name.get(comparison)))
-    notes += offset_readings(pairs, alpha)
+    notes += offset_notes(pairs, alpha)
     if first_probs is not None:  # None: the oracle does not know the whole first-token law
         first = (scores.position == 0) & (np.asarray(cand.prompt_index)[scores.row] == 0)
         counts = np.bincount(scores.token[first], minlength=first_probs.size)
@@ -528,7 +524,8 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         tests.append(_outcome("chi2 GOF first token", "oracle", False, gof, TestKind.CHI2_FIRST_TOKEN_GOF))
     base_sup = stats.support_violations(base_scores)
     if base_sup.failed:
-        notes.append(baseline_zero_probability_note(base_sup.statistic, _impossible_tokens(case, base, base_scores, tok)[0]))
+        notes.append(Note(kind=NoteKind.BASELINE_ZERO_PROBABILITY, values={"count": int(base_sup.statistic)},
+                          example=_impossible_tokens(case, base, base_scores, tok)[0]))
     bins = ()
     if sup.pvalue <= alpha:  # the support comparison may decide: its counts are its picture
         flagged = ("rows with a token of oracle probability 0" if numerics.nats == 0 else
@@ -667,7 +664,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                                                  mc_level=mc_level, rng=rng, tok=tok)
     details = _replace(details, test_bins=tuple(test_bins))
     failures: tuple[HardFailure, ...] = ()
-    notes: list[str] = []
+    notes: list[Note] = []
     first_probs = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"
@@ -677,7 +674,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         if oracle.knows_full_law(case.params):
             first_probs = oracle.next_token_probs([list(case.prompt_ids)], case.params)[0].astype(np.float64)
         else:
-            notes.append(TOP_K_ORACLE_NOTE)
+            notes.append(Note(kind=NoteKind.TOP_K_ORACLE))
         found = _oracle_tests(case, base, cand, oracle, case_rng(seed, case.case_id, 1), tok, first_probs,
                               alpha=alpha, mc_level=mc_level, support_margin_nats=support_margin_nats,
                               numerics=numerics)
@@ -687,7 +684,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         pit_law = found.pit_law
         differences = found.differences
         if pit_law is not None:
-            notes.append(pit_law.summary())
+            notes.append(pit_law_note(pit_law))
         details = _replace(details, pit_histogram=found.histogram, z_paths=found.z_paths,
                            test_bins=details.test_bins + found.test_bins)
     if bounds:
@@ -791,7 +788,7 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
     """Assemble the result of one case; the verdict and reason are the decision's, unchanged."""
     rerun = settings_rerun_command(settings, d.required_n, case) if d.required_n is not None else None
     if d.required_n is not None:
-        estimate = sampling_time_estimate(d.required_n, ev.n_candidate, prompts=len(case.prompts),
+        estimate = sampling_time_note(d.required_n, ev.n_candidate, prompts=len(case.prompts),
                                           candidate_tokens=x.candidate_tokens,
                                           baseline_tokens_per_s=x.baseline_tokens_per_s,
                                           candidate_tokens_per_s=x.candidate_tokens_per_s)

@@ -51,8 +51,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from speceq.stats._validate import check_int, check_level
+from speceq.stats.counts import paired_counts
 from speceq.stats.results import _Result
-from speceq.stats.tv import tv_upper_bound_oracle, tv_upper_bound_two_sample
+from speceq.stats.tv import tv_distance, tv_upper_bound_oracle, tv_upper_bound_two_sample
 
 #: rho grid of the normal mixture (units of the summed variance W): 10^0 .. 10^5.
 DEFAULT_RHOS = (1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0)
@@ -246,7 +247,9 @@ def paired_sign_eprocess(baseline: np.ndarray, candidate: np.ndarray, *, name: s
         raise ValueError(f"`baseline` and `candidate` must be 1-D of equal length, got shapes {b.shape} and {c.shape}")
     if not (np.all(np.isfinite(b)) and np.all(np.isfinite(c))):
         raise ValueError(f"row scores must be finite ({name})")
-    return eprocess_result(name, paired_sign_log_e(c - b) if b.size else np.zeros(0), level)
+    if not b.size:
+        return eprocess_result(name, np.zeros(0), level)
+    return eprocess_result(name, paired_sign_log_e(c - b), level, effect=float(np.mean(c - b)))
 
 
 def first_crossing(log_e: np.ndarray, threshold: float) -> int | None:
@@ -262,7 +265,12 @@ class EProcessResult(_Result):
     statistic: log of the largest e-value so far (natural log); evalue: E_n now;
     max_evalue: max_{t<=n} E_t; pvalue: the always-valid p = min(1, 1 / max_evalue);
     first_crossing: first observation index (0-based) with E_t >= 1 / level, where ``level``
-    is the share of alpha the caller gave this test (None: never crossed).
+    is the share of alpha the caller gave this test (None: never crossed). effect: the plug-in
+    estimate, on the n observations so far, of what a two-sample e-process bets on: the mean pair
+    difference, candidate minus baseline (paired sign), the plug-in TV between the two samples
+    (paired exchangeability); None for the one-sample e-processes and before any observation. It
+    has no interval: a fixed-n confidence interval is not valid at a data-dependent look, and no
+    confidence sequence is computed per test.
     """
 
     name: str
@@ -273,6 +281,7 @@ class EProcessResult(_Result):
     pvalue: float
     level: float
     first_crossing: int | None
+    effect: float | None = None
 
     @property
     def rejects(self) -> bool:
@@ -284,8 +293,8 @@ class EProcessResult(_Result):
                 f"always-valid p = {self.pvalue:.3g} (level {self.level:.3g}, {where})")
 
 
-def eprocess_result(name: str, log_e: np.ndarray, level: float) -> EProcessResult:
-    """Summarise a 1-D log-e path for a test given the share ``level`` of alpha."""
+def eprocess_result(name: str, log_e: np.ndarray, level: float, effect: float | None = None) -> EProcessResult:
+    """Summarise a 1-D log-e path for a test given the share ``level`` of alpha (``effect``: see EProcessResult)."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"`name` must be a non-empty string, got {name!r}")
     level = check_level(level, "level")
@@ -301,7 +310,7 @@ def eprocess_result(name: str, log_e: np.ndarray, level: float) -> EProcessResul
     return EProcessResult(
         name=name, n=int(path.size), statistic=top, evalue=float(math.exp(min(path[-1], 700.0))),
         max_evalue=float(math.exp(min(top, 700.0))), pvalue=float(min(1.0, math.exp(-top))), level=level,
-        first_crossing=first_crossing(path, 1.0 / level),
+        first_crossing=first_crossing(path, 1.0 / level), effect=effect,
     )
 
 
@@ -338,7 +347,10 @@ def paired_exchangeability_eprocess(a: np.ndarray, b: np.ndarray, *, name: str, 
     if a.ndim != 1 or b.ndim != 1:
         raise ValueError(f"`a` and `b` must be 1-D, got shapes {a.shape} and {b.shape}")
     n = min(a.size, b.size)
-    return eprocess_result(name, paired_exchangeability_log_e(a[:n], b[:n]) if n else np.zeros(0), level)
+    if not n:
+        return eprocess_result(name, np.zeros(0), level)
+    _, ca, cb = paired_counts(a[:n], b[:n])
+    return eprocess_result(name, paired_exchangeability_log_e(a[:n], b[:n]), level, effect=tv_distance(ca, cb))
 
 
 # --- the TV confidence sequence -------------------------------------------------------------

@@ -137,7 +137,8 @@ class SequentialEvidence:
     n: samples per engine so far; look / looks: this look and the looks the budget allows;
     budget: the case's budget (samples per engine); tests: every planned e-process;
     tv_upper_bound: the time-uniform TV upper bound (None before the first grid point) and
-    bound_grid_n, the grid point its data reach; hard_failures: events impossible under H0.
+    bound_grid_n, the grid point its data reach; hard_failures: events impossible under H0, as records with
+    token ids (worded by :func:`speceq.verdicts.reasons.failure_lines`).
     """
 
     n: int
@@ -147,4 +148,4 @@ class SequentialEvidence:
     tests: tuple[SequentialTestEvidence, ...]
     tv_upper_bound: float | None = None
     bound_grid_n: int | None = None
-    hard_failures: tuple[str, ...] = ()
+    hard_failures: tuple[HardFailure, ...] = ()

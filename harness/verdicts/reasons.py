@@ -9,6 +9,7 @@ summary and the HTML report.
 - :func:`meaning`: one sentence on what the deciding test says about the candidate engine.
 - :func:`skipped_tests`: primary tests that did not run, and how to enable them.
 - :class:`TokenLabels` / :func:`failure_lines`: token ids as text, and the hard-failure records in words.
+- :func:`note_line` / :func:`note_lines`: the note records (:mod:`speceq.verdicts.notes`) in words.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from speceq.verdicts.failures import FailureKind, HardFailure
-from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.kinds import EffectName, TestKind
+from speceq.verdicts.notes import Note, NoteKind, OffsetReading, sampling_time_note
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Said wherever a fixed-size rerun with more samples is advised.
@@ -203,10 +205,16 @@ def test_kind(test: TestOutcome) -> TestKind | None:
 
 def effect(test: TestOutcome) -> str:
     """The test's effect in its own units, from its ``kind`` and ``effect`` fields: TV for chi-square tests,
-    the mean row-score difference for row-score comparisons, the per-token excess of f for z-tests, the
-    statistic otherwise (and for results written before effects were stored)."""
+    the mean row-score difference for row-score comparisons, the per-token excess of f for z-tests, the largest
+    e-value and the plug-in estimate so far for a sequential e-process, the statistic otherwise (and for results
+    written before effects were stored)."""
     kind, e = test_kind(test), test.effect
     if kind is not None and e is not None:
+        if kind.is_eprocess:  # an estimate so far, no interval (speceq.verdicts.sequential.eprocess_effect)
+            what = (f"TV={e.estimate:.4f}" if kind.is_pair_eprocess else
+                    f"candidate minus baseline {'share of rows' if e.name == EffectName.ROW_RATE_DIFFERENCE else 'row score'} "
+                    f"{e.estimate:+.3g}")
+            return f"max e-value {math.exp(min(test.statistic, 700.0)):.3g}, {what} (plug-in, so far)"
         if kind.is_row_comparison:
             return f"Z={test.statistic:+.3g}, candidate minus baseline row score {e.estimate:+.3g}"
         if kind.is_z_test:
@@ -448,31 +456,6 @@ def plain_run_summary(result: RunResult) -> str:
             f"need{'s' if len(open_) == 1 and len(cases) == 1 else ''} more draws to certify the engines the same{more}.")
 
 
-def offset_readings(pairs: Sequence[tuple[TestOutcome, TestOutcome, TestOutcome | None]], alpha: float) -> list[str]:
-    """One sentence per one-sample z diagnostic worth reading: (baseline's test, candidate's test, their comparison).
-
-    Said when either engine departs from the oracle at ``alpha``: a departure both share is the
-    oracle's or the numerics', not the speculation's; only the comparison can say the latter.
-    """
-    out = []
-    for baseline, candidate, comparison in pairs:
-        if min(baseline.pvalue, candidate.pvalue) > alpha:
-            continue
-        test = candidate.name
-        zs = f"baseline z = {baseline.statistic:+.2f}, candidate z = {candidate.statistic:+.2f}"
-        cmp_p = "not run" if comparison is None else f"p = {comparison.pvalue:.3g}"
-        if comparison is not None and comparison.pvalue <= alpha:
-            out.append(f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the "
-                       f"comparison of the two engines rejects ({cmp_p}): the speculation, not the oracle")
-        elif baseline.pvalue <= alpha and candidate.pvalue <= alpha and baseline.statistic * candidate.statistic > 0:
-            out.append(f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
-                       f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
-        else:
-            out.append(f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not "
-                       f"reject ({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
-    return out
-
-
 #: Said of a case whose oracle knows only the top-K of each law.
 TOP_K_ORACLE_NOTE = ("the oracle knows only the top-K of each law (a server's top-K log-probabilities): "
                      "'log-likelihood comparison' and 'z temperature drift' (need log p over the whole law) and "
@@ -483,42 +466,106 @@ UNBOUNDED_SUPPORT_NOTE = ("the oracle cannot bound the processed support of the 
                           "log-probabilities): tokens outside its support are judged by the support comparison alone")
 
 
-def baseline_outside_margin_note(count: int, example: HardFailure) -> str:
+def baseline_outside_margin_note(count: int, example: HardFailure, labels: TokenLabels | None = None) -> str:
     """Why no support hard failure is called: the baseline too emits ``count`` tokens outside the margin (``example``)."""
     margin = example.threshold_nats or 0.0
     return (f"the baseline emits {count} token(s) outside the processed support by more than the "
-            f"numerics margin ({support_rule(margin)}), e.g. {failure_line(example)}: the engines' logits are further "
-            f"from the oracle's than --support-margin-nats {margin:g} (or the baseline is not correct); no "
+            f"numerics margin ({support_rule(margin)}), e.g. {failure_line(example, labels)}: the engines' logits are "
+            f"further from the oracle's than --support-margin-nats {margin:g} (or the baseline is not correct); no "
             "support hard failure, the support comparison decides")
 
 
-def baseline_zero_probability_note(count: int, example: HardFailure) -> str:
+def baseline_zero_probability_note(count: int, example: HardFailure, labels: TokenLabels | None = None) -> str:
     """The baseline too emits ``count`` tokens of oracle probability 0 (``example``): the oracle's law is off at its edge."""
     tokens = f"{count} token{'s' if count != 1 else ''}"
     return (f"the baseline too emits tokens of probability 0 under the oracle ({tokens}, e.g. "
-            f"{failure_line(example)}): the oracle's processed law is not the engines' at its support's edge (e.g. bf16 "
-            "rounding at a top-p boundary); the support comparison decides whether the candidate has more of them")
+            f"{failure_line(example, labels)}): the oracle's processed law is not the engines' at its support's edge "
+            "(e.g. bf16 rounding at a top-p boundary); the support comparison decides whether the candidate has more "
+            "of them")
 
 
 def sampling_time_estimate(required_n: int, n_now: int, *, prompts: int, candidate_tokens: int,
                            baseline_tokens_per_s: float | None, candidate_tokens_per_s: float | None) -> str | None:
-    """How long drawing ``required_n`` samples per engine would take at a run's measured sampling speed
-    (tokens/s of both engines; the oracle's scoring not included), or None when the speeds are unknown.
+    """:func:`speceq.verdicts.notes.sampling_time_note` in words (None when it is None)."""
+    note = sampling_time_note(required_n, n_now, prompts=prompts, candidate_tokens=candidate_tokens,
+                              baseline_tokens_per_s=baseline_tokens_per_s,
+                              candidate_tokens_per_s=candidate_tokens_per_s)
+    return None if note is None else note_line(note)
 
-    n_now: samples per engine so far; prompts: prompts of the case's batch (rows = samples x prompts);
-    candidate_tokens: tokens the candidate generated so far (the tokens per row it measures).
-    """
-    if required_n <= n_now or n_now <= 0 or not baseline_tokens_per_s or not candidate_tokens_per_s:
-        return None
-    rows_now = n_now * prompts
-    tokens_per_row = candidate_tokens / rows_now
-    extra_rows = (required_n - n_now) * prompts
-    seconds = extra_rows * tokens_per_row * (1.0 / baseline_tokens_per_s + 1.0 / candidate_tokens_per_s)
-    shown = f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 \
         else f"{seconds:.0f} s"
-    return (f"at this run's sampling speed ({baseline_tokens_per_s:.0f} and {candidate_tokens_per_s:.0f} "
-            f"tokens/s), {required_n} samples per engine need about {shown} more sampling (the oracle's "
-            f"scoring not included)")
+
+
+def _numerics(dtype: Any, device: Any, role: str) -> str:
+    if dtype is None:
+        return f"{role} undeclared"
+    return f"{role} {dtype}" + (f" on {device}" if device else "")
+
+
+def _offset_line(v: Mapping[str, Any]) -> str:
+    zs = f"baseline z = {v['baseline_z']:+.2f}, candidate z = {v['candidate_z']:+.2f}"
+    p = v.get("comparison_pvalue")
+    cmp_p = "not run" if p is None else f"p = {p:.3g}"
+    test = v["test"]
+    if v["reading"] == OffsetReading.SPECULATION:
+        return (f"{test}: the candidate departs from the oracle more than the baseline does ({zs}); the "
+                f"comparison of the two engines rejects ({cmp_p}): the speculation, not the oracle")
+    if v["reading"] == OffsetReading.SHARED:
+        return (f"{test}: both engines depart from the oracle ({zs}), the candidate no more than the baseline "
+                f"(comparison {cmp_p}): the oracle or the numerics, not the speculation")
+    return (f"{test}: one engine departs from the oracle ({zs}) but the comparison of the two does not "
+            f"reject ({cmp_p}): a one-sample diagnostic, not evidence against the candidate")
+
+
+def note_line(note: Note, labels: TokenLabels | None = None) -> str:
+    """One note in words, from its kind and values (``labels``: the case's token labels for an example token;
+    default: by the vocabulary size the example records)."""
+    v, kind = note.values, note.kind
+    if kind is NoteKind.TEXT:
+        return note.text
+    if kind is NoteKind.TOP_K_ORACLE:
+        return TOP_K_ORACLE_NOTE
+    if kind is NoteKind.UNBOUNDED_SUPPORT:
+        return UNBOUNDED_SUPPORT_NOTE
+    if kind is NoteKind.BASELINE_OUTSIDE_MARGIN and note.example is not None:
+        return baseline_outside_margin_note(int(v["count"]), note.example, labels)
+    if kind is NoteKind.BASELINE_ZERO_PROBABILITY and note.example is not None:
+        return baseline_zero_probability_note(int(v["count"]), note.example, labels)
+    if kind is NoteKind.NUMERICS_BOUNDARY:
+        margin = "any finite" if v["margin_nats"] == float("inf") else f"{v['margin_nats']:g} nats of"
+        declared = (f"{_numerics(v.get('baseline_dtype'), v.get('baseline_device'), 'baseline')}, "
+                    f"{_numerics(v.get('candidate_dtype'), v.get('candidate_device'), 'candidate')}")
+        return (f"numerics boundary: {v['candidate_rows']} of {v['candidate_total']} candidate rows and "
+                f"{v['baseline_rows']} of {v['baseline_total']} baseline rows hold a token of oracle probability 0 "
+                f"that a law within {margin} logit error admits (the engines declare different numerics: "
+                f"{declared}); read as numerics at a processing cut, not as a hard failure, and scored 0 in the "
+                f"row-score comparisons")
+    if kind is NoteKind.OFFSET_READING:
+        return _offset_line(v)
+    if kind is NoteKind.PIT_LAW_BOUND:
+        return (f"PIT-law bound {v['bound']:.3f} (worst at position {v['position']}: {v['n']} of {v['rows']} rows, "
+                f"Kolmogorov {v['statistic']:.3f}); simultaneous over {v['positions']} positions at "
+                f"alpha={v['alpha']:g}")
+    if kind is NoteKind.SAMPLING_TIME:
+        return (f"at this run's sampling speed ({v['baseline_tokens_per_s']:.0f} and {v['candidate_tokens_per_s']:.0f} "
+                f"tokens/s), {v['required_n']} samples per engine need about {_duration(float(v['seconds']))} more "
+                f"sampling (the oracle's scoring not included)")
+    if kind is NoteKind.FIXED_SIZE_VERDICT:
+        bound = "no TV bound" if v.get("tv_upper_bound") is None else f"TV upper bound {v['tv_upper_bound']:.4f}"
+        return (f"the fixed-size analysis of the same rows would say {v['verdict']} ({bound}); it is shown for "
+                "comparison only, since it is not valid after looking at the data along the way")
+    if kind is NoteKind.SEQUENTIAL_MODE:
+        k = v["tests"]
+        return (f"sequential mode: {k} e-processes at level alpha/{k} each (e-value Bonferroni, valid at every look); "
+                "TV bounds time-uniform over the look grid")
+    return f"{kind.value}: {dict(v)}"  # a kind whose record lacks its example: its values as they are
+
+
+def note_lines(notes: Sequence[Note], labels: TokenLabels | None = None) -> tuple[str, ...]:
+    """Every note in words, one line each (:func:`note_line`)."""
+    return tuple(note_line(n, labels) for n in notes)
 
 
 def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from speceq.stats.results import Effect
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.notes import Note, notes_from_saved
 from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
 
 #: The ``case_id`` of the run-level pooled tests in :meth:`RunResult.to_dataframe` (no case has it: ids are
@@ -195,7 +196,7 @@ class CaseResult:
     samples: tuple[SampleText, ...] = ()
     hard_failures: tuple[str, ...] = ()  # the failures below in words (speceq.verdicts.reasons.failure_lines)
     failures: tuple[HardFailure, ...] = ()  # what happened, with token ids (empty in older results)
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # records, worded by speceq.verdicts.reasons.note_lines (older results: text notes)
     z_paths: tuple[ZPath, ...] = ()
     test_bins: tuple[TestBins, ...] = ()
     certificate: str = "tv"  # what an equivalent verdict of this case rests on: "tv" or "pit-law" (the run's --certificate)
@@ -226,7 +227,7 @@ class RunResult:
     cases: tuple[CaseResult, ...]
     oracle: dict[str, Any] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()  # records, worded by speceq.verdicts.reasons.note_lines (older results: text notes)
     pooled_tests: tuple[TestOutcome, ...] = ()
     pooled_reason: str = ""
     certificate: str = "tv"  # what an equivalent verdict certifies (--certificate): "tv" or "pit-law"
@@ -255,14 +256,17 @@ class RunResult:
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
         pooled = tuple(TestOutcome.from_dict(t) for t in d.get("pooled_tests", ()))
-        return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ())), "pooled_tests": pooled})
+        return cls(**{**d, "cases": cases, "notes": notes_from_saved(d.get("notes")), "pooled_tests": pooled})
 
     @classmethod
     def from_json(cls, text: str) -> RunResult:
         return cls.from_dict(json.loads(text))
 
     def to_dataframe(self) -> Any:
-        """One row per (case, test): case id, verdict, test name, statistic, p, Holm p, q, TV."""
+        """One row per (case, test): case id, verdict, test name, its kind, statistic, p, Holm p, q, the case's TV,
+        and the test's effect (:data:`EFFECT_COLUMNS`: what is measured, estimate, interval, its level and unit;
+        None where the test has none, e.g. a uniformity statistic, or in results written before effects were stored).
+        A case without tests has one row of its own columns."""
         import pandas as pd
 
         rows = []
@@ -281,15 +285,24 @@ class RunResult:
             if not c.tests:
                 rows.append(base)
             for t in c.tests:
-                rows.append({**base, "test": t.name, "family": t.family, "primary": t.primary,
-                             "statistic": t.statistic, "pvalue": t.pvalue,
-                             "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
+                rows.append({**base, **_test_columns(t)})
         for t in self.pooled_tests:  # run-level tests: no case of their own
             rows.append({"case_id": POOLED_CASE_ID, "verdict": self.verdict if t.adjusted_pvalue is not None
-                         and t.adjusted_pvalue <= self.alpha else None, "test": t.name, "family": t.family,
-                         "primary": t.primary, "statistic": t.statistic, "pvalue": t.pvalue,
-                         "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue})
+                         and t.adjusted_pvalue <= self.alpha else None, **_test_columns(t)})
         return pd.DataFrame(rows)
+
+
+#: The effect columns of :meth:`RunResult.to_dataframe`, one per field of :class:`speceq.stats.results.Effect`.
+EFFECT_COLUMNS = ("effect", "effect_estimate", "effect_low", "effect_high", "effect_level", "effect_unit")
+
+
+def _test_columns(t: TestOutcome) -> dict[str, Any]:
+    """A test's columns of :meth:`RunResult.to_dataframe` (kind as its stored word; effect fields None without one)."""
+    e = t.effect
+    effect = (None,) * len(EFFECT_COLUMNS) if e is None else (e.name, e.estimate, e.low, e.high, e.level, e.unit)
+    return {"test": t.name, "kind": None if t.kind is None else str(t.kind), "family": t.family, "primary": t.primary,
+            "statistic": t.statistic, "pvalue": t.pvalue, "adjusted_pvalue": t.adjusted_pvalue, "qvalue": t.qvalue,
+            **dict(zip(EFFECT_COLUMNS, effect))}
 
 
 def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -312,7 +325,7 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
             "samples": tuple(SampleText(**{**s, "token_ids": tuple(s.get("token_ids", ()))}) for s in d.get("samples", ())),
             "hard_failures": tuple(d.get("hard_failures", ())),
             "failures": tuple(HardFailure.from_dict(f) for f in d.get("failures", ())),
-            "notes": tuple(d.get("notes", ())),
+            "notes": notes_from_saved(d.get("notes")),
             "z_paths": tuple(ZPath(**{k: tuple(v) if isinstance(v, list) else v for k, v in z.items()})
                              for z in d.get("z_paths", ())),
             "test_bins": tuple(TestBins(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in b.items()},

@@ -16,19 +16,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from speceq.stats.results import Effect
 from speceq.stats.sequential import EProcessResult
 from speceq.verdicts.evidence import CERTIFIES, SequentialEvidence
+from speceq.verdicts.kinds import EffectName, TestKind, named_effect
+from speceq.verdicts.notes import Note, NoteKind
+from speceq.verdicts.reasons import failure_lines
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 from speceq.verdicts.verdict import Verdict
 
-__all__ = ["SequentialDecision", "apply_sequential", "decide_look", "sequential_outcomes"]
+__all__ = ["SequentialDecision", "apply_sequential", "decide_look", "eprocess_effect", "sequential_outcomes"]
 
 
 def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float) -> tuple[str | None, str]:
     """(verdict, reason) of a case after look ``ev.look``; verdict None while the case stays open."""
     at = f"decided at n = {ev.n} samples per engine after {ev.look} look{'s' if ev.look > 1 else ''}"
     if ev.hard_failures:
-        return "shifted", f"sequential: {at}; hard failure: {ev.hard_failures[0]}"
+        return "shifted", f"sequential: {at}; hard failure: {failure_lines(ev.hard_failures)[0]}"
     crossed = [t for t in ev.tests if t.crossing_sample is not None]
     if crossed:
         t = min(crossed, key=lambda x: x.crossing_sample)  # type: ignore[arg-type, return-value]
@@ -63,11 +67,42 @@ class SequentialDecision:
     tv_reference: str | None = None
 
 
-def sequential_outcomes(tests: Sequence[EProcessResult], k_tests: int) -> tuple[TestOutcome, ...]:
-    """The e-processes of a case as primary tests, adjusted by e-value Bonferroni over the run's ``k_tests``."""
-    return tuple(TestOutcome(name=t.name, family="sequential", primary=True, statistic=t.statistic, pvalue=t.pvalue,
-                             n=t.n, adjusted_pvalue=min(1.0, t.pvalue * k_tests), summary=t.summary())
-                 for t in tests)
+def sequential_outcomes(tests: Sequence[EProcessResult], k_tests: int, kinds: Sequence[TestKind] = (),
+                        places: Sequence[tuple[int, int] | None] = ()) -> tuple[TestOutcome, ...]:
+    """The e-processes of a case as primary tests, adjusted by e-value Bonferroni over the run's ``k_tests``.
+
+    kinds / places: per test, its kind and the (prompt, position) of a one-position test (None: not one;
+    empty: not known, the outcomes then carry neither). Each outcome's effect is :func:`eprocess_effect`'s.
+    """
+    out = []
+    for i, t in enumerate(tests):
+        kind = kinds[i] if i < len(kinds) else None
+        place = places[i] if i < len(places) else None
+        out.append(TestOutcome(name=t.name, family="sequential", primary=True, statistic=t.statistic, pvalue=t.pvalue,
+                               n=t.n, adjusted_pvalue=min(1.0, t.pvalue * k_tests), summary=t.summary(), kind=kind,
+                               effect=None if kind is None else eprocess_effect(kind, t),
+                               prompt=None if place is None else place[0],
+                               position=None if place is None else place[1]))
+    return tuple(out)
+
+
+def eprocess_effect(kind: TestKind, result: EProcessResult) -> Effect | None:
+    """The effect of a sequential test: the plug-in estimate so far of what its e-process bets on, with no interval.
+
+    A paired exchangeability e-process (``seq pair ...``): the plug-in TV between the two engines' samples; a
+    paired sign e-process (``seq ... comparison``): the mean row score difference, candidate minus baseline (the
+    share of rows holding a token of oracle probability 0, for the support one). low / high / level are None: a
+    fixed-n interval is not valid at a look chosen by the data, and no confidence sequence is computed per test
+    (the case's time-uniform TV bound, ``tv_upper_bound``, is the interval that holds at every look). None
+    before any observation.
+    """
+    if result.effect is None or not kind.is_eprocess:
+        return None
+    if kind.is_pair_eprocess:
+        return named_effect(EffectName.TV, result.effect)
+    if kind is TestKind.SEQ_SUPPORT_COMPARISON:
+        return named_effect(EffectName.ROW_RATE_DIFFERENCE, result.effect)
+    return named_effect(EffectName.ROW_SCORE_DIFFERENCE, result.effect)
 
 
 def apply_sequential(fixed: RunResult, decisions: Mapping[str, SequentialDecision], k_tests: int) -> RunResult:
@@ -87,14 +122,12 @@ def apply_sequential(fixed: RunResult, decisions: Mapping[str, SequentialDecisio
         extra: dict[str, Any] = {}
         if d.tv_upper_bound is not None:
             extra = {"tv_estimate": d.tv_estimate, "tv_upper_bound": d.tv_upper_bound, "tv_reference": d.tv_reference}
-        bound = "no TV bound" if c.tv_upper_bound is None else f"TV upper bound {c.tv_upper_bound:.4f}"
-        note = (f"the fixed-size analysis of the same rows would say {c.verdict} ({bound}); it is shown for "
-                "comparison only, since it is not valid after looking at the data along the way")
+        note = Note(kind=NoteKind.FIXED_SIZE_VERDICT, values={"verdict": str(c.verdict),
+                                                              "tv_upper_bound": c.tv_upper_bound})
         cases.append(dataclasses.replace(c, verdict=d.verdict, reason=d.reason, tests=d.tests + diag, required_n=None,
                                          min_detectable_tv=None,  # the fixed-size chi-square's, not the e-processes'
                                          notes=(*c.notes, note), **extra))
-    notes = (*fixed.notes, f"sequential mode: {k_tests} e-processes at level alpha/{k_tests} each (e-value "
-                           f"Bonferroni, valid at every look); TV bounds time-uniform over the look grid")
+    notes = (*fixed.notes, Note(kind=NoteKind.SEQUENTIAL_MODE, values={"tests": int(k_tests)}))
     # the fixed analysis's pooled tests looked at rows chosen along the way: shown, never deciding
     pooled = tuple(dataclasses.replace(t, primary=False, adjusted_pvalue=None) for t in fixed.pooled_tests)
     return dataclasses.replace(fixed, verdict=Verdict.worst(c.verdict for c in cases), cases=tuple(cases), notes=notes,

@@ -51,6 +51,8 @@ from speceq.pipeline.collect import auto_workers
 from speceq.pipeline.config import RunConfig
 from speceq.pipeline.runner import run
 from speceq.store import ROLES
+from speceq.verdicts.notes import NoteKind
+from speceq.verdicts.reasons import note_line
 
 C1, C2, GREEDY, B1 = ("smol-capital-t1-b64-ragged", "smol-animal-t07-topp09-b64", "smol-capital-greedy-b8-ragged",
                       "smol-repeat-t1-b1")
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"job": job.name, "baseline": job.baseline, "candidate": job.candidate, "case": c.case_id,
                          "verdict": c.verdict, "expected": job.expect, "ok": ok, "n": c.n_candidate,
                          "acceptance": c.acceptance_rate, "tv_upper_bound": c.tv_upper_bound,
-                         "pit_law": next((n for n in c.notes if n.startswith("PIT-law bound")), None),
+                         "pit_law": next((note_line(n) for n in c.notes if n.kind is NoteKind.PIT_LAW_BOUND), None),
                          "reason": c.reason, "run_seconds": seconds})
             accept = "" if c.acceptance_rate is None else f" acceptance {c.acceptance_rate:.2f}"
             label = {EXIT_OK: "ok  ", EXIT_UNCERTIFIED: "OPEN"}.get(status, "FAIL")

@@ -20,6 +20,9 @@ import json
 import sys
 from pathlib import Path
 
+from speceq.verdicts.notes import notes_from_saved
+from speceq.verdicts.reasons import note_lines
+
 ORACLE_TESTS = ("PIT Anderson-Darling", "z argmax leak", "z temperature drift", "chi2 GOF first token",
                 "baseline vs oracle PIT Anderson-Darling")
 
@@ -83,7 +86,7 @@ def main(argv: list[str]) -> int:
         print(f"{flag} {cid:24} {a['verdict']:20} {b['verdict']:20} {ps}")
         if why:
             print(why)
-        for note in b.get("notes", []):
+        for note in note_lines(notes_from_saved(b.get("notes"))):  # records (older results: sentences) in words
             if "oracle" in note:
                 print(f"      server oracle note: {note}")
     print("== oracles agree" if status == 0 else "!! the oracles disagree (see !! lines)")

@@ -15,6 +15,7 @@ from speceq.models import ByteTokenizer
 from speceq.oracles.build import make_oracle
 from speceq.pipeline.config import RunConfig
 from speceq.pipeline.runner import run
+from speceq.verdicts.reasons import note_lines
 
 PROMPT = tuple(ByteTokenizer().encode("def add(a, b):\n    return "))
 
@@ -74,7 +75,7 @@ def test_run_with_the_server_oracle(engine, tmp_path) -> None:
     assert top_names == names - {"z temperature drift", "baseline z temperature drift", "chi2 GOF first token"}
     compared = {t.name for t in full.cases[0].tests if t.family == "oracle comparison"}
     assert {t.name for t in top.cases[0].tests if t.family == "oracle comparison"} == compared - {"log-likelihood comparison"}
-    assert any("'z temperature drift'" in n and "not run" in n for n in top.cases[0].notes)
+    assert any("'z temperature drift'" in n and "not run" in n for n in note_lines(top.cases[0].notes))
     assert full.cases[0].verdict != "shifted" and top.cases[0].verdict != "shifted"
 
 

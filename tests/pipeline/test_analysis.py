@@ -15,6 +15,7 @@ from speceq.inputs.cases import Case
 from speceq.pipeline.analysis import analyse_run
 from speceq.stats.scores import TokenScores
 from speceq.stats.synthetic import scores_from_probs
+from speceq.verdicts.reasons import note_lines
 from speceq.verdicts.result import POOLED_CASE_ID, RunResult
 
 VOCAB = 259
@@ -424,8 +425,12 @@ def test_an_oracle_error_both_engines_share_cancels() -> None:
     assert not cr.hard_failures
     assert {t.name for t in cr.tests if t.primary and t.family == "oracle comparison"} >= {"support comparison"}
     assert all(not t.primary for t in cr.tests if t.family == "oracle")
-    assert any("the baseline too emits tokens of probability 0" in n for n in cr.notes)
-    assert any("both engines depart from the oracle" in n for n in cr.notes)  # the offset both share, read as such
+    assert any("the baseline too emits tokens of probability 0" in n for n in note_lines(cr.notes))
+    assert any("both engines depart from the oracle" in n for n in note_lines(cr.notes))  # the offset both share, read as such
+    from speceq.verdicts.notes import NoteKind  # the notes are records: their numbers and token ids, no sentence
+    zero = next(n for n in cr.notes if n.kind is NoteKind.BASELINE_ZERO_PROBABILITY)
+    assert zero.values["count"] >= 1 and zero.example is not None and zero.example.token == dropped and zero.text == ""
+    assert any(n.kind is NoteKind.OFFSET_READING and n.values["reading"] == "shared" for n in cr.notes)
 
 
 def test_inconclusive_result_carries_the_rerun_command() -> None:

@@ -13,6 +13,7 @@ from speceq.inputs.cases import Case
 from speceq.models.tokenizer import ByteTokenizer
 from speceq.pipeline.config import RunConfig
 from speceq.pipeline.runner import run
+from speceq.verdicts.reasons import note_lines
 
 CASES = [Case(case_id="def-b64", prompt_ids=tuple(ByteTokenizer().encode("def ")),
               params=SamplingParams(max_new_tokens=3), batch_size=64)]
@@ -30,7 +31,7 @@ def test_pit_law_certifies_the_reference_engine_and_keeps_the_tv_claim_apart(tmp
     pit = _run(tmp_path, "reference", "pit-law")  # the same stored samples, decided under the other certificate
     assert pit.verdict == "equivalent"
     assert "PIT-law upper bound" in pit.reason and "does not bound the TV between the token laws" in pit.reason
-    assert any(note.startswith("PIT-law bound") for note in pit.notes)
+    assert any(note.startswith("PIT-law bound") for note in note_lines(pit.notes))
     # the certificate and the bound that decided are data of the result, for every face (#47 item 3)
     assert tv.certificate == "tv" and tv.decisive_bound == tv.tv_upper_bound
     assert pit.certificate == "pit-law" and pit.pit_law_upper_bound is not None
@@ -66,4 +67,4 @@ def test_the_estimate_is_in_the_notes_of_an_inconclusive_run(tmp_path: Path) -> 
     tv = _run(tmp_path, "reference", "tv")
     assert tv.verdict == "inconclusive"
     assert any(n.startswith("at this run's sampling speed") and f"{tv.required_n} samples per engine" in n
-               for n in tv.notes)
+               for n in note_lines(tv.notes))

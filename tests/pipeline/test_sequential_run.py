@@ -136,3 +136,47 @@ def test_sequential_oracle_comparisons_under_a_shared_oracle_error() -> None:
     assert support.n == 6000  # every pair of rows of the three prompts
     loud = look(WorldEngine(mismatch_world("boundary token", boundary_mass=4e-2)))  # the candidate leaks 20x more
     assert loud.first_crossing is not None and loud.first_crossing[0] == "seq support comparison"
+
+
+def test_sequential_outcomes_carry_their_kind_place_and_effect_through_result_json(tmp_path: Path) -> None:
+    """#43 item 2: the e-processes are data like the fixed-size tests: a kind, the (prompt, position) of a
+    one-position test and the plug-in effect so far, with no interval (none is valid at a data-chosen look)."""
+    from speceq.verdicts.kinds import EffectName, TestKind
+    from speceq.verdicts.reasons import effect
+    from speceq.verdicts.result import RunResult
+
+    engines = {"baseline": FakeEngine(), "candidate": FakeEngine(shift=0.2)}
+    result = run(config(tmp_path / "out"), cases()[:1], engines=engines)
+    (case,) = result.cases
+    seq_tests = [t for t in case.tests if t.family == "sequential"]
+    assert [t.name for t in seq_tests] == planned_tests(cases()[0], oracle=False, has_draft=False)
+    by_name = {t.name: t for t in seq_tests}
+    first = by_name["seq pair prompt 0 position 0"]
+    assert first.kind is TestKind.SEQ_PAIR_POSITION and (first.prompt, first.position) == (0, 0)
+    assert by_name["seq pair prompt 0 position 2"].position == 2
+    assert by_name["seq pair joint first 2"].kind is TestKind.SEQ_PAIR_JOINT and by_name["seq pair joint first 2"].position is None
+    assert by_name["seq pair length"].kind is TestKind.SEQ_PAIR_LENGTH
+    for t in seq_tests:
+        assert t.effect is not None and t.effect.name == EffectName.TV and 0.0 <= t.effect.estimate <= 1.0
+        assert (t.effect.low, t.effect.high, t.effect.level) == (None, None, None)
+    assert first.effect.estimate > 0.05  # the shift of 0.2 moves the first token's law
+    assert effect(first).startswith("max e-value ") and f"TV={first.effect.estimate:.4f}" in effect(first)
+    saved = RunResult.from_json((tmp_path / "out" / "result.json").read_text())
+    assert saved.cases[0].tests == case.tests
+
+
+def test_sequential_oracle_comparisons_carry_the_row_score_difference_as_their_effect() -> None:
+    from speceq.stats.sequential import paired_sign_eprocess
+    from speceq.verdicts.kinds import EffectName, TestKind
+    from speceq.verdicts.sequential import eprocess_effect, sequential_outcomes
+
+    base, cand = [0.1, 0.2, 0.3, 0.4], [0.3, 0.2, 0.6, 0.5]
+    res = paired_sign_eprocess(base, cand, name="seq argmax comparison", level=1e-3)
+    assert res.effect == pytest.approx(0.15)
+    (out,) = sequential_outcomes([res], 4, [TestKind.SEQ_ARGMAX_COMPARISON], [None])
+    assert out.kind is TestKind.SEQ_ARGMAX_COMPARISON and out.effect.name == EffectName.ROW_SCORE_DIFFERENCE
+    assert out.effect.estimate == pytest.approx(0.15) and out.effect.high is None and out.adjusted_pvalue <= 1.0
+    flags = paired_sign_eprocess([0.0, 0.0, 1.0], [1.0, 0.0, 1.0], name="seq support comparison", level=1e-3)
+    assert eprocess_effect(TestKind.SEQ_SUPPORT_COMPARISON, flags).name == EffectName.ROW_RATE_DIFFERENCE
+    empty = paired_sign_eprocess([], [], name="seq argmax comparison", level=1e-3)
+    assert eprocess_effect(TestKind.SEQ_ARGMAX_COMPARISON, empty) is None  # no observation: no estimate

@@ -21,6 +21,7 @@ from speceq.engines.base import SampleRequest
 from speceq.pipeline.analysis import analyse_run
 from speceq.stats.support_margin import exclusion_margins
 from speceq.stats.synthetic import MismatchWorld, mismatch_world
+from speceq.verdicts.reasons import note_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from mismatch_aa import WorldEngine, WorldOracle, world_case  # noqa: E402
@@ -85,7 +86,7 @@ def test_a_token_far_outside_fails_from_a_few_rows_unless_the_baseline_has_one()
     assert "beyond the numerics margin" in res.hard_failures[0]
     both = _analyse(bad, "engine", bad, "engine", 5, SUPPORT_MARGIN_NATS, w)
     assert not any("numerics margin" in f for f in both.hard_failures)
-    assert any("the baseline emits" in note for note in both.notes)
+    assert any("the baseline emits" in note for note in note_lines(both.notes))
     off = _analyse(w, "engine", bad, "engine", 5, SUPPORT_MARGIN_OFF, w)  # the library default: no hard failure
     assert not any("numerics margin" in f for f in off.hard_failures)
 
@@ -101,7 +102,7 @@ def test_a_boundary_token_of_engines_with_different_numerics_is_neither_a_hard_f
     assert differ.hard_failures == () and differ.verdict != "shifted"
     ps = {t.name: t.adjusted_pvalue for t in differ.tests if t.primary}
     assert ps["support comparison"] == 1.0 and ps["draft ratio comparison"] > 1e-3
-    note = next(n for n in differ.notes if n.startswith("numerics boundary"))
+    note = next(n for n in note_lines(differ.notes) if n.startswith("numerics boundary"))
     assert "baseline float32 on cpu, candidate bfloat16 on cpu" in note and "not as a hard failure" in note
     # a token far outside the nucleus still fails the case, whatever the engines declare
     far = _analyse(w, "oracle", far_leak(w, 0.05), "engine", 5, SUPPORT_MARGIN_NATS, w, FLOAT32_VS_BF16)

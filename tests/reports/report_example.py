@@ -27,6 +27,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from speceq.pipeline.pictures import thin_path
+from speceq.verdicts.notes import Note
 from speceq.verdicts.result import (
     CaseResult,
     GreedyDivergence,
@@ -210,7 +211,7 @@ def _sampled_case(case_id: str, *, dist_seed: int, mix: float, n: int, oracle: b
             "baseline": "<script>window.__pwned=1</script> the cat sat\ufffd\ufffd on the mat",
             "candidate": "<img src=x onerror=\"window.__pwned=2\"> caf\ufffd & \x00 \x1b[31mred\x1b[0m </pre></details>",
         })),
-        notes=(f"mixture weight of the draft in the candidate: {mix:g} (known by construction of this example)",),
+        notes=(Note.words(f"mixture weight of the draft in the candidate: {mix:g} (known by construction of this example)"),),
     )
     return case
 
@@ -312,7 +313,7 @@ def build_example_result() -> RunResult:
                     "numpy": "2.3.1", "scipy": "1.17.0", "git_commit": "8c0560f0d1c2b3a4e5f60718293a4b5c6d7e8f90",
                     "git_dirty": False, "machine": {"arch": "x86_64", "cpus": 2, "os": "Linux 6.1"},
                     "started": "2025-06-11T09:30:00Z", "example": "built by tests/reports/report_example.py"},
-        notes=("Example result for the report tests: simulated, not a real engine run.",),
+        notes=(Note.words("Example result for the report tests: simulated, not a real engine run."),),
         cases=cases,
     )
 
@@ -357,12 +358,12 @@ def inject(result: RunResult, strings: list[str]) -> RunResult:
     samples[0] = replace(samples[0], text=s[8])
     samples[-1] = replace(samples[-1], text=s[9])
     sh = replace(sh, case_id=s[0], reason=s[1], case={**sh.case, "text": s[2], "origin": s[3]}, tests=tests,
-                 top_tokens=tokens, samples=tuple(samples), hard_failures=(s[11],), notes=(s[12],))
+                 top_tokens=tokens, samples=tuple(samples), hard_failures=(s[11],), notes=(Note.words(s[12]),))
     g = greedy.greedy
     greedy = replace(greedy, greedy=replace(g, divergences=(replace(g.divergences[0], prefix_text=s[10]), *g.divergences[1:])))
     engines = {**result.engines, "candidate": {**result.engines["candidate"], "label": s[13], f"k:{s[14]}": 1}}
     return replace(result, cases=(eq, sh, inc, greedy), engines=engines,
-                   provenance={**result.provenance, "host": s[15]}, notes=(s[15],))
+                   provenance={**result.provenance, "host": s[15]}, notes=(Note.words(s[15]),))
 
 
 if __name__ == "__main__":

@@ -88,3 +88,15 @@ def test_top_k_subset_still_fails_a_disagreement_on_a_test_both_oracles_ran(tmp_
     srv_shifted = case("t1", "shifted", [("PIT comparison", 2e-5)])
     assert compare_cases(tmp_path, case("t1", "inconclusive", [("PIT comparison", 0.2)]), srv_shifted,
                          "--server-subset").returncode == 1
+
+
+def test_the_server_oracles_notes_are_worded_from_their_records(tmp_path) -> None:
+    a, b = result(tmp_path / "a.json", {"x": "equivalent"}), result(tmp_path / "b.json", {"x": "equivalent"})
+    saved = json.loads(b.read_text())
+    saved["cases"][0]["notes"] = [{"kind": "top-k oracle", "values": {}, "example": None, "text": ""},
+                                  "an older result's oracle note, a sentence"]
+    b.write_text(json.dumps(saved))
+    out = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "server oracle note: the oracle knows only the top-K of each law" in out.stdout
+    assert "server oracle note: an older result's oracle note, a sentence" in out.stdout

@@ -298,3 +298,17 @@ def test_paired_sign_eprocess_aa_and_power() -> None:
     assert res.rejects and res.pvalue < 1e-4
     with pytest.raises(ValueError, match="equal length"):
         seq.paired_sign_eprocess(np.zeros(2), np.zeros(3), name="x", level=0.01)
+
+
+def test_two_sample_eprocesses_estimate_what_they_bet_on() -> None:
+    """The paired exchangeability e-process carries the plug-in TV of its pairs, the paired sign one the mean
+    difference; the one-sample ones carry none."""
+    import numpy as np
+
+    from speceq.stats.sequential import normal_mixture_eprocess, paired_exchangeability_eprocess
+
+    a, b = np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 1, 9])  # b's extra draw has no pair: not counted
+    res = paired_exchangeability_eprocess(a, b, name="seq pair length", level=1e-3)
+    assert res.n == 5 and res.effect == pytest.approx(0.5 * (0.2 + 0.4 + 0.2))
+    assert paired_exchangeability_eprocess(a[:0], b, name="x", level=1e-3).effect is None
+    assert normal_mixture_eprocess(np.ones(3), np.ones(3), name="z", level=1e-3).effect is None

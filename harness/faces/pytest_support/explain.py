@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from speceq.verdicts.reasons import bound_line, plain_case_summary, plain_run_summary, skipped_tests, with_token_text
+from speceq.verdicts.reasons import (
+    bound_line,
+    case_token_labels,
+    note_lines,
+    plain_case_summary,
+    plain_run_summary,
+    skipped_tests,
+    with_token_text,
+)
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 from speceq.verdicts.verdict import Verdict
 
@@ -110,7 +118,7 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
         lines.append(f"  {tv}")
     if case.verdict == Verdict.INCONCLUSIVE and case.required_n is not None:
         lines.append(f"  about {case.required_n} samples per engine would decide (now {case.n_baseline})")
-    lines.extend(f"  note: {n}" for n in case.notes)
+    lines.extend(f"  note: {n}" for n in note_lines(case.notes, case_token_labels(case)))
     return "\n".join(lines)
 
 

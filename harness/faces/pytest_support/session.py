@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from speceq.faces.pytest_support.options import Settings
+from speceq.verdicts.notes import Note
 
 if TYPE_CHECKING:
     from speceq.engines.base import Engine
@@ -108,7 +109,7 @@ def merge_results(records: Sequence[CheckRecord]) -> RunResult:
     oracle = next((r.result.oracle for r in ordered if r.result.oracle is not None), None)
     return RunResult(verdict=verdict, alpha=first.alpha, tolerance=first.tolerance, seed=first.seed,
                      engines=_distinct_engines(ordered), cases=tuple(cases), oracle=oracle,
-                     provenance=provenance, notes=tuple(notes))
+                     provenance=provenance, notes=tuple(Note.words(n) for n in notes))  # this face's own words
 
 
 class EquivalenceSession:

@@ -44,6 +44,7 @@ from speceq.stats import sequential as seq
 from speceq.stats.scores import TokenScores
 from speceq.store import ROLES, SampleStore
 from speceq.verdicts.evidence import SequentialEvidence, SequentialTestEvidence
+from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.result import RunResult
 from speceq.verdicts.sequential import SequentialDecision, apply_sequential, decide_look, sequential_outcomes
 
@@ -236,7 +237,7 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], sli
                                slices.rows("candidate", case.case_id), names=st.names, level=level,
                                alpha=config.alpha, scores=scored["candidate"], base_scores=scored["baseline"])
     budget = case.samples or config.samples
-    failures: tuple[str, ...] = ()
+    failures: tuple[HardFailure, ...] = ()
     if oracle is not None and scored["candidate"] is not None and scored["baseline"] is not None:
         failures = look_support_failures(case, slices.rows("baseline", case.case_id), scored["baseline"],
                                          slices.rows("candidate", case.case_id), scored["candidate"],
@@ -259,7 +260,7 @@ def _decision(p: CaseProgress, k_tests: int) -> SequentialDecision:
     """A decided case's progress as the data :func:`~speceq.verdicts.sequential.apply_sequential` puts in force."""
     ev, bound = p.evidence, p.evidence.bound if p.evidence is not None else None
     return SequentialDecision(verdict=str(p.verdict), reason=p.reason, looks=p.looks, n=p.n,
-                              tests=sequential_outcomes(ev.tests, k_tests) if ev is not None else (),
+                              tests=sequential_outcomes(ev.tests, k_tests, ev.kinds, ev.places) if ev is not None else (),
                               tv_estimate=None if bound is None else bound.tv,
                               tv_upper_bound=None if bound is None else bound.upper,
                               tv_reference=None if bound is None else f"time-uniform ({bound.reference})")

@@ -31,6 +31,7 @@ from speceq.engines.base import SampleBatch
 from speceq.inputs.cases import Case
 from speceq.stats import sequential as seq
 from speceq.stats.scores import TokenScores
+from speceq.verdicts.kinds import TestKind
 
 
 def planned_tests(case: Case, *, oracle: bool, has_draft: bool, full_law: bool = True) -> list[str]:
@@ -64,7 +65,8 @@ class CaseSequentialEvidence:
 
     tests: one EProcessResult per planned test; crossing_samples: per test, the sample count
     at which it first crossed its threshold (None: not crossed); bound: the time-uniform TV
-    upper bound (None before the first grid point).
+    upper bound (None before the first grid point). kinds: per test, what it is; places: per
+    test, the (prompt, position) of a one-position test, else None (so no one reads a name back).
     """
 
     case_id: str
@@ -72,6 +74,8 @@ class CaseSequentialEvidence:
     tests: tuple[seq.EProcessResult, ...]
     crossing_samples: tuple[int | None, ...]
     bound: seq.SequentialTVBound | None
+    kinds: tuple[TestKind, ...] = ()
+    places: tuple[tuple[int, int] | None, ...] = ()
 
     @property
     def first_crossing(self) -> tuple[str, int] | None:
@@ -85,17 +89,26 @@ def _rows(batch: SampleBatch, prompt: int) -> tuple[np.ndarray, np.ndarray]:
     return batch.tokens[keep], batch.lengths[keep]
 
 
-def _pair(name: str, a: np.ndarray, b: np.ndarray, level: float) -> tuple[seq.EProcessResult, int | None]:
+#: One evaluated test: its e-process, the sample count of its first crossing, its kind and (prompt, position).
+_Evaluated = tuple[seq.EProcessResult, "int | None", TestKind, "tuple[int, int] | None"]
+
+
+def _pair(name: str, a: np.ndarray, b: np.ndarray, level: float, kind: TestKind,
+          place: tuple[int, int] | None = None) -> _Evaluated:
     res = seq.paired_exchangeability_eprocess(a, b, name=name, level=level)
-    return res, None if res.first_crossing is None else res.first_crossing + 1
+    return res, None if res.first_crossing is None else res.first_crossing + 1, kind, place
 
 
 def _oracle_tests(base_scores: TokenScores, scores: TokenScores, base: SampleBatch, cand: SampleBatch, prompts: int,
-                  level: float) -> list[tuple[seq.EProcessResult, int | None]]:
-    """The comparison e-processes; each crossing as the sample count (per engine) at which it happened."""
+                  level: float) -> list[_Evaluated]:
+    """The comparison e-processes; each crossing as the sample count (per engine) at which it happened.
+
+    Their names are the values of their kinds (``seq argmax comparison``, ..., ``seq support comparison``).
+    """
     found = stats.sequential_oracle_comparisons(base_scores, np.asarray(base.prompt_index), scores,
                                                 np.asarray(cand.prompt_index), level=level)
-    return [(t, None if row is None else row // prompts + 1) for t, row in zip(found.tests, found.crossing_rows)]
+    return [(t, None if row is None else row // prompts + 1, TestKind(t.name), None)
+            for t, row in zip(found.tests, found.crossing_rows)]
 
 
 def case_tv_bound(case: Case, base: SampleBatch, cand: SampleBatch, n: int, alpha: float) -> seq.SequentialTVBound | None:
@@ -136,29 +149,31 @@ def evaluate_case(case: Case, base: SampleBatch, cand: SampleBatch, *, names: Se
     """
     names = list(names)
     P = len(case.prompts)
-    results: list[tuple[seq.EProcessResult, int | None]] = []
+    results: list[_Evaluated] = []
     for j in range(P):
         ta, la = _rows(base, j)
         tb, lb = _rows(cand, j)
         results.append(_pair(f"seq pair prompt {j} position 0", stats.position_symbols(ta, la, 0),
-                             stats.position_symbols(tb, lb, 0), level))
+                             stats.position_symbols(tb, lb, 0), level, TestKind.SEQ_PAIR_POSITION, (j, 0)))
     ta, la = _rows(base, 0)
     tb, lb = _rows(cand, 0)
     if "seq pair joint first 2" in names:
         results.append(_pair("seq pair joint first 2", stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2),
-                             level))
+                             level, TestKind.SEQ_PAIR_JOINT))
     if "seq pair length" in names:
-        results.append(_pair("seq pair length", la, lb, level))
+        results.append(_pair("seq pair length", la, lb, level, TestKind.SEQ_PAIR_LENGTH))
     for t in range(1, case.params.max_new_tokens):
         name = f"seq pair prompt 0 position {t}"
         if name in names:
-            results.append(_pair(name, stats.position_symbols(ta, la, t), stats.position_symbols(tb, lb, t), level))
+            results.append(_pair(name, stats.position_symbols(ta, la, t), stats.position_symbols(tb, lb, t), level,
+                                 TestKind.SEQ_PAIR_POSITION, (0, t)))
     if scores is not None and base_scores is not None:
         results += _oracle_tests(base_scores, scores, base, cand, P, level)
-    got = [r.name for r, _ in results]
+    got = [r[0].name for r in results]
     if scores is not None and sorted(got) != sorted(names):
         raise ValueError(f"case {case.case_id!r}: evaluated tests {got} differ from the planned {names}")
     n = int(min(len(la), len(lb)))
     bound = case_tv_bound(case, base, cand, n, alpha) if n else None
-    return CaseSequentialEvidence(case_id=case.case_id, n=n, tests=tuple(r for r, _ in results),
-                                  crossing_samples=tuple(c for _, c in results), bound=bound)
+    return CaseSequentialEvidence(case_id=case.case_id, n=n, tests=tuple(r[0] for r in results),
+                                  crossing_samples=tuple(r[1] for r in results), bound=bound,
+                                  kinds=tuple(r[2] for r in results), places=tuple(r[3] for r in results))

@@ -15,6 +15,7 @@ from speceq.errors import ConfigError
 from speceq.faces.pytest_support.explain import explain_case, explain_run, moved_tokens, rejecting_tests, section_text
 from speceq.faces.pytest_support.probes import SoloEngine, repeatability
 from speceq.faces.pytest_support.session import CheckRecord, merge_results
+from speceq.verdicts.reasons import note_lines
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 
@@ -88,7 +89,7 @@ def test_merge_results_renames_cases_and_keeps_the_worst_verdict() -> None:
                               "candidate #2": {"name": "other"}}
     assert [c["store"] for c in merged.provenance["checks"]] == [None, None, "/s/b"]
     assert merged.provenance["machine"] == {"cpu_count": 2}
-    assert any("alpha [0.01]" in n for n in merged.notes)
+    assert any("alpha [0.01]" in n for n in note_lines(merged.notes))
     assert RunResult.from_json(merged.to_json()) == merged
     with pytest.raises(ValueError, match="no check ran"):
         merge_results([])
