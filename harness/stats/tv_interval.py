@@ -21,9 +21,9 @@ without that bias, from the same two count vectors:
   E[plug-in] >= TV). Distribution-free, so it needs of the order of ln(1/alpha) / tolerance^2
   draws per engine to fall below a small tolerance.
 
-Over the L positions of a case, :func:`max_tv_size` bounds the largest per-position TV: every
-position at alpha / L (Bonferroni), so [max low, max high] covers max_t TV_t with probability at
-least 1 - alpha. The coverage measured by simulation is in docs/measurements/calibration.md.
+Over the L laws of a case (its positions' token laws, and in a run also the joint law of its first
+two tokens), :func:`max_tv_size` bounds the largest TV: every law at alpha / L (Bonferroni), so
+[max low, max high] covers max_t TV_t with probability at least 1 - alpha. The coverage measured by simulation is in docs/measurements/calibration.md.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class TVInterval(_Result):
 
     def effect(self) -> Effect:
         """The interval as the effect of a ``shifted`` verdict (name, unit, estimate, low, high, level)."""
-        what = "largest per-position TV" if self.positions > 1 else "TV"
+        what = f"largest TV of {self.positions} laws" if self.positions > 1 else "TV"
         return Effect(name=f"{what} (held-out estimate)", unit="TV", estimate=self.estimate, low=self.low,
                       high=self.high, level=self.level)
 
@@ -123,7 +123,7 @@ def tv_size(counts_a: np.ndarray, counts_b: np.ndarray, *, alpha: float, rng: np
 
 def max_tv_size(counts_a: Sequence[np.ndarray], counts_b: Sequence[np.ndarray], *, alpha: float,
                 rng: np.random.Generator) -> TVInterval:
-    """The largest per-position TV over aligned pairs of count vectors, every position at ``alpha`` / L.
+    """The largest TV over aligned pairs of count vectors (e.g. one per position), each pair at ``alpha`` / L.
 
     low / high: the largest lower and upper bound (together they cover max_t TV_t with probability
     at least 1 - ``alpha``); estimate: the largest held-out estimate; position: the index whose
