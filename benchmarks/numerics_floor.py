@@ -25,6 +25,16 @@ Usage (about 15 minutes on one loaded CPU core; see docs/explanation/numerics.md
     python benchmarks/numerics_floor.py --tokens 100000 --greedy-prompts 256 --json numerics.json
 
 Smoke: ``python benchmarks/numerics_floor.py --tokens 2000 --greedy-prompts 8 --tv-rows 32``.
+
+``--floor-models target,bpe-target,smollm2`` measures part 1 only, on each named model (the bundled
+byte target, the bundled BPE target, SmolLM2-135M-Instruct as ``speceq smollm2 prepare`` made it):
+``--floor-rows`` rows of ``--floor-len`` tokens per prompt (the model's default prompts; SmolLM2's
+three chats too), sampled at T = 1 by the low-dtype model without EOS, are teacher-forced through
+the float32 and the low-dtype model, and the exact TV between the two processed laws is taken at
+every position under each of the four settings of the sampling cases. This is the numerics floor
+``--numerics-tolerance``'s default comes from (speceq.core.defaults.NUMERICS_TOLERANCE):
+
+    python benchmarks/numerics_floor.py --floor-models target,bpe-target,smollm2 --json floor.json
 """
 
 from __future__ import annotations
@@ -147,6 +157,83 @@ def verdicts(cases: list[Case], base: dict[str, SampleBatch], cand: dict[str, Sa
     return {"comparison": label, "verdict": result.verdict, "cases": per_case}
 
 
+SETTINGS = (dict(temperature=1.0), dict(temperature=0.7, top_k=50), dict(temperature=1.0, top_p=0.9),
+            dict(temperature=1.3))
+
+
+def floor_model(name: str, dtype: torch.dtype) -> tuple[Any, list[list[int]]]:
+    """A model to measure the floor on, in ``dtype``, and its prompts."""
+    from speceq.models.bpe import encode_prompts, load_bpe_target
+
+    if name == "target":
+        tok = ByteTokenizer()
+        return load_target(dtype=dtype), [tok.encode(p) for p in DEFAULT_PROMPTS]
+    if name == "bpe-target":
+        return load_bpe_target(dtype=dtype), encode_prompts(DEFAULT_PROMPTS)
+    if name == "smollm2":
+        from transformers import AutoTokenizer
+
+        from speceq.models import load_model
+        from speceq.models.smollm2 import CHATS, prepared
+
+        folder = prepared().target
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        chats = [tok.apply_chat_template([dict(m) for m in chat], add_generation_prompt=True, tokenize=True,
+                                         return_dict=False) for chat in CHATS.values()]
+        prompts = [[int(i) for i in ids] for ids in chats] + [tok.encode(p) for p in DEFAULT_PROMPTS]
+        return load_model(folder, dtype=dtype), prompts
+    raise SystemExit(f"unknown model {name!r}; expected target, bpe-target or smollm2")
+
+
+def floor_tv(name: str, dtype: str, rows: int, length: int, prompts_max: int, seed: int) -> dict[str, Any]:
+    """Exact per-position TV(processed law in ``dtype``, in float32) of model ``name`` under each setting."""
+    from speceq.models.torch_utils import first_eos_id
+
+    low, prompts = floor_model(name, resolve_dtype(dtype))
+    f32, _ = floor_model(name, torch.float32)
+    low.eval()
+    f32.eval()
+    eos = first_eos_id(f32.config)
+    gen = torch.Generator().manual_seed(seed)
+    tvs: dict[int, list[np.ndarray]] = {i: [] for i in range(len(SETTINGS))}
+    for prompt in prompts[:prompts_max]:
+        ids = torch.tensor(prompt, dtype=torch.long)[None, :].expand(rows, -1).contiguous()
+        with torch.inference_mode():
+            for _ in range(length):  # T = 1 ancestral sampling in the low dtype, EOS masked (full forward: short rows)
+                logits = low(input_ids=ids).logits[:, -1].double()
+                if eos is not None:
+                    logits[:, eos] = -torch.inf
+                nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=gen)
+                ids = torch.cat([ids, nxt], dim=1)
+            a = f32(input_ids=ids[:, :-1]).logits[:, len(prompt) - 1 :].float()
+            b = low(input_ids=ids[:, :-1]).logits[:, len(prompt) - 1 :].float()
+        for i, kw in enumerate(SETTINGS):
+            params = SamplingParams(max_new_tokens=length, **kw)
+            pa = process_logits(a.reshape(-1, a.shape[-1]), params, eos_token_id=eos)
+            pb = process_logits(b.reshape(-1, b.shape[-1]), params, eos_token_id=eos)
+            tvs[i].append((0.5 * (pa.double() - pb.double()).abs().sum(-1)).numpy())
+    out = []
+    for i, kw in enumerate(SETTINGS):
+        tv = np.concatenate(tvs[i])
+        out.append({"setting": ", ".join(f"{k}={v}" for k, v in kw.items()), "positions": int(tv.size),
+                    "mean_tv": float(tv.mean()), "median_tv": float(np.median(tv)),
+                    "p99_tv": float(np.quantile(tv, 0.99)), "max_tv": float(tv.max())})
+    log(f"floor {name} {dtype}: mean TV {np.mean([o['mean_tv'] for o in out]):.2e}, "
+        f"p99 {max(o['p99_tv'] for o in out):.2e}")
+    return {"model": name, "dtype": dtype, "prompts": min(prompts_max, len(prompts)), "rows": rows,
+            "length": length, "settings": out}
+
+
+def floor_table(floors: list[dict[str, Any]]) -> str:
+    lines = ["| model | dtype | setting | positions | mean TV | median TV | p99 TV | max TV |",
+             "|---|---|---|---|---|---|---|---|"]
+    for f in floors:
+        for o in f["settings"]:
+            lines.append(f"| {f['model']} | {f['dtype']} | {o['setting']} | {o['positions']} | {o['mean_tv']:.2e} | "
+                         f"{o['median_tv']:.2e} | {o['p99_tv']:.2e} | {o['max_tv']:.2e} |")
+    return "\n".join(lines)
+
+
 def greedy_prompts(count: int) -> list[tuple[int, ...]]:
     """``count`` prompts: the default prompts, then prefixes (6-63 bytes) of stdlib sources."""
     tok = ByteTokenizer()
@@ -247,8 +334,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON there")
     p.add_argument("--no-low-dtype-oracle", dest="low_dtype_oracle", action="store_false",
                    help="skip analysing the first low dtype with an oracle in that dtype")
+    p.add_argument("--floor-models", default="", help="measure only the exact TV floor on these models "
+                   "(comma-separated: target, bpe-target, smollm2)")
+    p.add_argument("--floor-rows", type=int, default=16, help="rows per prompt for --floor-models. Default: %(default)s")
+    p.add_argument("--floor-len", type=int, default=16, help="tokens per row for --floor-models. Default: %(default)s")
+    p.add_argument("--floor-prompts", type=int, default=14, help="prompts per model for --floor-models. "
+                   "Default: %(default)s")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.floor_models:
+        floors = []
+        for name in (m.strip() for m in args.floor_models.split(",") if m.strip()):
+            for dtype in (d.strip() for d in args.dtypes.split(",") if d.strip()):
+                floors.append(floor_tv(name, dtype, args.floor_rows, args.floor_len, args.floor_prompts, args.seed))
+                checkpoint({"floor": floors, "settings": vars(args) | {"json": str(args.json)}}, args.json)
+        print(floor_table(floors))
+        return 0
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     cases = make_cases(args.sample_len)
     rows = max(16, -(-args.tokens // (len(cases) * args.sample_len)))

@@ -34,6 +34,15 @@ DEFAULT_CHUNK_TIMEOUT_S: seconds one chunk may take to sample before the run sto
     collection). None: no limit, since a chunk's time depends on the engine and the chunk size.
 STOP_GRACE_S: after the first Ctrl-C, seconds the run waits for the chunks being sampled to finish
     and be stored before it abandons them and stops (a hung engine then cannot hold the stop up).
+NUMERICS_TOLERANCE: TV below which a detected difference is ``within-tolerance`` rather than
+    ``shifted`` (``--numerics-tolerance``; 0 turns the outcome off): the case's certified upper bound
+    on its largest per-position TV must be below it. Taken from the measured numerics floor
+    (``benchmarks/numerics_floor.py --floor-models``, docs/measurements/numerics.md): about twice the
+    largest mean per-position TV between a bf16 and the float32 model over the four sampling settings,
+    rounded up: byte and BPE models 0.0040 and 0.0045 -> 0.01; SmolLM2-135M 0.026 -> 0.05
+    (:data:`NUMERICS_TOLERANCE_BY_WORLD`; 0.01 outside the bundled worlds and in the Python API and
+    the pytest plugin). The upper bound is distribution-free, so it falls below 0.01 only past about
+    10^5-10^6 draws per engine: at the default budget a detected difference stays ``shifted``, with its size.
 SUPPORT_MARGIN_OFF: the default of the Python API and the pytest plugin, and of ``speceq run``
     when an engine or the oracle is not one of the bundled world's models: infinite, i.e. no
     support hard failure (the two-sample support comparison alone judges tokens outside the
@@ -60,3 +69,7 @@ SUPPORT_MARGIN_NATS = 0.5
 #: up to 1.43 (3: 2.1x; ``benchmarks/logit_spread.py``, docs/measurements/numerics.md).
 SUPPORT_MARGIN_NATS_BY_WORLD = {"byte": SUPPORT_MARGIN_NATS, "bpe": 12.0, "smollm2": 3.0}
 SUPPORT_MARGIN_OFF = float("inf")
+NUMERICS_TOLERANCE = 0.01
+#: ``speceq run --models`` world -> its default numerics tolerance (twice the largest mean bf16 per-position
+#: TV measured on its target, rounded up; docs/measurements/numerics.md).
+NUMERICS_TOLERANCE_BY_WORLD = {"byte": NUMERICS_TOLERANCE, "bpe": NUMERICS_TOLERANCE, "smollm2": 0.05}

@@ -1,7 +1,7 @@
 """The ``speceq`` command line: ``run``, ``report``, ``engines`` (and commands other modules plug in).
 
 Exit codes: 0 every case equivalent, 1 some case shifted, 3 inconclusive and none shifted,
-2 usage, configuration or engine error, or an unexpected crash (one line on stderr; ``--debug``
+4 within-tolerance (a difference certified below ``--numerics-tolerance``) and none worse, 2 usage, configuration or engine error, or an unexpected crash (one line on stderr; ``--debug``
 adds the traceback and keeps the exit code), 130 interrupted (finished chunks are kept; rerun to
 resume).
 
@@ -48,6 +48,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         DEFAULT_SAMPLES,
         DEFAULT_TOLERANCE,
         NEAR_TIE_NATS,
+        NUMERICS_TOLERANCE,
         ORACLE_DTYPES,
         SUPPORT_MARGIN_NATS_BY_WORLD,
     )
@@ -111,6 +112,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "(vLLM: --max-logprobs -1). Default: all")
     g.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="family-wise false-alarm level. Default: %(default)g")
     g.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="TV distance that counts as equivalent. Default: %(default)g")
+    g.add_argument("--numerics-tolerance", type=float, default=None, metavar="TV",
+                   help="a detected difference whose certified size (upper bound of the largest TV of a position's or the first two tokens' law) "
+                        "is below TV is within-tolerance (exit code 4), not shifted; 0: off. Default: by --models, "
+                        "from the measured bf16 numerics floor: byte and bpe 0.01, smollm2 0.05, others "
+                        f"{NUMERICS_TOLERANCE:g} (docs/explanation/numerics.md)")
     g.add_argument("--near-tie-nats", type=float, default=NEAR_TIE_NATS, metavar="NATS",
                    help="greedy cases: target top-2 margin up to which a divergence is a numerical near-tie "
                         "(1e-3 measured on float32 CPU; use ~1e-2 for bf16 engines). Default: %(default)g")
@@ -158,6 +164,7 @@ def default_support_margin(args: argparse.Namespace) -> float:
 
 
 def handle_run(args: argparse.Namespace) -> int:
+    from speceq.core.defaults import NUMERICS_TOLERANCE, NUMERICS_TOLERANCE_BY_WORLD
     from speceq.engines.registry import parse_engine_options
     from speceq.inputs.cases import bpe_cases, default_cases, load_cases, smollm2_cases
     from speceq.models.worlds import world_engine_options
@@ -173,7 +180,9 @@ def handle_run(args: argparse.Namespace) -> int:
         oracle_dtype=args.oracle_dtype, oracle_server=args.oracle_server, oracle_top_logprobs=args.oracle_top_logprobs,
         samples=args.samples, chunk_size=args.chunk_size, chunk_timeout=args.chunk_timeout, seed=args.seed,
         alpha=args.alpha,
-        tolerance=args.tolerance, out_dir=Path(args.out), resume=args.resume, threads=args.threads,
+        tolerance=args.tolerance, out_dir=Path(args.out),
+        numerics_tolerance=(NUMERICS_TOLERANCE_BY_WORLD.get(args.models, NUMERICS_TOLERANCE)
+                            if args.numerics_tolerance is None else args.numerics_tolerance), resume=args.resume, threads=args.threads,
         progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
         support_margin_nats=(default_support_margin(args) if args.support_margin_nats is None
                              else args.support_margin_nats),
@@ -325,7 +334,8 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
 
     from speceq.verdicts import reasons
 
-    style = {Verdict.EQUIVALENT: "green", Verdict.SHIFTED: "bold red", Verdict.INCONCLUSIVE: "yellow"}
+    style = {Verdict.EQUIVALENT: "green", Verdict.SHIFTED: "bold red", Verdict.INCONCLUSIVE: "yellow",
+             Verdict.WITHIN_TOLERANCE: "cyan"}
     table = Table()
     table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
@@ -403,7 +413,8 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
     from speceq.faces.markdown import code_block, code_span, plain_text
     from speceq.verdicts import reasons
 
-    mark = {Verdict.EQUIVALENT: "✅ equivalent", Verdict.SHIFTED: "❌ shifted", Verdict.INCONCLUSIVE: "⚠️ inconclusive"}
+    mark = {Verdict.EQUIVALENT: "✅ equivalent", Verdict.SHIFTED: "❌ shifted", Verdict.INCONCLUSIVE: "⚠️ inconclusive",
+            Verdict.WITHIN_TOLERANCE: "〰️ within-tolerance"}
     lines = [
         f"### speceq: {plain_text(result.verdict.upper())}",
         "",
@@ -525,7 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks of errors (the exit code stays 2)")
     parser = argparse.ArgumentParser(
         prog="speceq", description="Distribution-equivalence tests for speculative decoding.",
-        epilog="exit codes: 0 equivalent, 1 shifted, 3 inconclusive, 2 usage/engine error or crash, 130 interrupted",
+        epilog="exit codes: 0 equivalent, 1 shifted, 3 inconclusive, 4 within-tolerance, 2 usage/engine error or crash, "
+               "130 interrupted",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, add_arguments, handler) in {**COMMANDS, **_plugin_commands()}.items():

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from speceq import stats
-from speceq.core.defaults import NEAR_TIE_NATS, SUPPORT_MARGIN_OFF
+from speceq.core.defaults import NEAR_TIE_NATS, NUMERICS_TOLERANCE, SUPPORT_MARGIN_OFF
 from speceq.engines.base import SampleBatch
 from speceq.inputs.cases import Case
 from speceq.models.tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
@@ -696,6 +696,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     else:
         tv_est = tv_up = None
         k_eff = 1.0
+    size = _size(case, base, cand, per_position, alpha, case_rng(seed, case.case_id, 2))
     details = _replace(details, notes=tuple(notes), top_tokens=_top_tokens(per_position, tok, first_probs),
                        tv_reference=tv_reference)
     ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
@@ -704,8 +705,24 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                       pit_law_upper_bound=None if pit_law is None else pit_law.bound,
                       pit_law_positions=0 if pit_law is None else len(pit_law.positions),
                       pooled_counts=None if not bounds else pc.counts_baseline + pc.counts_candidate,
-                      vocabulary=None if oracle is None else oracle.vocab_size + 1, positions=max(1, len(bounds)))
+                      vocabulary=None if oracle is None else oracle.vocab_size + 1, positions=max(1, len(bounds)),
+                      size=size)
     return ev, details, differences
+
+
+def _size(case: Case, base: SampleBatch, cand: SampleBatch, per_position: Sequence[PositionComparison], alpha: float,
+          rng: np.random.Generator) -> stats.TVInterval | None:
+    """The case's size: the largest TV over its prompt's per-position laws and the joint law of its first two tokens
+    (what the chi-square tests compare), held-out estimate and bounds at 1 - alpha over all of them."""
+    counts = [(pc.counts_baseline, pc.counts_candidate) for pc in per_position]
+    if case.params.max_new_tokens >= 2:
+        (ta, la), (tb, lb) = _rows_of(base, 0), _rows_of(cand, 0)
+        _, ca, cb = stats.paired_counts(stats.joint_symbols(ta, la, 2), stats.joint_symbols(tb, lb, 2))
+        counts.append((ca, cb))
+    counts = [(a, b) for a, b in counts if a.sum() >= 2 and b.sum() >= 2]
+    if not counts:
+        return None
+    return stats.max_tv_size([a for a, _ in counts], [b for _, b in counts], alpha=alpha, rng=rng)
 
 
 def _replace(details: CaseDetails, **changes: Any) -> CaseDetails:
@@ -727,6 +744,7 @@ def analyse_run(
     near_tie_nats: float = NEAR_TIE_NATS,
     certificate: str = "tv",
     support_margin_nats: float = SUPPORT_MARGIN_OFF,
+    numerics_tolerance: float = NUMERICS_TOLERANCE,
 ) -> RunResult:
     """Analyse a run and decide every case.
 
@@ -738,7 +756,8 @@ def analyse_run(
     of the support hard failure (:func:`robust_support_failures`; 0: exact oracle), and, when the
     engines declare different numerics (:class:`NumericsMargin`), of the support comparison and the
     row scores too: a boundary token inside it is numerics evidence, not a hard failure. ``certificate``: what an ``equivalent`` verdict
-    rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). Monte Carlo p-values are sized to
+    rests on (``"tv"`` or ``"pit-law"``, see :mod:`speceq.verdicts.decide`). ``numerics_tolerance``: the TV below
+    which a detected difference is ``within-tolerance`` (0: off). Monte Carlo p-values are sized to
     the first Holm step of a case test (alpha / planned primary tests, or the cases' weighted share
     when pooled tests are planned: :func:`speceq.verdicts.decide.first_step_levels`).
     """
@@ -763,7 +782,7 @@ def analyse_run(
         if diff is not None:
             differences.append(diff)
     decisions, pooled = decide_run_pooled(evidence, pooled_tests(differences), alpha=alpha, tolerance=tolerance,
-                                          certificate=certificate)
+                                          certificate=certificate, numerics_tolerance=numerics_tolerance)
     settings = dict(provenance.get("settings") or {})
     results = tuple(_case_result(c, ev, dec, d, tolerance, settings, certificate)
                     for c, ev, dec, d in zip(cases, evidence, decisions, details))
@@ -771,6 +790,7 @@ def analyse_run(
         verdict=run_verdict(decisions, pooled), alpha=alpha, tolerance=tolerance, seed=seed, engines=dict(engines),
         cases=results, oracle=None if oracle is None else oracle.describe(), provenance=dict(provenance),
         pooled_tests=pooled.tests, pooled_reason=pooled.reason, certificate=certificate,
+        numerics_tolerance=numerics_tolerance,
     )
 
 
@@ -803,5 +823,5 @@ def _case_result(case: Case, ev: CaseEvidence, d: CaseDecision, x: CaseDetails, 
         baseline_tokens_per_s=x.baseline_tokens_per_s, candidate_tokens_per_s=x.candidate_tokens_per_s,
         speedup_per_token=x.speedup_per_token, top_tokens=x.top_tokens, pit_histogram=x.pit_histogram, greedy=x.greedy,
         samples=x.samples, hard_failures=failure_lines(ev.hard_failures, _case_labels(None, case)), failures=ev.hard_failures, notes=x.notes, z_paths=x.z_paths, test_bins=x.test_bins,
-        certificate=certificate, pit_law_upper_bound=ev.pit_law_upper_bound,
+        certificate=certificate, pit_law_upper_bound=ev.pit_law_upper_bound, size=d.size,
     )

@@ -15,6 +15,7 @@ from speceq.core.defaults import (
     DEFAULT_SAMPLES,
     DEFAULT_TOLERANCE,
     NEAR_TIE_NATS,
+    NUMERICS_TOLERANCE,
     ORACLE_DTYPES,
     SUPPORT_MARGIN_OFF,
 )
@@ -72,6 +73,9 @@ class RunConfig:
     chunk_timeout: seconds one chunk may take to sample (None, the default: no limit); past it
     the run stops with an engine error naming the engine, case and slice, keeping the chunks
     stored before (serial or local worker-process collection; not with Ray).
+    numerics_tolerance: TV below which a detected difference is ``within-tolerance`` instead of
+    ``shifted`` (its certified upper bound must be below it; 0: off; default
+    :data:`speceq.core.defaults.NUMERICS_TOLERANCE`, from the measured bf16 floor).
     """
 
     baseline: str = "baseline"
@@ -102,6 +106,7 @@ class RunConfig:
     sequential: bool = False
     certificate: str = "tv"
     chunk_timeout: float | None = DEFAULT_CHUNK_TIMEOUT_S
+    numerics_tolerance: float = NUMERICS_TOLERANCE
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -125,6 +130,9 @@ class RunConfig:
             raise bad("alpha", "a number in (0, 1)")
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) or not 0 < self.tolerance <= 1:
             raise bad("tolerance", "a total-variation distance in (0, 1]")
+        if isinstance(self.numerics_tolerance, bool) or not isinstance(self.numerics_tolerance, (int, float)) \
+                or not 0 <= self.numerics_tolerance <= 1:
+            raise bad("numerics_tolerance", "a total-variation distance in [0, 1] (0: off)")
         if isinstance(self.near_tie_nats, bool) or not isinstance(self.near_tie_nats, (int, float)) \
                 or not 0 <= self.near_tie_nats < float("inf"):
             raise bad("near_tie_nats", "a finite number of nats >= 0")
@@ -189,7 +197,7 @@ class RunConfig:
             "oracle_dtype": self.oracle_dtype,
             "oracle_server": self.oracle_server, "oracle_top_logprobs": self.oracle_top_logprobs,
             "sequential": self.sequential, "certificate": self.certificate,
-            "chunk_timeout": self.chunk_timeout,
+            "chunk_timeout": self.chunk_timeout, "numerics_tolerance": self.numerics_tolerance,
         }
 
     def oracle_spec(self) -> OracleSpec | None:

@@ -99,6 +99,7 @@ from speceq.stats.tv import (
     tv_upper_bound_row_mismatch,
     tv_upper_bound_two_sample,
 )
+from speceq.stats.tv_interval import TVInterval, draws_to_certify, max_tv_size, tv_size
 from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, pooled_bins
 
 __all__ = [
@@ -121,5 +122,6 @@ __all__ = [
     "TokenScores",
     "cramervonmises_2samp_permutation", "ks_2samp_jittered",
     "tv_distance", "tv_to_oracle", "tv_upper_bound_oracle", "tv_upper_bound_row_mismatch", "tv_upper_bound_two_sample",
+    "TVInterval", "draws_to_certify", "max_tv_size", "tv_size",
     "DEFAULT_MC_SAMPLES", "chisquare_homogeneity", "pooled_bins",
 ]

@@ -16,7 +16,15 @@ Every verdict, greedy ones included, is decided here and only here:
   only at numerical near-ties AND that bound is below the tolerance. A sampling case is
   ``equivalent`` iff no primary test rejects and the TV upper bound is below the tolerance,
   else ``inconclusive`` with the sample size that would decide.
-- Run: ``shifted`` if any case is, else ``inconclusive`` if any case is, else ``equivalent``.
+- A ``shifted`` sampling case carries its size: the largest TV of its prompt's per-position token laws
+  and of the joint law of its first two tokens, held-out estimate
+  and [low, high] at level 1 - alpha (:func:`speceq.stats.max_tv_size`), in its reason and as
+  ``size``. It is ``within-tolerance`` instead when the numerics tolerance is on (> 0), no hard
+  failure occurred, every rejecting primary test is one of :data:`SIZED_KINDS` (tests of the
+  per-position and first-two-token laws and of row scores; a kind not listed keeps ``shifted``) and
+  the size's upper bound is below the numerics tolerance.
+- Run: the worst of its cases (:meth:`speceq.verdicts.verdict.Verdict.worst`): ``shifted``, then
+  ``inconclusive``, ``within-tolerance``, ``equivalent``; a rejecting pooled test makes it ``shifted``.
 - Certificate ``pit-law`` (opt-in): a sampling case is ``equivalent`` iff no primary test
   rejects and the PIT-law upper bound (:mod:`speceq.stats.pit_law`) is below the tolerance;
   its reason says what that certifies and gives the per-position TV bound next to it. Under
@@ -45,13 +53,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from speceq.core.defaults import NUMERICS_TOLERANCE
 from speceq.stats.design import estimate_law, min_detectable_tv, samples_for
 from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.pit_law import required_n_pit_law
+from speceq.stats.results import Effect
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
 from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import HardFailure
-from speceq.verdicts.reasons import effect_bound, failure_lines
+from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.reasons import effect_bound, failure_lines, size_words
 from speceq.verdicts.result import TestOutcome
 from speceq.verdicts.verdict import Verdict
 
@@ -64,7 +75,19 @@ DESIGN_POWER = 0.9
 #: loses little (at 56 case tests and alpha 1e-3 a case test's first step goes from z 4.31 to 4.44).
 POOLED_ALPHA_SHARE = 0.5
 
-__all__ = ["DESIGN_POWER", "POOLED_ALPHA_SHARE", "CaseDecision", "CaseEvidence", "GreedyEvidence", "PooledDecision",
+#: Tests whose rejection the case's size can stand for (the size bounds the TV of every per-position token
+#: law of the case's prompt and of the joint law of its first two tokens): those laws' chi-squares, the row
+#: lengths (END at each position), the first token against the oracle, the support, and the row-score
+#: comparisons and z-tests (sums over positions of per-token scores). Not listed, so a rejection keeps
+#: ``shifted``: any kind added later (e.g. a test that rows are independent) until someone says what sizes it.
+SIZED_KINDS = frozenset({
+    TestKind.CHI2_POSITION, TestKind.CHI2_JOINT, TestKind.CHI2_LENGTH, TestKind.CHI2_FIRST_TOKEN_GOF, TestKind.SUPPORT_COMPARISON,
+    TestKind.ARGMAX_COMPARISON, TestKind.LOG_LIKELIHOOD_COMPARISON, TestKind.PIT_COMPARISON,
+    TestKind.DRAFT_RATIO_COMPARISON, TestKind.DRAFT_LOG_RATIO_COMPARISON, TestKind.PIT_UNIFORMITY,
+    TestKind.Z_ARGMAX_LEAK, TestKind.Z_TEMPERATURE_DRIFT, TestKind.Z_DRAFT_RATIO, TestKind.Z_DRAFT_DRIFT,
+})
+
+__all__ = ["DESIGN_POWER", "POOLED_ALPHA_SHARE", "SIZED_KINDS", "CaseDecision", "CaseEvidence", "GreedyEvidence", "PooledDecision",
            "decide_run", "decide_run_pooled", "first_step_levels", "run_verdict"]
 
 
@@ -80,9 +103,16 @@ class CaseDecision:
     tv_upper_bound: float | None = None
     required_n: int | None = None
     min_detectable_tv: float | None = None
+    size: Effect | None = None
 
     def summary(self) -> str:
         return f"{self.case_id}: {self.verdict.upper()} — {self.reason}"
+
+
+def _numerics_tolerance_iv(value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"`numerics_tolerance` must be a TV distance in [0, 1] (0: off), got {value!r}")
+    return float(value)
 
 
 def _decide_run_iv(evidence: object, alpha: object, tolerance: object) -> tuple[list[CaseEvidence], float, float]:
@@ -193,13 +223,15 @@ class PooledDecision:
 
 
 def decide_run(evidence: Sequence[CaseEvidence], *, alpha: float, tolerance: float,
-               certificate: str = "tv") -> list[CaseDecision]:
+               certificate: str = "tv", numerics_tolerance: float = NUMERICS_TOLERANCE) -> list[CaseDecision]:
     """Decide every case of a run (see the module docstring); decisions in input order."""
-    return decide_run_pooled(evidence, (), alpha=alpha, tolerance=tolerance, certificate=certificate)[0]
+    return decide_run_pooled(evidence, (), alpha=alpha, tolerance=tolerance, certificate=certificate,
+                             numerics_tolerance=numerics_tolerance)[0]
 
 
 def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOutcome], *, alpha: float,
-                      tolerance: float, certificate: str = "tv") -> tuple[list[CaseDecision], PooledDecision]:
+                      tolerance: float, certificate: str = "tv",
+                      numerics_tolerance: float = NUMERICS_TOLERANCE) -> tuple[list[CaseDecision], PooledDecision]:
     """Decide every case and the run-level ``pooled`` tests in one Holm family (see the module docstring).
 
     pooled: tests of the intersection null "no case shifted" (e.g. a row score's comparison
@@ -209,6 +241,7 @@ def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOut
     most alpha.
     """
     cases, alpha, tolerance = _decide_run_iv(evidence, alpha, tolerance)
+    numerics_tolerance = _numerics_tolerance_iv(numerics_tolerance)
     if certificate not in CERTIFICATES:
         raise ValueError(f"`certificate` must be one of {', '.join(CERTIFICATES)}, got {certificate!r}")
     run_tests = list(pooled)
@@ -239,7 +272,8 @@ def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOut
 
     decisions = []
     for case, tests in zip(cases, filled):
-        decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, case_level, certificate))
+        decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, case_level, certificate,
+                                      numerics_tolerance))
     return decisions, _decide_pooled(tuple(run_filled), alpha)
 
 
@@ -256,23 +290,37 @@ def _decide_pooled(tests: tuple[TestOutcome, ...], alpha: float) -> PooledDecisi
 
 def _decide_case(
     case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float, first_level: float,
-    certificate: str = "tv",
+    certificate: str = "tv", numerics_tolerance: float = 0.0,
 ) -> CaseDecision:
     common = dict(case_id=case.case_id, tests=tests, tv_estimate=case.tv_estimate, tv_upper_bound=case.tv_upper_bound)
+    size = None if case.size is None or case.greedy is not None else case.size.effect()
+    sized = f"; {size_words(size)}" if size is not None else ""
     if case.hard_failures:
         lines = failure_lines(case.hard_failures)
         more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
-        return CaseDecision(verdict="shifted", reason=f"hard failure: {lines[0]}{more}", **common)
+        return CaseDecision(verdict="shifted", reason=f"hard failure: {lines[0]}{more}{sized}", size=size, **common)
     primary = [t for t in tests if t.primary]
     best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
-        detail = f": {'; '.join(x for x in (best.summary, effect_bound(best)) if x)}" if best.summary \
+        plug_in = "" if size is not None else effect_bound(best)  # the size replaces the test's plug-in TV
+        detail = f": {'; '.join(x for x in (best.summary, plug_in) if x)}" if best.summary \
             else f" (statistic {best.statistic:.4g})"
-        return CaseDecision(
-            verdict="shifted",
-            reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}",
-            **common,
-        )
+        rejects = f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}"
+        rejecting = [t for t in primary if t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha]
+        if (size is not None and 0.0 < numerics_tolerance and size.high is not None and size.high < numerics_tolerance
+                and all(t.kind in SIZED_KINDS for t in rejecting)):
+            return CaseDecision(verdict="within-tolerance", reason=(
+                f"a difference is detected ({rejects}) but its size is certified below the numerics tolerance: "
+                f"{size_words(size)}, upper bound < {numerics_tolerance:g}; the size certified is the largest TV of "
+                "the case prompt's per-position token laws and of the joint law of its first two tokens"),
+                size=size, **common)
+        unsized = sorted({t.name for t in rejecting if t.kind not in SIZED_KINDS})
+        why = ""
+        if size is not None and 0.0 < numerics_tolerance:
+            why = (f" (not within the numerics tolerance {numerics_tolerance:g}: "
+                   + (f"{', '.join(unsized)} also rejects and the size does not stand for it)" if unsized
+                      else "the upper bound is not below it)"))
+        return CaseDecision(verdict="shifted", reason=f"{rejects}{sized}{why}", size=size, **common)
     if case.greedy is not None:
         return _decide_greedy(case.greedy, alpha, tolerance, common)
     smallest = f"smallest Holm-adjusted p={best.adjusted_pvalue:.3g}" if best is not None else "no primary test"

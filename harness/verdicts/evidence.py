@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from speceq.stats.tv_interval import TVInterval
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.result import TestOutcome
 
@@ -95,7 +96,11 @@ class CaseEvidence:
     which :func:`speceq.stats.estimate_law` estimates the law the sample sizes are computed for;
     vocabulary: how many labels that position can hold (None: estimated from the counts);
     positions: how many positions the TV bound holds over (L of ``bound_alpha`` = alpha / L).
-    Without pooled_counts the sizes fall back to the effective-support formulas.
+    Without pooled_counts the sizes fall back to the effective-support formulas. size: the
+    largest TV of the case prompt's per-position token laws and of its first two tokens' joint law, held-out estimate with [low, high] at level
+    1 - alpha over its positions (:func:`speceq.stats.max_tv_size`); what a ``shifted`` verdict says
+    the difference's size is, and what ``within-tolerance`` compares with the numerics tolerance
+    (None: not computed).
     """
 
     case_id: str
@@ -113,6 +118,7 @@ class CaseEvidence:
     pooled_counts: np.ndarray | None = None
     vocabulary: int | None = None
     positions: int = 1
+    size: TVInterval | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from speceq.stats.results import Effect
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind
 from speceq.verdicts.notes import Note, NoteKind, OffsetReading, sampling_time_note
@@ -233,6 +234,16 @@ def effect_bound(test: TestOutcome) -> str:
     return f"TV={e.estimate:.4f} <= {e.high:.4f} (confidence 1-{1.0 - e.level:.2g})"
 
 
+def size_words(size: Effect) -> str:
+    """A shift's size in words: ``"size: largest TV of 5 laws 0.0120 in [0.0040, 0.0510] (confidence 1-0.001;
+    held-out estimate, not the plug-in)"``."""
+    what = size.name.removesuffix(" (held-out estimate)")
+    level = "" if size.level is None else f"confidence 1-{1.0 - size.level:.2g}; "
+    low = 0.0 if size.low is None else size.low
+    high = "?" if size.high is None else f"{size.high:.4f}"
+    return f"size: {what} {size.estimate:.4f} in [{low:.4f}, {high}] ({level}held-out estimate, not the plug-in)"
+
+
 #: The bound each certificate compares with the tolerance, as faces name it.
 BOUND_NAMES = {"tv": "TV bound", "pit-law": "PIT-law bound"}
 
@@ -275,16 +286,18 @@ def bound_line(case: CaseResult) -> str | None:
 
 
 def decided_by(case: CaseResult, alpha: float) -> str:
-    """One short line: what decided a shifted case ('' for other verdicts)."""
-    if case.verdict != "shifted":
+    """One short line: what decided a shifted or within-tolerance case ('' for other verdicts)."""
+    if case.verdict not in ("shifted", "within-tolerance"):
         return ""
+    size = "" if case.size is None else f"; {size_words(case.size)}"
     if case.hard_failures:
         more = f" (+{len(case.hard_failures) - 1} more)" if len(case.hard_failures) > 1 else ""
-        return f"hard failure: {case.hard_failures[0]}{more}"
+        return f"hard failure: {case.hard_failures[0]}{more}{size}"
     test = deciding_test(case, alpha)
     if test is None:
         return case.reason
-    return f"{test.name}: Holm p={_fmt_p(test.adjusted_pvalue)}, {effect(test)}"
+    plug_in = size and test.effect is not None and test.effect.name == "TV"  # the size replaces a plug-in TV
+    return f"{test.name}: Holm p={_fmt_p(test.adjusted_pvalue)}" + ("" if plug_in else f", {effect(test)}") + size
 
 
 def meaning(case: CaseResult, alpha: float, engine: str) -> str:
@@ -411,7 +424,7 @@ def plain_case_summary(case: CaseResult, alpha: float) -> str:
         moved = clearly_moved(case, test.position if test is not None and test.prompt in (None, 0) else None)
         if not moved:
             moved = clearly_moved(case)
-        tv = "" if case.tv_estimate is None else \
+        tv = _size_sentence(case.size) if case.size is not None else "" if case.tv_estimate is None else \
             f" In all, about {case.tv_estimate:.0%} of the answers' probability moved at the worst position (TV estimate, biased upward)."
         if moved:
             return (f"The candidate samples different answers from the baseline: "
@@ -419,6 +432,11 @@ def plain_case_summary(case: CaseResult, alpha: float) -> str:
         why = "" if test is None else f" ({test.name})"
         return (f"The candidate samples different answers from the baseline{why}, though no single token of the "
                 f"first positions moved clearly on its own: the shift is spread over many tokens or later ones.{tv}")
+    if case.verdict == "within-tolerance":
+        size = "" if case.size is None else _size_sentence(case.size)
+        return ("The candidate samples slightly different answers from the baseline, but by less than the numerics "
+                f"tolerance: the difference is real and certified small, as a change of precision or kernels makes "
+                f"it.{size}")
     if case.required_n is not None and case.required_n > n:
         need = f"about {case.required_n:,} draws per engine would decide (rerun with --samples {case.required_n})"
     elif case.required_n is not None:
@@ -428,6 +446,13 @@ def plain_case_summary(case: CaseResult, alpha: float) -> str:
     bound_words = "" if bound is None else f" the {name} {bound:.3f} is not below the tolerance {case.tolerance:g}:"
     return (f"Not decided yet: no difference shows in {n:,} draws per engine, but they are too few to certify the "
             f"engines the same;{bound_words} {need}.")
+
+
+def _size_sentence(size: Effect) -> str:
+    low = 0.0 if size.low is None else size.low
+    high = "" if size.high is None else f" and at most {size.high:.1%}"
+    return (f" About {size.estimate:.1%} of the answers' probability moved at the worst position: at least {low:.1%}"
+            f"{high} (held-out TV estimate and its bounds).")
 
 
 def plain_run_summary(result: RunResult) -> str:
@@ -449,6 +474,13 @@ def plain_run_summary(result: RunResult) -> str:
         which = f"{len(shifted)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
         return (f"The candidate samples different answers from the baseline in {which} ({', '.join(shifted)}): a "
                 "correct speculative decoder would not.")
+    if result.verdict == "within-tolerance":
+        within = [c.case_id for c in cases if c.verdict == "within-tolerance"]
+        tol = "" if result.numerics_tolerance is None else f" TV {result.numerics_tolerance:g}"
+        which = f"{len(within)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
+        return (f"The candidate samples slightly different answers from the baseline in {which} ({', '.join(within)}), "
+                f"each difference certified below the numerics tolerance{tol}: drift of that size, not a broken "
+                f"engine{'; the other cases are equivalent' if len(within) < len(cases) else ''}.")
     need = max((c.required_n for c in open_ if c.required_n is not None), default=None)
     more = f"; about {need:,} draws per engine would decide" if need is not None else ""
     which = f"{len(open_)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
@@ -603,7 +635,8 @@ def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any)
             args += ["--certificate", str(settings["certificate"])]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
-                      ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
+                      ("tolerance", "--tolerance"), ("numerics_tolerance", "--numerics-tolerance"),
+                      ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):
         if settings.get(key) is not None:
             args += [flag, f"{settings[key]:g}" if isinstance(settings[key], float) else str(settings[key])]
     command = shlex.join(args)

@@ -201,6 +201,9 @@ class CaseResult:
     test_bins: tuple[TestBins, ...] = ()
     certificate: str = "tv"  # what an equivalent verdict of this case rests on: "tv" or "pit-law" (the run's --certificate)
     pit_law_upper_bound: float | None = None  # the PIT-law bound (speceq.stats.pit_law) when the oracle gave one
+    #: how large the difference is: the largest TV of the prompt's per-position and first-two-token laws, held-out estimate and [low, high]
+    #: (speceq.stats.max_tv_size); on every shifted and within-tolerance sampling case (None otherwise and in older results)
+    size: Effect | None = None
 
     @property
     def decisive_bound(self) -> float | None:
@@ -231,6 +234,8 @@ class RunResult:
     pooled_tests: tuple[TestOutcome, ...] = ()
     pooled_reason: str = ""
     certificate: str = "tv"  # what an equivalent verdict certifies (--certificate): "tv" or "pit-law"
+    #: TV below which a detected difference is ``within-tolerance`` (--numerics-tolerance; 0: off, None: older results)
+    numerics_tolerance: float | None = None
 
     @property
     def exit_code(self) -> int:
@@ -243,6 +248,8 @@ class RunResult:
         pooled = f"; {self.pooled_reason}" if self.pooled_reason else ""
         rule = (f"certificate pit-law, PIT-law bound<{self.tolerance:g}" if self.certificate == "pit-law"
                 else f"tolerance TV<{self.tolerance:g}")
+        if self.numerics_tolerance:
+            rule += f", numerics tolerance TV<{self.numerics_tolerance:g}"
         return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, {rule}){pooled}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,6 +333,7 @@ def _case_from_dict(d: dict[str, Any]) -> CaseResult:
             "hard_failures": tuple(d.get("hard_failures", ())),
             "failures": tuple(HardFailure.from_dict(f) for f in d.get("failures", ())),
             "notes": notes_from_saved(d.get("notes")),
+            "size": None if d.get("size") is None else Effect(**d["size"]),
             "z_paths": tuple(ZPath(**{k: tuple(v) if isinstance(v, list) else v for k, v in z.items()})
                              for z in d.get("z_paths", ())),
             "test_bins": tuple(TestBins(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in b.items()},

@@ -301,7 +301,9 @@ def test_table_names_the_deciding_test_of_a_shifted_case(tmp_path, capsys):
     out = capsys.readouterr().out
     result = RunResult.from_json((tmp_path / "out" / "result.json").read_text())
     decider = min((t for t in result.cases[0].tests if t.primary), key=lambda t: (t.adjusted_pvalue, t.pvalue))
-    assert f"{decider.name}: Holm p=" in out and "TV=" in out
+    assert f"{decider.name}: Holm p=" in out and "size: largest TV of" in out  # the held-out size, not the plug-in
+    size = result.cases[0].size
+    assert size is not None and 0.0 <= size.low <= size.estimate <= size.high
     assert "speceq: fake_engines:FakeEngine vs fake_engines:FakeEngine" in out  # the engines as typed
     assert "note: oracle tests not run (black-box mode)" in out  # a skipped primary family says so
 

@@ -13,11 +13,19 @@ from speceq.verdicts.verdict import EXIT_USAGE, RUN_VERDICTS, Verdict
 
 def test_order_and_exit_codes() -> None:
     assert sorted(Verdict, key=lambda v: v.rank) == [Verdict.SHIFTED, Verdict.LOSSY, Verdict.INCONCLUSIVE,
-                                                     Verdict.EQUIVALENT]
+                                                     Verdict.WITHIN_TOLERANCE, Verdict.EQUIVALENT]
     assert {v: v.exit_code for v in Verdict} == {Verdict.SHIFTED: 1, Verdict.LOSSY: 1, Verdict.INCONCLUSIVE: 3,
-                                                Verdict.EQUIVALENT: 0}
+                                                Verdict.WITHIN_TOLERANCE: 4, Verdict.EQUIVALENT: 0}
     assert EXIT_USAGE not in {v.exit_code for v in Verdict}
     assert Verdict.LOSSY not in RUN_VERDICTS
+    assert Verdict.WITHIN_TOLERANCE in RUN_VERDICTS
+
+
+def test_within_tolerance_is_better_than_inconclusive_and_worse_than_equivalent() -> None:
+    """A run with a case in drift and an undecided one is undecided; drift and equivalent cases make drift."""
+    assert Verdict.worst(["within-tolerance", "inconclusive"]) is Verdict.INCONCLUSIVE
+    assert Verdict.worst(["within-tolerance", "equivalent"]) is Verdict.WITHIN_TOLERANCE
+    assert Verdict.worst(["within-tolerance", "shifted"]) is Verdict.SHIFTED
 
 
 @given(st.lists(st.sampled_from([v.value for v in Verdict])))
@@ -37,7 +45,7 @@ def test_a_verdict_is_its_word() -> None:
 def test_unknown_words_are_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match=r"unknown verdict 'fine'; expected one of \['shifted'"):
         Verdict.worst(["equivalent", "fine"])
-    with pytest.raises(ValueError, match=r"expected one of \['equivalent', 'shifted', 'inconclusive'\]"):
+    with pytest.raises(ValueError, match=r"expected one of \['equivalent', 'shifted', 'inconclusive', 'within-tolerance'\]"):
         Verdict.parse("lossy", allowed=RUN_VERDICTS)
 
 

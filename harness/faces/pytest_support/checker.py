@@ -3,7 +3,9 @@
 ``speceq.check(case)`` runs the session's baseline and candidate engines on ``case`` (see
 :func:`speceq.pipeline.runner.run`), records the result for the report and the test's report section,
 then applies the verdict: ``shifted`` raises :class:`~speceq.errors.DistributionMismatch`
-with the evidence; ``inconclusive`` fails (:class:`EquivalenceInconclusive`), skips or passes
+with the evidence; ``within-tolerance`` (a difference certified below ``--speceq-numerics-tolerance``)
+marks the test xfailed with the size (``pytest.xfail``: visible as ``x`` in the summary, never a pass,
+never a session failure); ``inconclusive`` fails (:class:`EquivalenceInconclusive`), skips or passes
 as ``--speceq-inconclusive`` (or ``inconclusive=``) says; ``equivalent`` passes.
 
 Settings resolve as :mod:`speceq.faces.pytest_support.options` describes (keyword > command
@@ -196,7 +198,7 @@ class EquivalenceChecker:
             samples=self.samples if samples is None else samples,
             alpha=self.settings.alpha if alpha is None else alpha,
             tolerance=self.settings.tolerance if tolerance is None else tolerance,
-            seed=run_seed, threads=self.settings.threads, out_dir=out_dir, resume=True, progress=False,
+            numerics_tolerance=self.settings.numerics_tolerance, seed=run_seed, threads=self.settings.threads, out_dir=out_dir, resume=True, progress=False,
             near_tie_nats=self.settings.near_tie(), support_margin_nats=self.settings.support_margin(),
             sequential=self.settings.sequential if sequential is None else sequential,
         )
@@ -228,6 +230,8 @@ class EquivalenceChecker:
         store = self._item.stash[ITEM_RESULTS_KEY][-1][1]
         if result.verdict == Verdict.SHIFTED:
             raise DistributionMismatch(explain_run(result, store=store), verdict=result)
+        if result.verdict == Verdict.WITHIN_TOLERANCE:
+            pytest.xfail(_within_reason(result))
         if result.verdict == Verdict.INCONCLUSIVE:
             if outcome == "fail":
                 raise EquivalenceInconclusive(
@@ -258,6 +262,12 @@ class EquivalenceChecker:
     def note(self, text: str) -> None:
         """Add an information line to the test's ``speceq`` report section."""
         self._item.stash[ITEM_NOTES_KEY].append(str(text))
+
+
+def _within_reason(result: RunResult) -> str:
+    within = [c for c in result.cases if c.verdict == Verdict.WITHIN_TOLERANCE]
+    more = f" (+{len(within) - 1} more cases)" if len(within) > 1 else ""
+    return f"speceq within-tolerance: case {within[0].case_id!r}: {within[0].reason}{more}"
 
 
 def _skip_reason(result: RunResult) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from speceq.core.defaults import DEFAULT_ALPHA, PYTEST_TOLERANCE
+from speceq.core.defaults import DEFAULT_ALPHA, NUMERICS_TOLERANCE, PYTEST_TOLERANCE
 
 #: What ``--speceq-inconclusive`` may say: fail the test, skip it, or let it pass. The default
 #: is skip: an inconclusive check found no shift (a shift fails the test) but could not
@@ -97,6 +97,17 @@ def _probability(*, upper_inclusive: bool, what: str) -> Callable[[str], float]:
 
     convert.__name__ = what
     return convert
+
+
+def _tv_or_off(text: str) -> float:
+    """A total-variation distance in [0, 1]; 0 turns the outcome it sets off."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a total-variation distance in [0, 1] (0: off), got {text!r}") from None
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise argparse.ArgumentTypeError(f"expected a total-variation distance in [0, 1] (0: off), got {value!r}")
+    return value
 
 
 def _oracle(text: str) -> str:
@@ -230,6 +241,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(name="tolerance", default=PYTEST_TOLERANCE,
                convert=_probability(upper_inclusive=True, what="a total-variation distance in (0, 1]"),
                metavar="EPS", help="TV distance below which a case may be called equivalent."),
+    OptionSpec(name="numerics_tolerance", default=NUMERICS_TOLERANCE, convert=_tv_or_off, metavar="TV",
+               help="a detected difference whose certified size (upper bound of the largest TV of a position's or the first two tokens' law) is "
+                    "below TV is within-tolerance: the test is marked xfailed with the size, not failed; 0: off "
+                    "(every detected difference fails)."),
     OptionSpec(name="seed", default=0, convert=_int_at_least(0), metavar="N",
                help="run seed of every check; chunk seeds derive from it and the case ids."),
     OptionSpec(name="threads", default=None, convert=_int_at_least(1), metavar="N",
@@ -302,6 +317,7 @@ class Settings:
     report: Path | None
     inconclusive: str
     sequential: bool = False
+    numerics_tolerance: float = NUMERICS_TOLERANCE
     near_tie_nats: float | None = None  # None: the built-in default, see near_tie()
     support_margin_nats: float | None = None  # None: the built-in default, see support_margin()
     kernel_scale: float = 1.0

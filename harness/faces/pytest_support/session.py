@@ -109,7 +109,8 @@ def merge_results(records: Sequence[CheckRecord]) -> RunResult:
     oracle = next((r.result.oracle for r in ordered if r.result.oracle is not None), None)
     return RunResult(verdict=verdict, alpha=first.alpha, tolerance=first.tolerance, seed=first.seed,
                      engines=_distinct_engines(ordered), cases=tuple(cases), oracle=oracle,
-                     provenance=provenance, notes=tuple(Note.words(n) for n in notes))  # this face's own words
+                     provenance=provenance, notes=tuple(Note.words(n) for n in notes),  # this face's own words
+                     numerics_tolerance=first.numerics_tolerance)
 
 
 class EquivalenceSession:

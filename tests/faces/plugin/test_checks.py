@@ -212,3 +212,13 @@ def test_a_marker_with_request_fields_reaches_the_run_and_an_engine_that_cannot_
     result = project.runpytest(*TOY)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*case 'biased'.min_p: the baseline engine 'toy-baseline' cannot apply min_p*"])
+
+
+def test_within_tolerance_marks_the_test_xfailed_with_the_size(project: pytest.Pytester) -> None:
+    """The toy shift (TV ~0.25) is certified below a numerics tolerance of 0.9: xfailed, not failed; at 0 it fails."""
+    write_case_test(project, ', candidate="toy_engines:shifted_engine"')
+    result = project.runpytest(*TOLERANT, "--speceq-numerics-tolerance=0.9", "-rx")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines(["*speceq within-tolerance: case 'c': a difference is detected (*size: largest TV of * in [[]*"])
+    result = project.runpytest(*TOLERANT, "--speceq-numerics-tolerance=0")
+    result.assert_outcomes(failed=1)

@@ -52,7 +52,7 @@ def test_builtin_defaults(project: pytest.Pytester) -> None:
     s = settings_of(project)
     assert (s.baseline, s.candidate, s.oracle, s.budget(), s.alpha, s.tolerance, s.seed, s.inconclusive) == (
         "baseline", "reference", "on", default_samples(), 1e-3, 0.05, 0, "skip")
-    assert s.store is None and s.report is None and s.threads is None
+    assert s.store is None and s.report is None and s.threads is None and s.numerics_tolerance == 0.01
     assert set(s.sources.values()) == {"default"}
 
 
@@ -77,13 +77,14 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
         speceq_support_margin_nats = 2.5
         speceq_kernel_scale = 0.5
         speceq_kernel_device = cpu
+        speceq_numerics_tolerance = 0.03
     """)
     s = settings_of(project)
     assert (s.baseline, s.candidate, s.oracle, s.samples, s.alpha, s.tolerance, s.seed, s.threads, s.inconclusive) == (
         "toy_engines:baseline_engine", "toy_engines:correct_engine", "off", 123, 0.01, 0.2, 9, 2, "pass")
     assert s.candidate_options == {"name": "from-ini"} and s.near_tie() == 0.01 and s.support_margin() == 2.5
     assert s.store == project.path / "stored" and s.report == project.path / "out" / "r.html"  # ini-relative
-    assert (s.kernel_scale, s.kernel_device) == (0.5, "cpu")
+    assert (s.kernel_scale, s.kernel_device, s.numerics_tolerance) == (0.5, "cpu", 0.03)
     assert set(s.sources.values()) == {"ini"}, {k: v for k, v in s.sources.items() if v != "ini"}
 
     s = settings_of(project, "--speceq-samples=7", "--speceq-alpha=0.05", "--speceq-inconclusive=fail",
