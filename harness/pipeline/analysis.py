@@ -64,6 +64,7 @@ from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ScoreRequest
 from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
+from speceq.pipeline.plan import row_calls
 from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
@@ -177,6 +178,11 @@ def _effect(res: Any) -> Effect | None:
         ci = res.confidence_interval(EFFECT_LEVEL)
         return Effect(name="standardised row score difference", unit="mean over rms of the pair differences",
                       estimate=float(res.effect), low=ci.low, high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.IndependenceResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return Effect(name="within-call agreement excess", unit="share of pairs of rows of one call agreeing at the "
+                      "position minus that of pairs of rows of two calls", estimate=float(res.effect), low=ci.low,
+                      high=ci.high, level=EFFECT_LEVEL)
     if isinstance(res, stats.SupportComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
         return Effect(name="row rate difference", unit="candidate minus baseline share of rows holding a token of "
@@ -264,7 +270,7 @@ def planned_primary_tests(case: Case, *, oracle: bool) -> int:
     if case.params.greedy:
         return 0
     L = case.params.max_new_tokens
-    count = len(case.prompts) * (1 if oracle else L)
+    count = len(case.prompts) * (1 if oracle else L) + 1  # + the candidate's row independence
     count += 1 if L >= 2 else 0  # joint first 2
     count += 1 if (not case.params.ignore_eos and L >= 2) else 0  # length
     return count + (_ORACLE_PRIMARY_TESTS if oracle else 0)
@@ -643,6 +649,35 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: TokenLabels)
     return tuple(out)
 
 
+def row_groups(batch: SampleBatch, batch_size: int) -> np.ndarray:
+    """Per row, the unit whose rows may share randomness: its ``sample()`` call (chunk) when the rows come from
+    two or more calls, else its forward batch of ``batch_size`` rows within the one call (int64 ``[rows]``)."""
+    calls = row_calls(batch)
+    if np.unique(calls).size >= 2 or batch_size <= 1:
+        return calls
+    return np.arange(batch.rows, dtype=np.int64) // batch_size
+
+
+def _independence(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[list[TestOutcome], list[str]]:
+    """Each engine's row-independence test (:func:`speceq.stats.row_independence`), all prompts of the batch.
+
+    The candidate's is primary (rows that share randomness are not i.i.d. draws of the target law, whatever
+    each row's law); the baseline's is a diagnostic that qualifies every other test (their p-values assume
+    independent rows). A test with no pair to compare (one call of one batch) is a note, not an outcome.
+    """
+    tests, notes = [], []
+    for role, batch, primary in (("candidate", cand, True), ("baseline", base, False)):
+        name = "row independence" if primary else "baseline row independence"
+        res = stats.row_independence(batch.tokens, batch.lengths, row_groups(batch, case.batch_size),
+                                     np.asarray(batch.prompt_index), name=name, level=EFFECT_LEVEL)
+        if not res.tested:
+            notes.append(f"the {role}'s {res.summary()}")
+            continue
+        tests.append(dataclasses.replace(_outcome(name, "row independence", primary, res, TestKind.ROW_INDEPENDENCE),
+                                         position=res.position))
+    return tests, notes
+
+
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
                   seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float, support_margin_nats: float,
                   numerics: NumericsMargin = NumericsMargin(),
@@ -667,7 +702,8 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                                                  mc_level=mc_level, rng=rng, tok=tok)
     details = _replace(details, test_bins=tuple(test_bins))
     failures: tuple[HardFailure, ...] = ()
-    notes: list[str] = []
+    independence, notes = _independence(case, base, cand)
+    tests += independence
     first_probs = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"

@@ -51,6 +51,7 @@ from speceq.stats.pit_law import required_n_pit_law
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
 from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import HardFailure
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.reasons import effect_bound, failure_lines
 from speceq.verdicts.result import TestOutcome
 from speceq.verdicts.verdict import Verdict
@@ -265,16 +266,52 @@ def _decide_case(
         return CaseDecision(verdict="shifted", reason=f"hard failure: {lines[0]}{more}", **common)
     primary = [t for t in tests if t.primary]
     best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
+    dependent = dependence_note(tests, alpha, first_level)
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
         detail = f": {'; '.join(x for x in (best.summary, effect_bound(best)) if x)}" if best.summary \
             else f" (statistic {best.statistic:.4g})"
+        if best.kind is TestKind.ROW_INDEPENDENCE:
+            return CaseDecision(verdict="shifted", reason=(
+                f"rows are not independent: {best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= "
+                f"alpha={alpha:g}{detail}; the candidate's rows of one call share randomness, so they are not "
+                "independent draws of the target law (whatever each row's own law)"), **common)
         return CaseDecision(
             verdict="shifted",
-            reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}",
+            reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}{dependent}",
             **common,
         )
     if case.greedy is not None:
         return _decide_greedy(case.greedy, alpha, tolerance, common)
+    if dependent:
+        decided = _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
+        return dataclasses.replace(decided, reason=decided.reason + dependent)
+    return _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
+
+
+def dependence_note(tests: Sequence[TestOutcome], alpha: float, first_level: float) -> str:
+    """``"; but the baseline's rows are not independent (...)"`` when a row-independence test found dependence, else ''.
+
+    Found: the candidate's (primary) test at a Holm-adjusted p <= alpha, the baseline's (a diagnostic) at a
+    p-value at most the first Holm step of a case test. Every token-law test assumes independent rows, so a
+    reason resting on one says so.
+    """
+    found = []
+    for t in tests:
+        if t.kind is not TestKind.ROW_INDEPENDENCE:
+            continue
+        p = t.adjusted_pvalue if t.primary else t.pvalue
+        if p is not None and p <= (alpha if t.primary else first_level):
+            who = "candidate" if t.primary else "baseline"
+            found.append(f"the {who}'s rows are not independent ({t.name}: p={p:.3g})")
+    if not found:
+        return ""
+    return (f"; but {' and '.join(found)}: the token-law tests' p-values and bounds assume independent rows, "
+            "so they may read shared randomness as a shift")
+
+
+def _decide_sampling(case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float,
+                     first_level: float, certificate: str, best: TestOutcome | None, common: dict) -> CaseDecision:
+    """A sampling case without hard failure or primary rejection: ``equivalent`` or ``inconclusive``."""
     smallest = f"smallest Holm-adjusted p={best.adjusted_pvalue:.3g}" if best is not None else "no primary test"
     law = _law(case)
     common["min_detectable_tv"] = _detectable(case, first_level, law)

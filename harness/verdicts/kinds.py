@@ -27,6 +27,7 @@ class TestKind(enum.StrEnum):
     DRAFT_RATIO_COMPARISON = "draft ratio comparison"
     DRAFT_LOG_RATIO_COMPARISON = "draft log-ratio comparison"
     SUPPORT_COMPARISON = "support comparison"  # rows holding a token of oracle probability 0
+    ROW_INDEPENDENCE = "row independence"  # rows of one call agree more often than rows of two calls (each engine)
     POOLED_COMPARISON = "pooled comparison"  # a row score's comparison pooled over the run's cases
     PIT_UNIFORMITY = "PIT uniformity"  # one-sample uniformity of the oracle PIT (AD, KS, CvM, histogram)
     Z_ARGMAX_LEAK = "z argmax leak"  # one-sample martingale z-tests against the oracle

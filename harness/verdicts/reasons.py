@@ -213,6 +213,8 @@ def effect(test: TestOutcome) -> str:
             return f"Z={test.statistic:+.3g}, per-token excess {e.estimate:+.3g}"
         if kind.is_chi2:
             return f"TV={e.estimate:.4f}"
+        if kind is TestKind.ROW_INDEPENDENCE:
+            return f"within-call minus across-call agreement {e.estimate:+.3f}"
     return f"statistic {test.statistic:.4g}"
 
 
@@ -296,6 +298,10 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     if kind in (TestKind.DRAFT_RATIO_COMPARISON, TestKind.DRAFT_LOG_RATIO_COMPARISON):
         return (f"{engine}'s tokens are ones its draft model favours {'more' if up else 'less'} often {same}: its output "
                 f"leans {'toward' if up else 'away from'} the draft, the signature of a wrong accept/resample rule.")
+    if kind is TestKind.ROW_INDEPENDENCE:
+        return (f"{engine}'s rows sampled in the same call agree with each other more often than rows of different "
+                "calls: its rows share randomness (a uniform or a seed reused across a batch), so they are not "
+                "independent draws, even if each row on its own follows the target law.")
     if kind is TestKind.ARGMAX_COMPARISON:
         return (f"{engine} emits the target's most likely token {'more' if up else 'less'} often than the baseline does: "
                 f"{'some draws behave greedily' if up else 'probability moved off the top token'}.")
