@@ -16,6 +16,10 @@ Every verdict, greedy ones included, is decided here and only here:
   only at numerical near-ties AND that bound is below the tolerance. A sampling case is
   ``equivalent`` iff no primary test rejects and the TV upper bound is below the tolerance,
   else ``inconclusive`` with the sample size that would decide.
+- Row independence (:data:`TestKind.ROW_INDEPENDENCE`): the candidate's test is primary and, when it
+  rejects, its finding leads the ``shifted`` reason ("rows are not independent: ..."): rows sharing
+  randomness are not i.i.d. draws of the target law. A dependent baseline (its test a diagnostic,
+  at a case test's first Holm step) is said at the end of any reason (:func:`dependence_note`).
 - Run: ``shifted`` if any case is, else ``inconclusive`` if any case is, else ``equivalent``.
 - Certificate ``pit-law`` (opt-in): a sampling case is ``equivalent`` iff no primary test
   rejects and the PIT-law upper bound (:mod:`speceq.stats.pit_law`) is below the tolerance;
@@ -270,11 +274,16 @@ def _decide_case(
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
         detail = f": {'; '.join(x for x in (best.summary, effect_bound(best)) if x)}" if best.summary \
             else f" (statistic {best.statistic:.4g})"
-        if best.kind is TestKind.ROW_INDEPENDENCE:
+        dep = next((t for t in primary if t.kind is TestKind.ROW_INDEPENDENCE and t.adjusted_pvalue is not None
+                    and t.adjusted_pvalue <= alpha), None)
+        if dep is not None:  # the finding leads: it may be all that the other rejections show
+            also = "" if best is dep else (
+                f"; {best.name} rejects too (Holm-adjusted p={best.adjusted_pvalue:.3g}), but its p-value assumes "
+                "independent rows, so it may read this dependence as a shift")
             return CaseDecision(verdict="shifted", reason=(
-                f"rows are not independent: {best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= "
-                f"alpha={alpha:g}{detail}; the candidate's rows of one call share randomness, so they are not "
-                "independent draws of the target law (whatever each row's own law)"), **common)
+                f"rows are not independent: {dep.name} rejects, Holm-adjusted p={dep.adjusted_pvalue:.3g} <= "
+                f"alpha={alpha:g}: {dep.summary}; the candidate's rows of one call share randomness, so they are not "
+                f"independent draws of the target law (whatever each row's own law){also}"), **common)
         return CaseDecision(
             verdict="shifted",
             reason=f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}{dependent}",

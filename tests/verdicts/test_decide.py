@@ -373,10 +373,15 @@ def test_a_dependent_candidate_is_shifted_as_rows_are_not_independent() -> None:
 
 
 def test_a_token_law_reason_says_when_rows_are_dependent() -> None:
-    # a chi-square decides; the candidate's dependence is said too, since the chi-square's p-value assumes independence
+    # a chi-square rejects harder, but the candidate's dependence leads: the chi-square's p-value assumes independence
     (d,) = decide_run([_with(_case("a", [1e-12]), _independence(1e-6, primary=True))], alpha=1e-3, tolerance=0.05)
-    assert d.verdict == "shifted" and d.reason.startswith("a t0 rejects")
-    assert "but the candidate's rows are not independent (row independence: p=" in d.reason
+    assert d.verdict == "shifted" and d.reason.startswith("rows are not independent: row independence rejects")
+    assert "; a t0 rejects too (Holm-adjusted p=2e-12), but its p-value assumes independent rows" in d.reason
+    # a chi-square decides while only the baseline's rows are dependent: said after the chi-square's reason
+    (g,) = decide_run([_with(_case("g", [1e-12]), _independence(0.4, primary=True), _independence(1e-6, primary=False))],
+                      alpha=1e-3, tolerance=0.05)
+    assert g.verdict == "shifted" and g.reason.startswith("g t0 rejects")
+    assert "but the baseline's rows are not independent (baseline row independence: p=1e-06)" in g.reason
     # the baseline's (a diagnostic) never decides, but qualifies an equivalent verdict; first step: 1e-3 / 2
     (e,) = decide_run([_with(_case("b", [0.5]), _independence(0.3, primary=True), _independence(1e-5, primary=False))],
                       alpha=1e-3, tolerance=0.05)
