@@ -17,6 +17,13 @@ Under H0 both engines' rows are i.i.d. draws of one law, so these stay valid whe
 oracle's law is slightly off the engines' (bf16 numerics, a server's other graph): an offset
 both engines share cancels, a speculation bug does not.
 
+Row independence (every sampling case, both engines, all prompts of the batch): rows of one
+``sample()`` call (the chunks' record, :func:`speceq.pipeline.plan.row_calls`; the forward batches
+when all rows come from one call, :func:`row_groups`) must agree no more often than rows of two
+calls (:func:`speceq.stats.row_independence`, exact). The candidate's test is primary (rows that
+share randomness are not i.i.d. draws of the target law); the baseline's is a diagnostic that the
+decision's reason cites, since every other test assumes independent rows.
+
 Diagnostics (never deciding): the one-sample tests of each engine against the oracle (PIT
 Anderson-Darling / KS / Cramér-von Mises / histogram, the martingale z-tests, the first-token
 goodness of fit). They are valid only for an exact oracle; no gate can make them valid under
