@@ -8,6 +8,7 @@ the first Holm step of a one-prompt oracle case at alpha = 1e-3) and the median 
 
     python benchmarks/independence_power.py --seeds 10 --call 16
     python benchmarks/independence_power.py --seeds 10 --call 500   # speceq run's default chunk size
+    python benchmarks/independence_power.py --verdicts 10 --samples 300   # whole runs: verdicts and reasons
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 48, 64, 128])
     parser.add_argument("--call", type=int, default=16, help="rows per sample() call (speceq run: --chunk-size)")
     parser.add_argument("--level", type=float, default=1e-4)
+    parser.add_argument("--verdicts", type=int, default=0,
+                        help="instead: this many seeded speceq runs (baseline vs the mutant), verdicts and reasons")
+    parser.add_argument("--samples", type=int, default=300, help="samples per engine of each --verdicts run")
     args = parser.parse_args()
+    if args.verdicts:
+        verdicts(args.verdicts, args.samples)
+        return
     engine = make_mutant("shared-uniforms", target=load_target(), draft=load_draft())
     prompt = tuple(ByteTokenizer().encode(DEFAULT_PROMPTS[0]))
     params = SamplingParams(max_new_tokens=4)
@@ -49,6 +56,32 @@ def main() -> None:
             p.append(row_independence(batch.tokens, batch.lengths, groups, batch.prompt_index).pvalue)
         p = np.array(p)
         print(f"| {n} | {args.seeds} | {(p <= args.level).mean():.0%} | {np.median(p):.2g} |")
+
+
+def verdicts(runs: int, samples: int) -> None:
+    """Seeded whole runs (speceq.run, default chunk size, default oracle): how each is decided."""
+    import collections
+    import tempfile
+
+    from speceq.engines.baseline import BaselineEngine
+    from speceq.inputs.cases import Case
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
+
+    target, draft = load_target(), load_draft()
+    case = Case(case_id="shared", prompt_ids=tuple(ByteTokenizer().encode(DEFAULT_PROMPTS[0])),
+                params=SamplingParams(max_new_tokens=4), batch_size=8)
+    engines = {"baseline": BaselineEngine(target),
+               "candidate": make_mutant("shared-uniforms", target=target, draft=draft)}
+    seen: collections.Counter[str] = collections.Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(runs):
+            config = RunConfig(candidate="mutant:shared-uniforms", samples=samples, seed=seed, out_dir=f"{tmp}/{seed}",
+                               progress=False)
+            c = run(config, [case], engines=engines).cases[0]
+            seen[f"{c.verdict}: {c.reason.split(':')[0]}"] += 1
+    for what, count in seen.most_common():
+        print(f"{count} of {runs} runs at {samples} samples per engine: {what}")
 
 
 if __name__ == "__main__":
