@@ -122,3 +122,20 @@ def test_bad_input_names_the_argument() -> None:
         row_independence(tok, np.array([2, 3, 1, 1]), np.zeros(4, dtype=np.int64))
     with pytest.raises(ValueError, match="`tokens`"):
         row_independence(np.zeros(4), np.full(4, 2), np.zeros(4, dtype=np.int64))
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(4, 10), st.integers(0, 2**32 - 1), st.floats(0.05, 0.95), st.integers(1, 2))
+def test_pvalues_are_exactly_valid_by_enumeration(rows, seed, theta, positions) -> None:
+    """Every token configuration of a small design, weighted by its probability under i.i.d. rows: P(p <= u) <= u."""
+    positions = positions if rows * positions <= 10 else 1  # at most 2^10 configurations
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(0, 3, size=rows)
+    strata = rng.integers(0, 2, size=rows)
+    cells = rows * positions
+    bits = (np.arange(2 ** cells)[:, None] >> np.arange(cells)[None, :]) & 1  # [configurations, cells]
+    weight = np.prod(np.where(bits == 1, theta, 1.0 - theta), axis=1)
+    p = np.array([row_independence(b.reshape(rows, positions), np.full(rows, positions), groups, strata).pvalue
+                  for b in bits])
+    for u in np.unique(p):
+        assert weight[p <= u].sum() <= u + 1e-12
