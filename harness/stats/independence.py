@@ -61,31 +61,40 @@ def _independence_iv(tokens: object, lengths: object, groups: object,
     return tok.astype(np.int64, copy=False), lens, g, s
 
 
+def _by_appearance(values: np.ndarray) -> np.ndarray:
+    """The distinct values in order of first appearance (so that relabelling them changes nothing)."""
+    labels, first = np.unique(values, return_index=True)
+    return labels[np.argsort(first)]
+
+
 def independence_pairs(groups: np.ndarray, strata: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The disjoint within and across pairs of :func:`row_independence`: two int64 arrays ``[pairs, 2]`` of row indices.
 
     Chosen from the groups, the strata and the row order only (never the tokens). An across pair
-    never joins two rows of one group; pool rows left without a partner of another group are unused.
+    never joins two rows of one group; pool rows left without a partner of another group are unused,
+    and so are the within pairs of a stratum that has no across pair (nothing to compare them with).
     """
     g, s = np.asarray(groups, dtype=np.int64), np.asarray(strata, dtype=np.int64)
     within: list[tuple[int, int]] = []
     across: list[tuple[int, int]] = []
-    for stratum in np.unique(s):
+    for stratum in _by_appearance(s):  # in order of appearance: any relabelling pairs the same rows, in one order
         pool: list[int] = []
+        mine: list[tuple[int, int]] = []
         rows_s = np.flatnonzero(s == stratum)
-        labels, first = np.unique(g[rows_s], return_index=True)
-        for group in labels[np.argsort(first)]:  # groups in order of appearance: any relabelling pairs the same rows
+        for group in _by_appearance(g[rows_s]):
             rows = rows_s[g[rows_s] == group]
             for lo in range(0, rows.size, _ROUND):
                 chunk = rows[lo:lo + _ROUND]
                 if chunk.size >= 2:
-                    within.append((int(chunk[0]), int(chunk[1])))
+                    mine.append((int(chunk[0]), int(chunk[1])))
                 pool += [int(r) for r in chunk[2:]]
-        # the pool is ordered by group (in order of appearance): pair the k-th row with the (k + half)-th, skipping same-group pairs
+        # the pool is ordered by group (in order of appearance): pair the k-th row with the (k + half)-th,
+        # skipping same-group pairs
         half = len(pool) // 2
-        for a, b in zip(pool[:half], pool[half:2 * half]):
-            if g[a] != g[b]:
-                across.append((a, b))
+        others = [(a, b) for a, b in zip(pool[:half], pool[half:2 * half]) if g[a] != g[b]]
+        if others:
+            within += mine
+            across += others
     return (np.asarray(within, dtype=np.int64).reshape(-1, 2), np.asarray(across, dtype=np.int64).reshape(-1, 2))
 
 
@@ -109,7 +118,7 @@ def row_independence(tokens: np.ndarray, lengths: np.ndarray, groups: np.ndarray
             agree_w = sym[within[:, 0]] == sym[within[:, 1]]
             agree_a = sym[across[:, 0]] == sym[across[:, 1]]
             layout = []
-            for stratum in np.unique(s[within[:, 0]]):
+            for stratum in _by_appearance(s[within[:, 0]]):
                 w, a = s[within[:, 0]] == stratum, s[across[:, 0]] == stratum
                 nw, na = int(w.sum()), int(a.sum())
                 k = int(agree_w[w].sum()) + int(agree_a[a].sum())

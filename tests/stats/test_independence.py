@@ -139,3 +139,14 @@ def test_pvalues_are_exactly_valid_by_enumeration(rows, seed, theta, positions) 
                   for b in bits])
     for u in np.unique(p):
         assert weight[p <= u].sum() <= u + 1e-12
+
+
+def test_a_prompt_without_across_pairs_does_not_count() -> None:
+    """Prompt 1 lives in one call only: its within pairs have nothing to be compared with and are left out
+    (counting them gave p = 0 under independence, found by the enumeration test)."""
+    groups = np.array([0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0])
+    strata = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
+    within, across = independence_pairs(groups, strata)
+    assert set(strata[within[:, 0]]) == {0} and set(strata[across[:, 0]]) == {0}
+    tok = np.zeros((12, 1), dtype=np.int64)  # every row agrees: p = 1, not 0
+    assert row_independence(tok, np.ones(12, dtype=np.int64), groups, strata).pvalue == 1.0
