@@ -124,7 +124,7 @@ def test_bad_input_names_the_argument() -> None:
         row_independence(np.zeros(4), np.full(4, 2), np.zeros(4, dtype=np.int64))
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.integers(4, 10), st.integers(0, 2**32 - 1), st.floats(0.05, 0.95), st.integers(1, 2))
 def test_pvalues_are_exactly_valid_by_enumeration(rows, seed, theta, positions) -> None:
     """Every token configuration of a small design, weighted by its probability under i.i.d. rows: P(p <= u) <= u."""
