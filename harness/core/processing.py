@@ -250,6 +250,15 @@ def sample_from_probs(
     exactly, and a row's draw does not depend on the other rows' vocabularies.
     """
     u = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64, device=probs.device)
+    return sample_at_uniforms(probs, u)
+
+
+def sample_at_uniforms(
+    probs: torch.Tensor,  # [rows, vocab]
+    uniforms: torch.Tensor,  # [rows] float64 in [0, 1)
+) -> torch.Tensor:  # [rows] int64
+    """The token of each row at its uniform by inverse CDF on the normalised cumsum (never a zero-probability token)."""
+    u = uniforms
     cdf = torch.cumsum(probs.double(), dim=-1)
     cdf = cdf / cdf[:, -1:]
     tok = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1)

@@ -26,8 +26,8 @@ Stop strings (only when ``params.stop`` is set): after each verification, hook `
 finds where the row's text first holds a stop string among the tokens this step emits; the
 row ends at that token, and the tokens after it in the block are dropped.
 
-Random draws of a step, in order, from the batch's generator: k draft tokens, k accept
-uniforms (when k >= 1), one next token per row.
+Random draws of a step, in order, from the batch's generator through hook ``draw_uniforms``: k draft
+tokens, k accept uniforms (when k >= 1), one next token per row.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import TokenHistory, sample_from_probs, token_history
+from speceq.core.processing import TokenHistory, sample_at_uniforms, token_history
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
@@ -96,6 +96,8 @@ class SpeculativeHooks(Protocol):
     def rollback(self, slots: SlotCache, keep: torch.Tensor) -> None: ...
 
     def stop_length(self, row: list[int], committed: int, params: SamplingParams) -> int | None: ...
+
+    def draw_uniforms(self, shape: tuple[int, ...], gen: torch.Generator, step: int) -> torch.Tensor: ...
 
 
 @dataclass(slots=True)
@@ -197,11 +199,13 @@ def _run_batch(
     batch = _prefill(engine, prompts, out_rows)
     if params.uses_history:
         batch.history = token_history(prompts, [[] for _ in prompts], engine.vocab_size, engine.device)
+    step = 0
     while batch.out_rows:
         remaining = [params.max_new_tokens - len(g) for g in batch.generated]
         k = min(engine.k, max(remaining) - 1)  # never draft past the longest remaining row
-        drafted = _draft(engine, batch, k, params, gen)
-        verified = _verify(engine, batch, drafted, k, params, gen)
+        drafted = _draft(engine, batch, k, params, gen, step)
+        verified = _verify(engine, batch, drafted, k, params, gen, step)
+        step += 1
         counters.add_step(k, verified.n_accepted)
         _roll_back(engine, batch, drafted, verified.n_accepted, k)
         unfinished = _emit(engine, batch, drafted, verified, remaining, params, out)
@@ -243,7 +247,8 @@ def _prefill(engine: SpeculativeHooks, prompts: list[tuple[int, ...]], out_rows:
     )
 
 
-def _draft(engine: SpeculativeHooks, batch: _Batch, k: int, params: SamplingParams, gen: torch.Generator) -> _Drafted:
+def _draft(engine: SpeculativeHooks, batch: _Batch, k: int, params: SamplingParams, gen: torch.Generator,
+           step: int) -> _Drafted:
     """The draft proposes d_1..d_k, each drawn from its processed q_i (and q_{k+1} when the bonus hook needs it)."""
     dev, rows, vocab = engine.device, len(batch.out_rows), engine.vocab_size
     need_bonus_q = engine.needs_bonus_draft_probs
@@ -264,7 +269,7 @@ def _draft(engine: SpeculativeHooks, batch: _Batch, k: int, params: SamplingPara
     draft_probs, draft_tokens = [], []
     for i in range(k):
         q = engine.process_draft(logits, params, history)  # [rows, V]
-        d = sample_from_probs(q, gen)  # [rows]
+        d = sample_at_uniforms(q, engine.draw_uniforms((rows,), gen, step))  # [rows]
         draft_probs.append(q)
         draft_tokens.append(d)
         history = None if history is None else _with_token(history, d)
@@ -281,7 +286,8 @@ def _draft(engine: SpeculativeHooks, batch: _Batch, k: int, params: SamplingPara
 
 
 def _verify(
-    engine: SpeculativeHooks, batch: _Batch, drafted: _Drafted, k: int, params: SamplingParams, gen: torch.Generator
+    engine: SpeculativeHooks, batch: _Batch, drafted: _Drafted, k: int, params: SamplingParams, gen: torch.Generator,
+    step: int,
 ) -> _Verified:
     """One target forward over ``[pending, d_1..d_k]``; accept a prefix of the drafts; draw the next token
     from the residual at the first rejection, or from the bonus law after k acceptances."""
@@ -296,7 +302,7 @@ def _verify(
         draft_probs = drafted.draft_probs  # [rows, k, V]
         effective_probs = engine.effective_target(target_probs[:, :k], draft_probs)  # [rows, k, V]
         accept = engine.accept_probs(effective_probs, draft_probs, drafted.draft_tokens)  # [rows, k]
-        uniforms = torch.rand((rows, k), generator=gen, dtype=torch.float64, device=dev)
+        uniforms = engine.draw_uniforms((rows, k), gen, step)
         n_accepted = accept_prefix_lengths(accept.double(), uniforms)  # [rows]
         at = n_accepted.clamp(max=k - 1)  # the first rejected position (any, when all were accepted)
         ar = torch.arange(rows, device=dev)
@@ -306,7 +312,7 @@ def _verify(
     else:
         n_accepted = torch.zeros(rows, dtype=torch.long, device=dev)
         next_law = engine.bonus_probs(target_probs[:, 0], drafted.bonus_draft_probs).float()
-    next_token = sample_from_probs(next_law, gen)  # [rows]
+    next_token = sample_at_uniforms(next_law, engine.draw_uniforms((rows,), gen, step))  # [rows]
     return _Verified(target_probs=target_probs, n_accepted=n_accepted, next_token=next_token)
 
 

@@ -38,6 +38,8 @@ from speceq.models.text_decoding import row_decoder
 DEFAULT_POWER = 0.9
 #: Default weight of the draft in the mixture mutant.
 DEFAULT_MIX = 0.1
+#: Default verify steps whose uniforms the "shared-uniforms" mutant shares across a batch's rows.
+DEFAULT_SHARED_STEPS = 1
 #: Default temperature of the draft in the lossless "draft-other-temperature" variant.
 DEFAULT_DRAFT_TEMPERATURE = 1.0
 
@@ -327,6 +329,34 @@ class StopAtBlockEnd(_Mutant):
         return len(row) if any(s in text for s in params.stop) else None
 
 
+class SharedUniforms(_Mutant):
+    """Every row of a batch draws its first ``steps`` verify steps at the SAME uniforms.
+
+    One uniform per draw is drawn for the whole batch and handed to every row (a sampler that
+    draws ``torch.rand(k)`` where it needed ``torch.rand(rows, k)``). Each row on its own still
+    follows the target law exactly (its uniforms are fresh and uniform), but rows of one batch are
+    dependent: rows of the same prompt start identically. ``steps`` >= 1 (default 1, the first
+    step's draft, accept and next-token uniforms), or 0 for every step.
+    """
+
+    MUTANT = "shared-uniforms"
+
+    def __init__(self, *args: Any, steps: int = DEFAULT_SHARED_STEPS, **kwargs: Any) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ConfigError(f"expected an integer >= 0, got {steps!r}", where=f"mutant:{self.MUTANT}.steps")
+        self.steps = steps
+        super().__init__(*args, **kwargs)
+
+    def mutant_options(self) -> dict[str, Any]:
+        return {"steps": self.steps}
+
+    def draw_uniforms(self, shape: tuple[int, ...], gen: torch.Generator, step: int) -> torch.Tensor:
+        if self.steps and step >= self.steps:
+            return super().draw_uniforms(shape, gen, step)
+        one = torch.rand(shape[1:], generator=gen, dtype=torch.float64, device=self.device)
+        return one.expand(shape).clone()
+
+
 # ---- lossless variants ---------------------------------------------------------------------
 class DraftOtherTemperature(_Mutant):
     """LOSSLESS: temperature on the target only; the draft proposes at ``draft_temperature`` (default 1).
@@ -458,6 +488,9 @@ MUTANTS: dict[str, MutantSpec] = dict([
     _spec(StopAtBlockEnd, "request-fields",
           "stop strings checked at block ends only: a row runs on past a stop string inside an accepted block",
           exact=False, contract=True, params={"stop": (" ",), "tokenizer": "bytes"}, options={"k": 4}),
+    _spec(SharedUniforms, "batch",
+          "the rows of a batch share their first verify step's uniforms: each row's law exact, the rows dependent",
+          exact=False),
     _spec(DraftOtherTemperature, "lossless",
           "temperature on the target only, draft at T = 1: the ratio uses the q the draft sampled from",
           lossless=True, params={"temperature": 0.7}),

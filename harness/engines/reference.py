@@ -93,6 +93,10 @@ class ReferenceSpeculativeEngine:
       the first prefix longer than ``committed`` whose decoded text holds a stop string
       (:func:`speceq.core.stops.first_stop`); None when none does.
 
+    - ``draw_uniforms(shape, gen, step) -> float64 [shape]``: the uniforms of one draw of the
+      batch's verify ``step`` (0-based), ``shape[0]`` rows (independent draws from the batch's
+      generator here; every token is drawn at its uniform by inverse CDF).
+
     Applies every request field of :class:`SamplingParams` (min_p, the penalties, logit_bias, stop
     strings) in both processing orders, with each row's own history.
 
@@ -193,6 +197,9 @@ class ReferenceSpeculativeEngine:
     def stop_length(self, row: list[int], committed: int, params: SamplingParams) -> int | None:
         match = first_stop(row, row_decoder(params.tokenizer or ""), params.stop, start=committed)
         return None if match is None else match.length
+
+    def draw_uniforms(self, shape: tuple[int, ...], gen: torch.Generator, step: int) -> torch.Tensor:
+        return torch.rand(shape, generator=gen, dtype=torch.float64, device=self.device)
 
     # ---- analysis ---------------------------------------------------------------------
     def single_step_law(

@@ -17,6 +17,13 @@ Under H0 both engines' rows are i.i.d. draws of one law, so these stay valid whe
 oracle's law is slightly off the engines' (bf16 numerics, a server's other graph): an offset
 both engines share cancels, a speculation bug does not.
 
+Row independence (every sampling case, both engines, all prompts of the batch): rows of one
+``sample()`` call (the chunks' record, :func:`speceq.pipeline.plan.row_calls`; the forward batches
+when all rows come from one call, :func:`row_groups`) must agree no more often than rows of two
+calls (:func:`speceq.stats.row_independence`, exact). The candidate's test is primary (rows that
+share randomness are not i.i.d. draws of the target law); the baseline's is a diagnostic that the
+decision's reason cites, since every other test assumes independent rows.
+
 Diagnostics (never deciding): the one-sample tests of each engine against the oracle (PIT
 Anderson-Darling / KS / Cramér-von Mises / histogram, the martingale z-tests, the first-token
 goodness of fit). They are valid only for an exact oracle; no gate can make them valid under
@@ -64,6 +71,7 @@ from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ScoreRequest
 from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
+from speceq.pipeline.plan import row_calls
 from speceq.stats.results import Effect
 from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
@@ -168,6 +176,10 @@ def _effect(res: Any) -> Effect | None:
         ci = res.confidence_interval(EFFECT_LEVEL)
         return named_effect(EffectName.STANDARDISED_ROW_SCORE_DIFFERENCE, float(res.effect), low=ci.low,
                              high=ci.high, level=EFFECT_LEVEL)
+    if isinstance(res, stats.IndependenceResult):
+        ci = res.confidence_interval(EFFECT_LEVEL)
+        return named_effect(EffectName.WITHIN_CALL_AGREEMENT_EXCESS, float(res.effect), low=ci.low, high=ci.high,
+                             level=EFFECT_LEVEL)
     if isinstance(res, stats.SupportComparisonResult):
         ci = res.confidence_interval(EFFECT_LEVEL)
         return named_effect(EffectName.ROW_RATE_DIFFERENCE, float(res.effect), low=ci.low, high=ci.high,
@@ -255,7 +267,7 @@ def planned_primary_tests(case: Case, *, oracle: bool) -> int:
     if case.params.greedy:
         return 0
     L = case.params.max_new_tokens
-    count = len(case.prompts) * (1 if oracle else L)
+    count = len(case.prompts) * (1 if oracle else L) + 1  # + the candidate's row independence
     count += 1 if L >= 2 else 0  # joint first 2
     count += 1 if (not case.params.ignore_eos and L >= 2) else 0  # length
     return count + (_ORACLE_PRIMARY_TESTS if oracle else 0)
@@ -640,6 +652,37 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: TokenLabels)
     return tuple(out)
 
 
+def row_groups(batch: SampleBatch, batch_size: int) -> np.ndarray:
+    """Per row, the unit whose rows may share randomness: its ``sample()`` call (chunk) when the rows come from
+    two or more calls, else its forward batch of ``batch_size`` rows within the one call (int64 ``[rows]``)."""
+    calls = row_calls(batch)
+    if np.unique(calls).size >= 2 or batch_size <= 1:
+        return calls
+    return np.arange(batch.rows, dtype=np.int64) // batch_size
+
+
+def _independence(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[list[TestOutcome], list[Note]]:
+    """Each engine's row-independence test (:func:`speceq.stats.row_independence`), all prompts of the batch.
+
+    The candidate's is primary (rows that share randomness are not i.i.d. draws of the target law, whatever
+    each row's law); the baseline's is a diagnostic that qualifies every other test (their p-values assume
+    independent rows). A test with no pair to compare (one call of one batch) is a note, not an outcome.
+    """
+    tests: list[TestOutcome] = []
+    notes: list[Note] = []
+    for role, batch, primary in (("candidate", cand, True), ("baseline", base, False)):
+        name = "row independence" if primary else "baseline row independence"
+        res = stats.row_independence(batch.tokens, batch.lengths, row_groups(batch, case.batch_size),
+                                     np.asarray(batch.prompt_index), name=name, level=EFFECT_LEVEL)
+        if not res.tested:
+            notes.append(Note(kind=NoteKind.INDEPENDENCE_UNTESTED, values={"role": role, "rows": res.rows,
+                                                                          "calls": res.groups}))
+            continue
+        tests.append(dataclasses.replace(_outcome(name, "row independence", primary, res, TestKind.ROW_INDEPENDENCE),
+                                         position=res.position))
+    return tests, notes
+
+
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
                   seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float, support_margin_nats: float,
                   numerics: NumericsMargin = NumericsMargin(),
@@ -664,7 +707,8 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                                                  mc_level=mc_level, rng=rng, tok=tok)
     details = _replace(details, test_bins=tuple(test_bins))
     failures: tuple[HardFailure, ...] = ()
-    notes: list[Note] = []
+    independence, notes = _independence(case, base, cand)
+    tests += independence
     first_probs = None
     bounds = [(pc.result.tv, pc.result.tv_upper_bound) for pc in per_position]
     tv_reference = "two-sample"

@@ -113,7 +113,11 @@ def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, 
 
 
 def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
-    """Rows of several chunks in order; counts and times summed (None if any chunk lacks them)."""
+    """Rows of several chunks in order; counts and times summed (None if any chunk lacks them).
+
+    ``info["chunk_rows"]``: the rows of each chunk in order. One chunk is one ``sample()`` call (one
+    request), so this is where each row's call is known: :func:`row_calls` reads it back.
+    """
 
     def total(name: str) -> Any:
         vals = [getattr(b, name) for b in batches]
@@ -125,8 +129,24 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
         prompt_index=np.concatenate([b.prompt_index for b in batches]),
         drafted_tokens=total("drafted_tokens"), accepted_tokens=total("accepted_tokens"),
         verify_steps=total("verify_steps"), wall_time_s=total("wall_time_s"),
-        info={"chunks": len(batches)},
+        info={"chunks": len(batches), CHUNK_ROWS: tuple(int(b.rows) for b in batches)},
     )
 
 
-__all__ = ["ChunkPlan", "case_run_seed", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk", "plan_chunks", "slice_sizes"]
+#: The ``SampleBatch.info`` key of the rows of each joined chunk (:func:`concat_batches`).
+CHUNK_ROWS = "chunk_rows"
+
+
+def row_calls(batch: SampleBatch) -> np.ndarray:
+    """Per row of ``batch``, the index of the ``sample()`` call (chunk) it came from: int64 ``[rows]``.
+
+    Read from ``info["chunk_rows"]`` of :func:`concat_batches`; a batch without it (one engine call,
+    or joined elsewhere) is one call (all zeros).
+    """
+    sizes = batch.info.get(CHUNK_ROWS) if isinstance(batch.info, dict) else None
+    if not sizes or sum(sizes) != batch.rows:
+        return np.zeros(batch.rows, dtype=np.int64)
+    return np.repeat(np.arange(len(sizes), dtype=np.int64), np.asarray(sizes, dtype=np.int64))
+
+
+__all__ = ["CHUNK_ROWS", "ChunkPlan", "case_run_seed", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk", "plan_chunks", "row_calls", "slice_sizes"]

@@ -16,7 +16,7 @@ import numpy as np
 from speceq.engines.base import Engine, SampleBatch, SampleRequest, validate_batch
 from speceq.inputs.cases import Case
 from speceq.models.torch_utils import derive_seed
-from speceq.pipeline.plan import concat_batches
+from speceq.pipeline.plan import CHUNK_ROWS, concat_batches, row_calls
 
 #: Samples of the case's prompt drawn per chunk (companions get as many).
 DEFAULT_CHUNK = 512
@@ -71,7 +71,11 @@ class SamplePool:
             self._joined = concat_batches(self._batches)
         rows = slice(start * self.prompts, (start + n) * self.prompts)
         j = self._joined
-        return SampleBatch(tokens=j.tokens[rows], lengths=j.lengths[rows], prompt_index=j.prompt_index[rows])
+        calls = row_calls(j)[rows]  # keep which sample() call each row came from (the row-independence test's groups)
+        cuts = np.flatnonzero(np.diff(calls)) + 1
+        sizes = tuple(int(x) for x in np.diff(np.concatenate([[0], cuts, [calls.size]])))
+        return SampleBatch(tokens=j.tokens[rows], lengths=j.lengths[rows], prompt_index=j.prompt_index[rows],
+                           info={CHUNK_ROWS: sizes})
 
     def rep(self, r: int, n: int) -> SampleBatch:
         """Repetition ``r`` at size ``n``: samples [r n, (r + 1) n)."""

@@ -16,6 +16,8 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``, and the
   TV certificate's and the χ² tests' on a law estimated from counts: :func:`samples_for`,
   :func:`min_detectable_tv` (:func:`estimate_law`)
+- row independence (each engine's rows of one call against rows of different calls, exact):
+  :func:`row_independence`
 - Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
 
@@ -39,6 +41,7 @@ from speceq.stats.design import (
     samples_for,
 )
 from speceq.stats.goodness import chisquare_gof, probability_bins
+from speceq.stats.independence import independence_pairs, row_independence
 from speceq.stats.martingale import (
     argmax_leak_z,
     draft_drift_z,
@@ -73,6 +76,7 @@ from speceq.stats.results import (
     ConfidenceInterval,
     GoodnessOfFitResult,
     HomogeneityResult,
+    IndependenceResult,
     PITResult,
     PooledComparisonResult,
     SupportComparisonResult,
@@ -110,6 +114,7 @@ __all__ = [
     "sequential_oracle_comparisons",
     "argmax_leak_z", "draft_drift_z", "draft_ratio_z", "effective_jumps", "martingale_z", "skew_corrected_pvalue", "support_violations", "temperature_drift_z",
     "mc_draws_for_level", "sequential_mc_pvalue",
+    "independence_pairs", "row_independence",
     "TAIL_NATS", "boundary_tokens", "exclusion_margins", "outside_margin",
     "benjamini_hochberg", "holm",
     "anderson_darling_uniform_sf", "anderson_darling_uniform_statistic", "pit_uniformity", "randomized_pit",
@@ -117,7 +122,7 @@ __all__ = [
     "effective_support_upper", "noncentrality_for_power", "required_n_equivalence_oracle", "required_n_equivalence_two_sample",
     "required_n_oracle", "required_n_two_sample",
     "HEAD_COUNT", "DetectableTV", "SampleSizePlan", "estimate_law", "expected_plugin_tv", "min_detectable_tv", "samples_for",
-    "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "PITResult", "PooledComparisonResult", "SupportComparisonResult", "SupportResult",
+    "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "IndependenceResult", "PITResult", "PooledComparisonResult", "SupportComparisonResult", "SupportResult",
     "TwoSampleResult", "UniformityResult", "ZTestResult",
     "TokenScores",
     "cramervonmises_2samp_permutation", "ks_2samp_jittered",

@@ -444,3 +444,70 @@ class SupportComparisonResult(_Test):
         return (f"support comparison: {self.candidate_flagged} of {self.candidate_rows} candidate rows vs "
                 f"{self.baseline_flagged} of {self.baseline_rows} baseline rows hold a token of oracle probability 0, "
                 f"p={_fmt_p(self.pvalue)} (exact, one-sided)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndependenceResult(_Test):
+    """Do rows of one call (or batch) agree more often than rows of different calls? (exact, one-sided)
+
+    statistic: agreeing within pairs at ``position``, the position with the smallest p-value (None:
+    no pair to compare); pvalue: that position's stratified Fisher p-value times ``positions``
+    (Bonferroni over every column), capped at 1. within_pairs / across_pairs: disjoint pairs of
+    rows of one group / of two groups; within_agree / across_agree: how many of each agree at
+    ``position``. The effect is the within minus the across agreement rate there, with Newcombe's
+    interval at ``level`` (``low`` / ``high``; None when no position was tested).
+    """
+
+    name: str
+    statistic: int
+    pvalue: float
+    position: int | None
+    positions: int
+    within_pairs: int
+    across_pairs: int
+    within_agree: int
+    across_agree: int
+    groups: int
+    rows: int
+    level: float
+    low: float | None
+    high: float | None
+
+    @property
+    def n(self) -> int:
+        return self.rows
+
+    @property
+    def tested(self) -> bool:
+        """Whether any pair was compared (at least one within and one across pair)."""
+        return self.position is not None
+
+    @property
+    def within_rate(self) -> float:
+        return self.within_agree / self.within_pairs if self.within_pairs else 0.0
+
+    @property
+    def across_rate(self) -> float:
+        return self.across_agree / self.across_pairs if self.across_pairs else 0.0
+
+    @property
+    def effect(self) -> float:
+        """Within minus across agreement rate at ``position`` (0 when nothing was tested)."""
+        return self.within_rate - self.across_rate if self.tested else 0.0
+
+    def confidence_interval(self, level: float | None = None) -> ConfidenceInterval:
+        """Newcombe's interval of :attr:`effect` at the level the result was computed at (pairs are independent)."""
+        if level is not None and level != self.level:
+            raise ValueError(f"this result holds its interval at level {self.level:g}, not {level:g}")
+        low = -1.0 if self.low is None else self.low
+        high = 1.0 if self.high is None else self.high
+        return ConfidenceInterval(low=low, high=high, level=self.level)
+
+    def summary(self) -> str:
+        if not self.tested:
+            return (f"{self.name}: not tested ({self.rows} rows in {self.groups} call(s): no pair of rows of one call "
+                    "to set against a pair of rows of two calls)")
+        return (f"{self.name}: at position {self.position}, {self.within_agree} of {self.within_pairs} pairs of rows "
+                f"of one call agree ({self.within_rate:.1%}) against {self.across_agree} of {self.across_pairs} pairs "
+                f"of rows of two calls ({self.across_rate:.1%}), p={_fmt_p(self.pvalue)} (exact, one-sided, "
+                f"Bonferroni over {self.positions} positions)")

@@ -23,6 +23,10 @@ Every verdict, greedy ones included, is decided here and only here:
   failure occurred, every rejecting primary test is one of :data:`SIZED_KINDS` (tests of the
   per-position and first-two-token laws and of row scores; a kind not listed keeps ``shifted``) and
   the size's upper bound is below the numerics tolerance.
+- Row independence (:data:`TestKind.ROW_INDEPENDENCE`): the candidate's test is primary and, when it
+  rejects, its finding leads the ``shifted`` reason ("rows are not independent: ..."): rows sharing
+  randomness are not i.i.d. draws of the target law. A dependent baseline (its test a diagnostic,
+  at a case test's first Holm step) is said at the end of any reason (:func:`dependence_note`).
 - Run: the worst of its cases (:meth:`speceq.verdicts.verdict.Verdict.worst`): ``shifted``, then
   ``inconclusive``, ``within-tolerance``, ``equivalent``; a rejecting pooled test makes it ``shifted``.
 - Certificate ``pit-law`` (opt-in): a sampling case is ``equivalent`` iff no primary test
@@ -301,10 +305,21 @@ def _decide_case(
         return CaseDecision(verdict="shifted", reason=f"hard failure: {lines[0]}{more}{sized}", size=size, **common)
     primary = [t for t in tests if t.primary]
     best = min(primary, key=lambda t: (t.adjusted_pvalue, t.pvalue), default=None)
+    dependent = dependence_note(tests, alpha, first_level)
     if best is not None and best.adjusted_pvalue is not None and best.adjusted_pvalue <= alpha:
         plug_in = "" if size is not None else effect_bound(best)  # the size replaces the test's plug-in TV
         detail = f": {'; '.join(x for x in (best.summary, plug_in) if x)}" if best.summary \
             else f" (statistic {best.statistic:.4g})"
+        dep = next((t for t in primary if t.kind is TestKind.ROW_INDEPENDENCE and t.adjusted_pvalue is not None
+                    and t.adjusted_pvalue <= alpha), None)
+        if dep is not None:  # the finding leads: it may be all that the other rejections show
+            also = "" if best is dep else (
+                f"; {best.name} rejects too (Holm-adjusted p={best.adjusted_pvalue:.3g}), but its p-value assumes "
+                "independent rows, so it may read this dependence as a shift")
+            return CaseDecision(verdict="shifted", reason=(
+                f"rows are not independent: {dep.name} rejects, Holm-adjusted p={dep.adjusted_pvalue:.3g} <= "
+                f"alpha={alpha:g}: {dep.summary}; the candidate's rows of one call share randomness, so they are not "
+                f"independent draws of the target law (whatever each row's own law){also}{sized}"), size=size, **common)
         rejects = f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}"
         rejecting = [t for t in primary if t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha]
         if (size is not None and 0.0 < numerics_tolerance and size.high is not None and size.high < numerics_tolerance
@@ -312,7 +327,7 @@ def _decide_case(
             return CaseDecision(verdict="within-tolerance", reason=(
                 f"a difference is detected ({rejects}) but its size is certified below the numerics tolerance: "
                 f"{size_words(size)}, upper bound < {numerics_tolerance:g}; the size certified is the largest TV of "
-                "the case prompt's per-position token laws and of the joint law of its first two tokens"),
+                f"the case prompt's per-position token laws and of the joint law of its first two tokens{dependent}"),
                 size=size, **common)
         unsized = sorted({t.name for t in rejecting if t.kind not in SIZED_KINDS})
         why = ""
@@ -320,9 +335,39 @@ def _decide_case(
             why = (f" (not within the numerics tolerance {numerics_tolerance:g}: "
                    + (f"{', '.join(unsized)} also rejects and the size does not stand for it)" if unsized
                       else "the upper bound is not below it)"))
-        return CaseDecision(verdict="shifted", reason=f"{rejects}{sized}{why}", size=size, **common)
+        return CaseDecision(verdict="shifted", reason=f"{rejects}{sized}{why}{dependent}", size=size, **common)
     if case.greedy is not None:
         return _decide_greedy(case.greedy, alpha, tolerance, common)
+    if dependent:
+        decided = _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
+        return dataclasses.replace(decided, reason=decided.reason + dependent)
+    return _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
+
+
+def dependence_note(tests: Sequence[TestOutcome], alpha: float, first_level: float) -> str:
+    """``"; but the baseline's rows are not independent (...)"`` when a row-independence test found dependence, else ''.
+
+    Found: the candidate's (primary) test at a Holm-adjusted p <= alpha, the baseline's (a diagnostic) at a
+    p-value at most the first Holm step of a case test. Every token-law test assumes independent rows, so a
+    reason resting on one says so.
+    """
+    found = []
+    for t in tests:
+        if t.kind is not TestKind.ROW_INDEPENDENCE:
+            continue
+        p = t.adjusted_pvalue if t.primary else t.pvalue
+        if p is not None and p <= (alpha if t.primary else first_level):
+            who = "candidate" if t.primary else "baseline"
+            found.append(f"the {who}'s rows are not independent ({t.name}: p={p:.3g})")
+    if not found:
+        return ""
+    return (f"; but {' and '.join(found)}: the token-law tests' p-values and bounds assume independent rows, "
+            "so they may read shared randomness as a shift")
+
+
+def _decide_sampling(case: CaseEvidence, tests: tuple[TestOutcome, ...], alpha: float, tolerance: float,
+                     first_level: float, certificate: str, best: TestOutcome | None, common: dict) -> CaseDecision:
+    """A sampling case without hard failure or primary rejection: ``equivalent`` or ``inconclusive``."""
     smallest = f"smallest Holm-adjusted p={best.adjusted_pvalue:.3g}" if best is not None else "no primary test"
     law = _law(case)
     common["min_detectable_tv"] = _detectable(case, first_level, law)

@@ -29,6 +29,7 @@ class TestKind(enum.StrEnum):
     DRAFT_RATIO_COMPARISON = "draft ratio comparison"
     DRAFT_LOG_RATIO_COMPARISON = "draft log-ratio comparison"
     SUPPORT_COMPARISON = "support comparison"  # rows holding a token of oracle probability 0
+    ROW_INDEPENDENCE = "row independence"  # rows of one call agree more often than rows of two calls (each engine)
     POOLED_COMPARISON = "pooled comparison"  # a row score's comparison pooled over the run's cases
     PIT_UNIFORMITY = "PIT uniformity"  # one-sample uniformity of the oracle PIT (AD, KS, CvM, histogram)
     Z_ARGMAX_LEAK = "z argmax leak"  # one-sample martingale z-tests against the oracle
@@ -91,6 +92,8 @@ class EffectName(enum.StrEnum):
     STANDARDISED_ROW_SCORE_DIFFERENCE = "standardised row score difference"  # pooled over cases, in rms units
     ROW_RATE_DIFFERENCE = "row rate difference"  # share of rows holding a token of oracle probability 0, cand - base
     PER_TOKEN_EXCESS = "per-token excess"  # mean of f minus its mean under the oracle (one-sample z-tests)
+    #: share of pairs of rows of one call agreeing at a position minus that of pairs of rows of two calls
+    WITHIN_CALL_AGREEMENT_EXCESS = "within-call agreement excess"
 
 
 #: The unit of each effect, stored as ``effect.unit`` (what each measures: the comments of EffectName).
@@ -100,6 +103,7 @@ EFFECT_UNITS = {
     EffectName.STANDARDISED_ROW_SCORE_DIFFERENCE: "rms of the pair differences",
     EffectName.ROW_RATE_DIFFERENCE: "share of rows",
     EffectName.PER_TOKEN_EXCESS: "f units per token",
+    EffectName.WITHIN_CALL_AGREEMENT_EXCESS: "share of pairs",
 }
 
 

@@ -46,6 +46,9 @@ class NoteKind(enum.StrEnum):
     FIXED_SIZE_VERDICT = "fixed-size verdict"
     # a sequential run (run note): tests, the e-processes of the run
     SEQUENTIAL_MODE = "sequential mode"
+    # an engine's row-independence test could not run: role ("candidate" / "baseline"), rows, calls (the
+    # groups its rows came in: no pair of rows of one call to set against a pair of rows of two calls)
+    INDEPENDENCE_UNTESTED = "independence untested"
 
 
 class OffsetReading(enum.StrEnum):

@@ -222,6 +222,8 @@ def effect(test: TestOutcome) -> str:
             return f"Z={test.statistic:+.3g}, per-token excess {e.estimate:+.3g}"
         if kind.is_chi2:
             return f"TV={e.estimate:.4f}"
+        if kind is TestKind.ROW_INDEPENDENCE:
+            return f"within-call minus across-call agreement {e.estimate:+.3f}"
     return f"statistic {test.statistic:.4g}"
 
 
@@ -317,6 +319,10 @@ def meaning(case: CaseResult, alpha: float, engine: str) -> str:
     if kind in (TestKind.DRAFT_RATIO_COMPARISON, TestKind.DRAFT_LOG_RATIO_COMPARISON):
         return (f"{engine}'s tokens are ones its draft model favours {'more' if up else 'less'} often {same}: its output "
                 f"leans {'toward' if up else 'away from'} the draft, the signature of a wrong accept/resample rule.")
+    if kind is TestKind.ROW_INDEPENDENCE:
+        return (f"{engine}'s rows sampled in the same call agree with each other more often than rows of different "
+                "calls: its rows share randomness (a uniform or a seed reused across a batch), so they are not "
+                "independent draws, even if each row on its own follows the target law.")
     if kind is TestKind.ARGMAX_COMPARISON:
         return (f"{engine} emits the target's most likely token {'more' if up else 'less'} often than the baseline does: "
                 f"{'some draws behave greedily' if up else 'probability moved off the top token'}.")
@@ -588,6 +594,9 @@ def note_line(note: Note, labels: TokenLabels | None = None) -> str:
         bound = "no TV bound" if v.get("tv_upper_bound") is None else f"TV upper bound {v['tv_upper_bound']:.4f}"
         return (f"the fixed-size analysis of the same rows would say {v['verdict']} ({bound}); it is shown for "
                 "comparison only, since it is not valid after looking at the data along the way")
+    if kind is NoteKind.INDEPENDENCE_UNTESTED:
+        return (f"the {v['role']}'s row independence: not tested ({v['rows']} rows in {v['calls']} call(s): no pair "
+                "of rows of one call to set against a pair of rows of two calls)")
     if kind is NoteKind.SEQUENTIAL_MODE:
         k = v["tests"]
         return (f"sequential mode: {k} e-processes at level alpha/{k} each (e-value Bonferroni, valid at every look); "

@@ -27,7 +27,7 @@ from speceq.pipeline.analysis import analyse_run
 from speceq.power.exact import exact_laws, exact_tv
 
 HOOKS = ("process_target", "process_draft", "step_history", "block_history", "effective_target", "accept_probs",
-         "residual", "bonus_probs", "position_ids", "rollback", "stop_length")
+         "residual", "bonus_probs", "position_ids", "rollback", "stop_length", "draw_uniforms")
 TOK = ByteTokenizer()
 PROMPT = tuple(TOK.encode(DEFAULT_PROMPTS[0]))
 COMPANIONS = (tuple(TOK.encode(DEFAULT_PROMPTS[7])), tuple(TOK.encode(DEFAULT_PROMPTS[8])))
@@ -229,3 +229,27 @@ def test_mutant_through_speceq_run(models, tmp_path) -> None:
     result = run(config, [case], engines=engines)
     assert result.cases[0].verdict == "shifted"
     assert result.engines["candidate"]["mutant"] == "resample-from-target"
+
+
+def test_shared_uniforms_is_reported_row_dependent_through_speceq_run(models, tmp_path) -> None:
+    """Rows of a batch of 8 share their first step's uniforms (each row's law exact): reported as row-dependent,
+    from the call ids of the stored chunks (4 calls of 100 rows); the reference engine at the same seed is not."""
+    from speceq.pipeline.config import RunConfig
+    from speceq.pipeline.runner import run
+
+    case = dataclasses.replace(case_for("shared-uniforms", 4, batch_size=8), case_id="shared")
+    results = {}
+    for name in ("shared-uniforms", "k1"):
+        config = RunConfig(candidate=f"mutant:{name}", samples=400, chunk_size=100, alpha=1e-3, seed=7,
+                           out_dir=tmp_path / name, progress=False)
+        engines = {"baseline": BaselineEngine(models[0]),
+                   "candidate": build(name, models)}
+        results[name] = run(config, [case], engines=engines).cases[0]
+    bad, good = results["shared-uniforms"], results["k1"]
+    independence = {t.name: t for t in bad.tests if t.kind == "row independence"}
+    assert set(independence) == {"row independence", "baseline row independence"}
+    assert bad.verdict == "shifted" and bad.reason.startswith("rows are not independent: row independence rejects")
+    assert independence["row independence"].effect.low > 0.2
+    assert independence["baseline row independence"].pvalue > 1e-3
+    assert good.verdict != "shifted" and "not independent" not in good.reason
+    assert next(t for t in good.tests if t.name == "row independence").pvalue > 1e-3

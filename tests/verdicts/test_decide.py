@@ -350,3 +350,46 @@ def test_with_pooled_counts_the_sizes_come_from_the_estimated_law() -> None:
     detectable = min_detectable_tv(400, law, level=level).tv
     assert d_sure.verdict == "equivalent" and d_sure.min_detectable_tv == detectable == d_unsure.min_detectable_tv
     assert 0.0 < detectable < 1.0
+
+
+def _independence(p: float, *, primary: bool) -> Outcome:
+    from speceq.verdicts.kinds import TestKind
+
+    name = "row independence" if primary else "baseline row independence"
+    return Outcome(name=name, family="row independence", primary=primary, statistic=5.0, pvalue=p,
+                   summary=f"{name}: ... p={p}", kind=TestKind.ROW_INDEPENDENCE, position=0)
+
+
+def _with(case: CaseEvidence, *tests: Outcome) -> CaseEvidence:
+    import dataclasses
+
+    return dataclasses.replace(case, tests=case.tests + tests)
+
+
+def test_a_dependent_candidate_is_shifted_as_rows_are_not_independent() -> None:
+    (d,) = decide_run([_with(_case("a", [0.5]), _independence(1e-9, primary=True))], alpha=1e-3, tolerance=0.05)
+    assert d.verdict == "shifted" and d.reason.startswith("rows are not independent: row independence rejects")
+    assert "whatever each row's own law" in d.reason
+
+
+def test_a_token_law_reason_says_when_rows_are_dependent() -> None:
+    # a chi-square rejects harder, but the candidate's dependence leads: the chi-square's p-value assumes independence
+    (d,) = decide_run([_with(_case("a", [1e-12]), _independence(1e-6, primary=True))], alpha=1e-3, tolerance=0.05)
+    assert d.verdict == "shifted" and d.reason.startswith("rows are not independent: row independence rejects")
+    assert "; a t0 rejects too (Holm-adjusted p=2e-12), but its p-value assumes independent rows" in d.reason
+    # a chi-square decides while only the baseline's rows are dependent: said after the chi-square's reason
+    (g,) = decide_run([_with(_case("g", [1e-12]), _independence(0.4, primary=True), _independence(1e-6, primary=False))],
+                      alpha=1e-3, tolerance=0.05)
+    assert g.verdict == "shifted" and g.reason.startswith("g t0 rejects")
+    assert "but the baseline's rows are not independent (baseline row independence: p=1e-06)" in g.reason
+    # the baseline's (a diagnostic) never decides, but qualifies an equivalent verdict; first step: 1e-3 / 2
+    (e,) = decide_run([_with(_case("b", [0.5]), _independence(0.3, primary=True), _independence(1e-5, primary=False))],
+                      alpha=1e-3, tolerance=0.05)
+    assert e.verdict == "equivalent"
+    assert e.reason.endswith("so they may read shared randomness as a shift")
+    assert "the baseline's rows are not independent (baseline row independence: p=1e-05)" in e.reason
+    assert "candidate's rows" not in e.reason
+    # independent rows: no word about dependence
+    (f,) = decide_run([_with(_case("c", [0.5]), _independence(0.3, primary=True), _independence(0.01, primary=False))],
+                      alpha=1e-3, tolerance=0.05)
+    assert f.verdict == "equivalent" and "independent" not in f.reason
