@@ -40,23 +40,24 @@ class ChainLayout:
     def default_scenarios(self, spec: KernelSpec, *, scale: float, seed: int) -> list[Scenario]:
         return default_scenarios(spec, scale=scale, seed=seed)
 
-    def planned(self, scenario: Scenario, spec: KernelSpec, *, seed: int) -> int:
-        return planned_tests([scenario], spec)
+    def planned(self, scenarios: Sequence[Scenario], spec: KernelSpec, *, seed: int) -> int:
+        return planned_tests(scenarios, spec)
 
     def collect(self, kern: Kernel, scenarios: Sequence[Scenario], *, seed: int,
                 device: str | torch.device) -> list[ScenarioRecord]:
         return collect(kern, list(scenarios), seed=seed, device=device)
 
-    def tests(self, record: ScenarioRecord, spec: KernelSpec, *, seed: int, tv_alpha: float) -> list[KernelTest]:
-        return run_tests([record], spec, tv_alpha=tv_alpha)
+    def tests(self, records: Sequence[ScenarioRecord], spec: KernelSpec, *, seed: int,
+              tv_alpha: float) -> list[KernelTest]:
+        return run_tests(list(records), spec, tv_alpha=tv_alpha)
 
     def violations(self, records: Sequence[ScenarioRecord]) -> tuple[Violation, ...]:
         return tuple(v for r in records for v in r.violations)  # each scenario's own, merged within it
 
-    def summary(self, r: ScenarioRecord) -> ScenarioSummary:
-        return ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests, r.calls,
-                               r.kernel_seconds, r.harness_seconds, r.scenario.skipped, r.kernel_cpu_seconds,
-                               r.harness_cpu_seconds, r.inputs_written)
+    def summaries(self, records: Sequence[ScenarioRecord]) -> list[ScenarioSummary]:
+        return [ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
+                                r.calls, r.kernel_seconds, r.harness_seconds, r.scenario.skipped, r.kernel_cpu_seconds,
+                                r.harness_cpu_seconds, r.inputs_written) for r in records]
 
     def notes(self, records: Sequence[ScenarioRecord]) -> list[Finding]:
         return []

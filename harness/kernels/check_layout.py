@@ -2,8 +2,8 @@
 
 The skeleton is the same for every layout: choose the scenarios, count the tests planned from
 the exact laws (before any kernel call: Holm's family and the TV bounds' level), collect the
-scenarios one after the other (:func:`speceq.kernels.kernel_calls.scenario_loop`), run each
-scenario's tests, Holm and the verdict over the whole check
+scenarios one after the other (:func:`speceq.kernels.kernel_calls.scenario_loop`), run the
+planned tests on the records, Holm and the verdict over the whole check
 (:func:`speceq.kernels.check_result.decide`), then the layout's notes and, when the verdict is
 ``shifted``, its reruns of the failing templates. A :class:`Layout` supplies what differs: the
 chain layouts (ragged, padded, single; :mod:`speceq.kernels.chain_layout`), the tree layout
@@ -46,21 +46,21 @@ class Layout(Protocol):
     def default_scenarios(self, spec: KernelSpec, *, scale: float, seed: int) -> list[Any]:
         """The scenarios of a check when none are given (``scale`` multiplies their draws)."""
 
-    def planned(self, scenario: Any, spec: KernelSpec, *, seed: int) -> int:
-        """How many tests ``scenario`` contributes, from its laws and replicates only."""
+    def planned(self, scenarios: Sequence[Any], spec: KernelSpec, *, seed: int) -> int:
+        """How many tests ``scenarios`` hold, from their laws and replicates only (before any kernel call)."""
 
     def collect(self, kern: Kernel, scenarios: Sequence[Any], *, seed: int,
                 device: str | torch.device) -> list[Any]:
         """Call the kernel on every scenario with speceq's seeds: one record per scenario, no statistics."""
 
-    def tests(self, record: Any, spec: KernelSpec, *, seed: int, tv_alpha: float) -> list[KernelTest]:
-        """The planned tests of one scenario's record, with raw p-values (Holm is the skeleton's)."""
+    def tests(self, records: Sequence[Any], spec: KernelSpec, *, seed: int, tv_alpha: float) -> list[KernelTest]:
+        """The planned tests of every record, in scenario order, with raw p-values (Holm is the skeleton's)."""
 
     def violations(self, records: Sequence[Any]) -> tuple[Violation, ...]:
         """Every broken invariant of the check, in the order the result lists them."""
 
-    def summary(self, record: Any) -> ScenarioSummary:
-        """One scenario's counts and times."""
+    def summaries(self, records: Sequence[Any]) -> list[ScenarioSummary]:
+        """Each scenario's counts and times."""
 
     def notes(self, records: Sequence[Any]) -> list[Finding]:
         """Findings that are not failures (e.g. how often a kernel called the models), after the diagnosis."""

@@ -1,7 +1,7 @@
 """The kernel check: scenarios -> kernel calls -> exact tests -> Holm over the whole check -> verdict.
 
 One skeleton for every layout (:class:`KernelCheck`): choose the scenarios, count the planned
-tests, collect scenario by scenario, test each scenario's record, Holm and the verdict over the
+tests, collect scenario by scenario, test the records, Holm and the verdict over the
 whole check, then the layout's notes and reruns. The layout (:class:`~speceq.kernels.check_layout.Layout`)
 says what differs: chain (ragged, padded, single: :mod:`speceq.kernels.chain_layout`), tree
 (:mod:`speceq.kernels.trees`), model (:mod:`speceq.kernels.model_layout`).
@@ -92,10 +92,9 @@ class KernelCheck:
         """
         start = time.perf_counter() if start is None else start
         spec = self.kernel.spec
-        planned = sum(self.layout.planned(s, spec, seed=self.seed) for s in scenarios)
-        tv_alpha = self.alpha / max(planned, 1)
-        tests = [t for r in records for t in self.layout.tests(r, spec, seed=self.seed, tv_alpha=tv_alpha)]
-        summaries = [self.layout.summary(r) for r in records]
+        tv_alpha = self.alpha / max(self.layout.planned(scenarios, spec, seed=self.seed), 1)
+        tests = self.layout.tests(records, spec, seed=self.seed, tv_alpha=tv_alpha)
+        summaries = self.layout.summaries(records)
         features = {f"{s.name}/{t.name}": dict(t.features) for s in scenarios for t in s.templates}
         return decide(self.kernel, tests, self.layout.violations(records), summaries, features, alpha=self.alpha,
                       tolerance=self.tolerance, start=start, device=str(self.device), seed=self.seed)

@@ -362,22 +362,23 @@ class ModelLayout:
     def default_scenarios(self, spec: KernelSpec, *, scale: float, seed: int) -> list[ModelScenario]:
         return default_model_scenarios(spec.max_draft, scale=scale, seed=seed)  # k is the spec's max_draft
 
-    def planned(self, scenario: ModelScenario, spec: KernelSpec, *, seed: int) -> int:
-        return planned_model_tests([scenario], seed=seed)
+    def planned(self, scenarios: Sequence[ModelScenario], spec: KernelSpec, *, seed: int) -> int:
+        return planned_model_tests(scenarios, seed=seed)
 
     def collect(self, kern: Kernel, scenarios: Sequence[ModelScenario], *, seed: int,
                 device: str | torch.device) -> list[ModelRecord]:
         return collect_models(kern, scenarios, seed=seed, device=device)
 
-    def tests(self, record: ModelRecord, spec: KernelSpec, *, seed: int, tv_alpha: float) -> list[KernelTest]:
-        return cell_tests([record], seed=seed, tv_alpha=tv_alpha, lossy=spec.lossy)
+    def tests(self, records: Sequence[ModelRecord], spec: KernelSpec, *, seed: int,
+              tv_alpha: float) -> list[KernelTest]:
+        return cell_tests(records, seed=seed, tv_alpha=tv_alpha, lossy=spec.lossy)
 
     def violations(self, records: Sequence[ModelRecord]) -> tuple[Violation, ...]:
         return merge([v for r in records for v in r.violations])
 
-    def summary(self, r: ModelRecord) -> ScenarioSummary:
-        return ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
-                               r.calls, r.kernel_seconds, r.harness_seconds, ())
+    def summaries(self, records: Sequence[ModelRecord]) -> list[ScenarioSummary]:
+        return [ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
+                                r.calls, r.kernel_seconds, r.harness_seconds, ()) for r in records]
 
     def notes(self, records: Sequence[ModelRecord]) -> list[Finding]:
         return _model_calls(records)

@@ -806,22 +806,24 @@ class TreeLayout:
     def default_scenarios(self, spec: KernelSpec, *, scale: float, seed: int) -> list[TreeScenario]:
         return default_tree_scenarios(spec, scale=scale, seed=seed)
 
-    def planned(self, scenario: TreeScenario, spec: KernelSpec, *, seed: int) -> int:
-        return len(planned_tree_tests([scenario], spec.method))
+    def planned(self, scenarios: Sequence[TreeScenario], spec: KernelSpec, *, seed: int) -> int:
+        return len(planned_tree_tests(list(scenarios), spec.method))
 
     def collect(self, kern: Kernel, scenarios: Sequence[TreeScenario], *, seed: int,
                 device: str | torch.device) -> list[TreeScenarioRecord]:
         return collect_tree(kern, list(scenarios), seed=seed, device=device)
 
-    def tests(self, record: TreeScenarioRecord, spec: KernelSpec, *, seed: int, tv_alpha: float) -> list[KernelTest]:
-        return tree_tests([record], planned_tree_tests([record.scenario], spec.method), tv_alpha=tv_alpha)
+    def tests(self, records: Sequence[TreeScenarioRecord], spec: KernelSpec, *, seed: int,
+              tv_alpha: float) -> list[KernelTest]:
+        planned = planned_tree_tests([r.scenario for r in records], spec.method)
+        return tree_tests(list(records), planned, tv_alpha=tv_alpha)
 
     def violations(self, records: Sequence[TreeScenarioRecord]) -> tuple[Violation, ...]:
         found = {key: value for r in records for key, value in r.found.items()}
         return merge([Violation(kind, tpl, count, example) for (kind, tpl), (count, example) in found.items()])
 
-    def summary(self, record: TreeScenarioRecord) -> ScenarioSummary:
-        return record.summary
+    def summaries(self, records: Sequence[TreeScenarioRecord]) -> list[ScenarioSummary]:
+        return [r.summary for r in records]
 
     def notes(self, records: Sequence[TreeScenarioRecord]) -> list[Finding]:
         return []
