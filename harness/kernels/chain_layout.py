@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from speceq.kernels.check_layout import CheckSteps
+from speceq.kernels.check_layout import CheckSteps, Layout
 from speceq.kernels.check_result import KernelCheckResult, ScenarioSummary
 from speceq.kernels.contract import Kernel, KernelSpec
 from speceq.kernels.diagnosis import Finding
@@ -32,7 +32,7 @@ def planned_tests(scenarios: Sequence[Scenario], spec: KernelSpec) -> int:
     return sum(len(plan(t, spec, sc.copies(t))) for sc in scenarios for t in sc.templates)
 
 
-class ChainLayout:
+class ChainLayout(Layout):
     """The ragged, padded and single layouts: one request per draft chain (:mod:`speceq.kernels.contract`)."""
 
     scenario_type = Scenario
@@ -58,9 +58,6 @@ class ChainLayout:
         return [ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
                                 r.calls, r.kernel_seconds, r.harness_seconds, r.scenario.skipped, r.kernel_cpu_seconds,
                                 r.harness_cpu_seconds, r.inputs_written) for r in records]
-
-    def notes(self, records: Sequence[ScenarioRecord]) -> list[Finding]:
-        return []
 
     def rerun(self, steps: CheckSteps, scenarios: Sequence[Scenario], records: Sequence[ScenarioRecord],
               result: KernelCheckResult) -> list[Finding]:

@@ -38,6 +38,7 @@ class Layout(Protocol):
     """One request layout of the kernel check: its scenarios, collection, tests and extra findings.
 
     A record is whatever the layout's collection returns for one scenario (in scenario order).
+    A strategy subclasses this Protocol, so a layout without notes or reruns inherits the empty ones.
     """
 
     #: The class of the layout's scenarios (given scenarios of another class are refused).
@@ -64,7 +65,9 @@ class Layout(Protocol):
 
     def notes(self, records: Sequence[Any]) -> list[Finding]:
         """Findings that are not failures (e.g. how often a kernel called the models), after the diagnosis."""
+        return []
 
     def rerun(self, steps: CheckSteps, scenarios: Sequence[Any], records: Sequence[Any],
               result: KernelCheckResult) -> list[Finding]:
-        """Findings of reruns of a ``shifted`` check's failing templates (empty when the layout has none)."""
+        """Findings of reruns of a ``shifted`` check's failing templates (none unless the layout reruns)."""
+        return []

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.check_layout import CheckSteps
-from speceq.kernels.check_result import KernelCheckResult, ScenarioSummary
+from speceq.kernels.check_layout import Layout
+from speceq.kernels.check_result import ScenarioSummary
 from speceq.kernels.contract import Kernel, KernelSpec, ModelRequest, Outcome
 from speceq.kernels.diagnosis import Finding
 from speceq.kernels.families import draft_law, target_logits
@@ -354,7 +354,7 @@ def planned_model_tests(scenarios: Sequence[ModelScenario], *, seed: int = 0) ->
     return sum(len(plan_cells(s, seed=seed)) for s in scenarios)
 
 
-class ModelLayout:
+class ModelLayout(Layout):
     """The model layout's part of the check skeleton (:class:`~speceq.kernels.check_layout.Layout`): cell tests."""
 
     scenario_type = ModelScenario
@@ -382,10 +382,6 @@ class ModelLayout:
 
     def notes(self, records: Sequence[ModelRecord]) -> list[Finding]:
         return _model_calls(records)
-
-    def rerun(self, steps: CheckSteps, scenarios: Sequence[ModelScenario], records: Sequence[ModelRecord],
-              result: KernelCheckResult) -> list[Finding]:
-        return []
 
 
 def _model_calls(records: Sequence[ModelRecord]) -> list[Finding]:

@@ -32,10 +32,9 @@ import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.check_layout import CheckSteps
-from speceq.kernels.check_result import KernelCheckResult, ScenarioSummary
+from speceq.kernels.check_layout import Layout
+from speceq.kernels.check_result import ScenarioSummary
 from speceq.kernels.contract import Kernel, KernelSpec, Outcome, TreeRequest
-from speceq.kernels.diagnosis import Finding
 from speceq.kernels.families import as_float32_law, draft_law, target_logits
 from speceq.kernels.gof import chain_gof
 from speceq.kernels.kernel_calls import RowBuffers, fixed_layout_plan, redone, scenario_loop
@@ -798,7 +797,7 @@ def tree_tests(records: list[TreeScenarioRecord], planned: list[tuple[TreeScenar
     return tests
 
 
-class TreeLayout:
+class TreeLayout(Layout):
     """The tree layout's part of the check skeleton (:class:`~speceq.kernels.check_layout.Layout`): node tests."""
 
     scenario_type = TreeScenario
@@ -824,13 +823,6 @@ class TreeLayout:
 
     def summaries(self, records: Sequence[TreeScenarioRecord]) -> list[ScenarioSummary]:
         return [r.summary for r in records]
-
-    def notes(self, records: Sequence[TreeScenarioRecord]) -> list[Finding]:
-        return []
-
-    def rerun(self, steps: CheckSteps, scenarios: Sequence[TreeScenario], records: Sequence[TreeScenarioRecord],
-              result: KernelCheckResult) -> list[Finding]:
-        return []  # a tree call holds every template; no solo reruns (yet)
 
 
 #: The tree layout's strategy (stateless; one instance serves every check).
