@@ -35,9 +35,7 @@ from speceq.kernels.chain_layout import CHAIN, SOLO_POWER, planned_tests, solo_f
 from speceq.kernels.check_layout import Layout
 from speceq.kernels.check_result import DEFAULT_ALPHA, KernelCheckResult, decide
 from speceq.kernels.contract import Kernel, KernelSpec, as_kernel
-from speceq.kernels.kernel_calls import ScenarioRecord
 from speceq.kernels.model_layout import MODEL
-from speceq.kernels.scenarios import Scenario
 from speceq.kernels.trees import TREE
 from speceq.verdicts.verdict import Verdict
 
@@ -73,7 +71,7 @@ class KernelCheck:
                               f"scenarios, got {', '.join(dict.fromkeys(wrong))}", where=f"kernel {self.kernel.name}")
         records = self.collect(chosen, seed=self.seed)
         result = self.analyse(chosen, records, start=start)
-        extra = self.layout.notes(records)
+        extra = list(self.layout.notes(records))
         if solo and result.verdict == Verdict.SHIFTED:
             extra += self.layout.rerun(self, chosen, records, result)
         if extra:
@@ -93,11 +91,12 @@ class KernelCheck:
         start = time.perf_counter() if start is None else start
         spec = self.kernel.spec
         tv_alpha = self.alpha / max(self.layout.planned(scenarios, spec, seed=self.seed), 1)
-        tests = self.layout.tests(records, spec, seed=self.seed, tv_alpha=tv_alpha)
+        violations = self.layout.violations(records)
         summaries = self.layout.summaries(records)
+        tests = self.layout.tests(records, spec, seed=self.seed, tv_alpha=tv_alpha)
         features = {f"{s.name}/{t.name}": dict(t.features) for s in scenarios for t in s.templates}
-        return decide(self.kernel, tests, self.layout.violations(records), summaries, features, alpha=self.alpha,
-                      tolerance=self.tolerance, start=start, device=str(self.device), seed=self.seed)
+        return decide(self.kernel, tests, violations, summaries, features, alpha=self.alpha, tolerance=self.tolerance,
+                      start=start, device=str(self.device), seed=self.seed)
 
 
 def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[Any] | None = None,
@@ -117,10 +116,13 @@ def check(kernel: Any, spec: KernelSpec | None = None, *, scenarios: Sequence[An
     return steps.run(scenarios, scale=scale, solo=solo)
 
 
-def analyse(kern: Kernel, scenarios: Sequence[Scenario], records: Sequence[ScenarioRecord], *,
-            alpha: float = DEFAULT_ALPHA, tolerance: float | None = None, start: float | None = None,
-            device: str = "cpu", seed: int = 0) -> KernelCheckResult:
-    """Tests, Holm and the verdict from collected records (e.g. records collected in another process)."""
+def analyse(kern: Kernel, scenarios: Sequence[Any], records: Sequence[Any], *, alpha: float = DEFAULT_ALPHA,
+            tolerance: float | None = None, start: float | None = None, device: str = "cpu",
+            seed: int = 0) -> KernelCheckResult:
+    """Tests, Holm and the verdict from collected records (e.g. records collected in another process).
+
+    ``records``: the kernel's layout's collection of ``scenarios`` (chain: :func:`speceq.kernels.kernel_calls.collect`).
+    """
     steps = KernelCheck(kern, LAYOUT_CHECKS[kern.spec.layout], seed=seed, device=device, alpha=alpha,
                         tolerance=tolerance)
     return steps.analyse(scenarios, records, start=start)
