@@ -1,4 +1,4 @@
-"""Tree verification kernels (SGLang / EAGLE / SpecInfer): scenarios, reference kernels, the check.
+"""Tree verification kernels (SGLang / EAGLE / SpecInfer): scenarios, reference kernels, the tree layout (TREE).
 
 A tree template is a fixed tree shape (first-child / next-sibling arrays over N nodes, node 0
 the root), a target law p_n at every node (the law of the token after node n's path) and a
