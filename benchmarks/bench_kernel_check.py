@@ -72,9 +72,9 @@ def _tree_memory_child(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from speceq.kernels import Kernel
+    from speceq.kernels import Kernel, check
     from speceq.kernels.scenarios import MAX_CELLS_PER_CALL
-    from speceq.kernels.trees import check_tree, default_tree_scenarios, reference_tree_kernel
+    from speceq.kernels.trees import default_tree_scenarios, reference_tree_kernel
 
     ref = reference_tree_kernel(args.tree_method)
     calls: list[tuple[int, int]] = []  # (requests, bytes of the float32 rows of V values)
@@ -97,7 +97,7 @@ def _tree_memory_child(args: argparse.Namespace) -> int:
     peak[0] = before
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
-    r = check_tree(Kernel(sized, ref.spec), scenarios=scenarios)
+    r = check(Kernel(sized, ref.spec), scenarios=scenarios)
     done.set()
     watcher.join()
     largest = max(calls, key=lambda c: c[1])

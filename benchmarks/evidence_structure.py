@@ -15,7 +15,13 @@ a result of speceq.stats, an evidence, decision or result object, or a list or d
 call edges into analysis.py from other modules, the modules whose functions receive the data, and the
 visits (consecutive such calls in one module are one visit) with how many enter analysis.py again.
 
-Usage: python benchmarks/evidence_structure.py [--root DIR] [--trace 100]
+With ``--trace-kernel NAME`` it runs ``speceq kernel NAME --scale S`` (default 0.05) the same way and counts,
+over the whole check, the calls (functions and methods) that receive the kernel check's data as an argument
+other than ``self``: a scenario's or template's record, a parsed call, a test, a violation, a finding, a
+scenario summary or the result (or a list or dict of them): the modules whose functions receive it, the visits
+and how many of them return to a module already visited.
+
+Usage: python benchmarks/evidence_structure.py [--root DIR] [--trace 100] [--trace-kernel reference:padded]
 """
 
 from __future__ import annotations
@@ -156,15 +162,78 @@ def trace(samples: int) -> None:
     print(f"visits: {len(visits)}, of which into analysis.py: {visits.count('pipeline/analysis')}")
 
 
+#: The kernel check's data: classes of speceq.kernels whose instances carry what was collected or decided.
+KERNEL_DATA = {"ScenarioRecord", "TemplateRecord", "TreeScenarioRecord", "TreeRecord", "ModelRecord", "ParsedCall",
+               "KernelTest", "Violation", "Finding", "ScenarioSummary", "KernelCheckResult"}
+
+
+def trace_kernel(name: str, scale: float) -> None:
+    """Modules, visits and returns of the kernel check's data in ``speceq kernel NAME --scale SCALE``."""
+    import speceq
+    from speceq.faces.cli import main
+
+    root = os.path.dirname(os.path.dirname(speceq.__file__))
+
+    def is_data(v: Any, deep: bool = True) -> bool:
+        kind = type(v)
+        if kind.__module__.startswith("speceq.kernels") and kind.__name__ in KERNEL_DATA:
+            return True
+        if deep and isinstance(v, (list, tuple)) and v:
+            return any(is_data(x, False) for x in list(v)[:3])
+        if deep and isinstance(v, dict) and v:
+            return any(is_data(x, False) for x in list(v.values())[:3])
+        return False
+
+    def module(filename: str) -> str | None:
+        if not filename.startswith(root) or "/.venv/" in filename:
+            return None
+        rel = os.path.relpath(filename, root)
+        top = rel.split(os.sep)[0]
+        return os.path.splitext(rel.split(os.sep, 1)[1])[0] if top in ("harness", "reports", "suites") else None
+
+    visits: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "call":
+            return
+        m = module(frame.f_code.co_filename)
+        code = frame.f_code
+        if m is None:
+            return
+        names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        if not any(is_data(frame.f_locals.get(n)) for n in names if n not in ("self", "cls")):
+            return
+        if not visits or visits[-1] != m:
+            visits.append(m)
+
+    sys.setprofile(profile)
+    try:
+        main(["kernel", name, "--scale", str(scale)])
+    except SystemExit:
+        pass
+    finally:
+        sys.setprofile(None)
+    returns = sum(1 for i, m in enumerate(visits) if m in visits[:i])
+    print(f"kernel check {name} (scale {scale}): modules whose functions receive the data: {len(set(visits))} "
+          f"({', '.join(sorted(set(visits)))})")
+    print(f"visits: {len(visits)}, of which return to a module already visited: {returns}")
+    print(f"path: {' -> '.join(visits)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=REPO, help="source tree to count (default: this repository)")
     parser.add_argument("--trace", type=int, default=0, metavar="N",
                         help="also trace the main job with N samples per engine (the installed speceq)")
+    parser.add_argument("--trace-kernel", default=None, metavar="NAME",
+                        help="also trace `speceq kernel NAME` (the installed speceq), e.g. reference:padded")
+    parser.add_argument("--kernel-scale", type=float, default=0.05, help="--scale of the traced kernel check")
     args = parser.parse_args()
     static(args.root)
     if args.trace:
         trace(args.trace)
+    if args.trace_kernel:
+        trace_kernel(args.trace_kernel, args.kernel_scale)
 
 
 if __name__ == "__main__":

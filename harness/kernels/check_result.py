@@ -1,4 +1,4 @@
-"""The result of a kernel check and the verdict rule (shared by the chain and the tree checks).
+"""The result of a kernel check and the verdict rule (every layout's, through speceq.kernels.kernel_check.KernelCheck).
 
 Verdicts: ``shifted`` (a broken invariant, or a test rejecting at the Holm level alpha over
 every test of the check), ``equivalent`` (nothing rejects; with a ``tolerance``, every tested

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -501,14 +502,44 @@ def run_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generator, d
     collection on unmodified inputs, as without the redo. The ragged layout draws a fresh
     permutation for every call and copies every call's inputs, as before.
     """
-    buffers = buffers if buffers is not None else RowBuffers()
     fixed_layout = kernel.spec.layout == "padded"
-    first = _collect_scenario(kernel, scenario, rng, device, buffers, fixed_layout)
-    if not buffers.written:
-        return first
-    buffers.copy_every_call, buffers.written = True, False  # nothing is reused from here on: no second redo
-    again = _collect_scenario(kernel, scenario, rng, device, buffers, fixed_layout)
-    return redone(again, first)
+
+    def one(scn: Scenario, gen: np.random.Generator, bufs: RowBuffers) -> ScenarioRecord:
+        return _collect_scenario(kernel, scn, gen, device, bufs, fixed_layout)
+
+    return scenario_loop([scenario], one, lambda _: rng, buffers=buffers)[0]
+
+
+_Record = TypeVar("_Record")
+_Scenario = TypeVar("_Scenario")
+
+
+def scenario_loop(scenarios: Sequence[_Scenario],
+                  collect_one: Callable[[_Scenario, np.random.Generator, RowBuffers], _Record],
+                  rng_of: Callable[[int], np.random.Generator], *, buffers: RowBuffers | None = None,
+                  redo: Callable[[_Record, _Record], _Record] | None = None) -> list[_Record]:
+    """Collect every scenario of a check in order: the one collection loop of every layout (no statistics).
+
+    ``collect_one(scenario, rng, buffers)`` collects one scenario (the layout's own calls);
+    ``rng_of(i)`` is the generator of the i-th scenario (the chain and tree layouts hand out one
+    generator for the whole check, the model layout one per scenario). One set of input buffers
+    serves every scenario. When the buffers find that the kernel wrote into its reused inputs,
+    the scenario's collection is discarded, every later call of the check copies its inputs
+    (no second redo) and the scenario is collected again with the next draws; ``redo(again,
+    first)`` marks the kept collection (default :func:`redone`). Why the redo is valid: see
+    :func:`run_scenario`.
+    """
+    buffers = buffers if buffers is not None else RowBuffers()
+    mark = redo if redo is not None else redone
+    out: list[_Record] = []
+    for i, scenario in enumerate(scenarios):
+        rng = rng_of(i)
+        first = collect_one(scenario, rng, buffers)
+        if buffers.written:
+            buffers.copy_every_call, buffers.written = True, False  # nothing is reused from here on: no second redo
+            first = mark(collect_one(scenario, rng, buffers), first)
+        out.append(first)
+    return out
 
 
 def redone(again: _Timed, first: _Timed) -> _Timed:
@@ -608,5 +639,9 @@ def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, s
     """Run the kernel over the scenarios with speceq's seeds (no statistics: torch and numpy only)."""
     dev = torch.device(device)
     rng = np.random.default_rng([seed, 1])
-    buffers = RowBuffers()  # one set of input buffers for every scenario of the check
-    return [run_scenario(kern, sc, rng, dev, buffers) for sc in scenarios]
+    fixed_layout = kern.spec.layout == "padded"
+
+    def one(scn: Scenario, gen: np.random.Generator, bufs: RowBuffers) -> ScenarioRecord:
+        return _collect_scenario(kern, scn, gen, dev, bufs, fixed_layout)
+
+    return scenario_loop(scenarios, one, lambda _: rng)

@@ -35,18 +35,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.check_result import DEFAULT_ALPHA, KernelCheckResult, ScenarioSummary, decide
+from speceq.kernels.check_layout import Layout
+from speceq.kernels.check_result import ScenarioSummary
 from speceq.kernels.contract import Kernel, KernelSpec, ModelRequest, Outcome
 from speceq.kernels.diagnosis import Finding
 from speceq.kernels.families import draft_law, target_logits
 from speceq.kernels.gof import chain_gof
-from speceq.kernels.kernel_calls import seeds62
+from speceq.kernels.kernel_calls import RowBuffers, scenario_loop, seeds62
 from speceq.kernels.law_tests import MIN_PLANNED, KernelTest, tv_lower_bound_split
 from speceq.kernels.outcomes import Violation, as_token_array, merge
 from speceq.kernels.table_models import TableModel, extend_hash, hash_rows, prefix_hashes, sample_tokens
@@ -255,57 +256,64 @@ def collect_models(kern: Kernel, scenarios: Sequence[ModelScenario], *, seed: in
                    device: str | torch.device = "cpu") -> list[ModelRecord]:
     """Call the kernel on every scenario's requests (templates shuffled together, :data:`MAX_BATCH` a call)."""
     dev = torch.device(device)
-    out: list[ModelRecord] = []
-    for si, scn in enumerate(scenarios):
-        rng = np.random.default_rng([seed, 4802, si])
-        target, draft = scn.models()
-        slots = rng.permutation(np.repeat(np.arange(len(scn.templates)), scn.replicates))
-        counts = np.zeros((len(scn.templates), scn.k + 1, scn.rows, scn.vocab_size), dtype=np.int64)
-        read = np.zeros(len(scn.templates), dtype=np.int64)
-        found: dict[tuple[str, str], list] = {}
-        calls = 0
-        raised = 0
-        kernel_s = 0.0
-        t_start = time.perf_counter()
-        for begin in range(0, slots.size, MAX_BATCH):
-            part = slots[begin: begin + MAX_BATCH]
-            names = [scn.templates[int(t)].name for t in part]
-            prompts = np.array([scn.templates[int(t)].prompt for t in part], dtype=np.int64)
-            seeds = seeds62(rng, part.size)
-            gen = torch.Generator(device=dev)
-            gen.manual_seed(int(rng.integers(0, 2**62)))
-            uniforms = None
-            if kern.spec.uniforms:
-                uniforms = torch.from_numpy(rng.random((part.size, 4 * (scn.k + 1)))).to(dev)
-            request = ModelRequest(vocab_size=scn.vocab_size, k=scn.k, prompts=torch.from_numpy(prompts).to(dev),
-                                   target=target, draft=draft, seeds=torch.tensor(seeds, dtype=torch.int64, device=dev),
-                                   generator=gen, uniforms=uniforms)
-            calls += 1
-            t0 = time.perf_counter()
-            try:
-                with torch.inference_mode():
-                    outcome: Outcome = kern(request)
-                tokens = as_token_array(outcome.tokens, part.size, f"{kern.name} on {scn.name}")
-            except ValueError as exc:  # the output's shape or dtype
-                kernel_s += time.perf_counter() - t0
-                _flag_all(found, "shape", scn, names, f"{exc}")
-                continue
-            except Exception as exc:  # noqa: BLE001 - a kernel may raise anything; every request of the call is lost
-                kernel_s += time.perf_counter() - t0
-                raised += 1
-                _flag_all(found, "raised", scn, names, f"{type(exc).__name__}: {exc}")
-                continue
+
+    def one(scn: ModelScenario, rng: np.random.Generator, _buffers: RowBuffers) -> ModelRecord:
+        return _collect_model_scenario(kern, scn, rng, dev)
+
+    return scenario_loop(scenarios, one, lambda si: np.random.default_rng([seed, 4802, si]))
+
+
+def _collect_model_scenario(kern: Kernel, scn: ModelScenario, rng: np.random.Generator,
+                            dev: torch.device) -> ModelRecord:
+    """One scenario of :func:`collect_models` (the models hand out no reused buffers: no redo)."""
+    target, draft = scn.models()
+    slots = rng.permutation(np.repeat(np.arange(len(scn.templates)), scn.replicates))
+    counts = np.zeros((len(scn.templates), scn.k + 1, scn.rows, scn.vocab_size), dtype=np.int64)
+    read = np.zeros(len(scn.templates), dtype=np.int64)
+    found: dict[tuple[str, str], list] = {}
+    calls = 0
+    raised = 0
+    kernel_s = 0.0
+    t_start = time.perf_counter()
+    for begin in range(0, slots.size, MAX_BATCH):
+        part = slots[begin: begin + MAX_BATCH]
+        names = [scn.templates[int(t)].name for t in part]
+        prompts = np.array([scn.templates[int(t)].prompt for t in part], dtype=np.int64)
+        seeds = seeds62(rng, part.size)
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(int(rng.integers(0, 2**62)))
+        uniforms = None
+        if kern.spec.uniforms:
+            uniforms = torch.from_numpy(rng.random((part.size, 4 * (scn.k + 1)))).to(dev)
+        request = ModelRequest(vocab_size=scn.vocab_size, k=scn.k, prompts=torch.from_numpy(prompts).to(dev),
+                               target=target, draft=draft, seeds=torch.tensor(seeds, dtype=torch.int64, device=dev),
+                               generator=gen, uniforms=uniforms)
+        calls += 1
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                outcome: Outcome = kern(request)
+            tokens = as_token_array(outcome.tokens, part.size, f"{kern.name} on {scn.name}")
+        except ValueError as exc:  # the output's shape or dtype
             kernel_s += time.perf_counter() - t0
-            _read_block(tokens, prompts, scn, part, found, counts, read)
-        if raised == calls:
-            example = next(iter(found.values()))[1]
-            raise EngineError(f"the kernel raised on every call of {scn.name}: {example}", engine=kern.name)
-        violations = merge([Violation(kind, tpl, n, ex) for (kind, tpl), (n, ex) in found.items()])
-        total = time.perf_counter() - t_start
-        out.append(ModelRecord(scn, {t.name: counts[i] for i, t in enumerate(scn.templates)},
-                               {t.name: int(read[i]) for i, t in enumerate(scn.templates)}, violations, calls, int(slots.size), kernel_s, total - kernel_s,
-                               target.calls, target.prefixes, draft.calls, draft.prefixes))
-    return out
+            _flag_all(found, "shape", scn, names, f"{exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001 - a kernel may raise anything; every request of the call is lost
+            kernel_s += time.perf_counter() - t0
+            raised += 1
+            _flag_all(found, "raised", scn, names, f"{type(exc).__name__}: {exc}")
+            continue
+        kernel_s += time.perf_counter() - t0
+        _read_block(tokens, prompts, scn, part, found, counts, read)
+    if raised == calls:
+        example = next(iter(found.values()))[1]
+        raise EngineError(f"the kernel raised on every call of {scn.name}: {example}", engine=kern.name)
+    violations = merge([Violation(kind, tpl, n, ex) for (kind, tpl), (n, ex) in found.items()])
+    total = time.perf_counter() - t_start
+    return ModelRecord(scn, {t.name: counts[i] for i, t in enumerate(scn.templates)},
+                       {t.name: int(read[i]) for i, t in enumerate(scn.templates)}, violations, calls,
+                       int(slots.size), kernel_s, total - kernel_s, target.calls, target.prefixes, draft.calls,
+                       draft.prefixes)
 
 
 def _flag_all(found: dict[tuple[str, str], list], kind: str, scn: ModelScenario, names: list[str], text: str) -> None:
@@ -346,24 +354,34 @@ def planned_model_tests(scenarios: Sequence[ModelScenario], *, seed: int = 0) ->
     return sum(len(plan_cells(s, seed=seed)) for s in scenarios)
 
 
-def check_model(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str | torch.device = "cpu",
-                alpha: float = DEFAULT_ALPHA, tolerance: float | None = None,
-                scenarios: Sequence[ModelScenario] | None = None) -> KernelCheckResult:
-    """The model-level check (module docstring); k is the spec's ``max_draft``."""
-    start = time.perf_counter()
-    chosen = list(scenarios) if scenarios is not None else default_model_scenarios(kern.spec.max_draft, scale=scale,
-                                                                                   seed=seed)
-    m = planned_model_tests(chosen, seed=seed)
-    records = collect_models(kern, chosen, seed=seed, device=device)
-    tests = cell_tests(records, seed=seed, tv_alpha=alpha / max(m, 1), lossy=kern.spec.lossy)
-    violations = merge([v for r in records for v in r.violations])
-    summaries = [ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
-                                 r.calls, r.kernel_seconds, r.harness_seconds, ()) for r in records]
-    features = {f"{s.name}/{t.name}": dict(t.features) for s in chosen for t in s.templates}
-    result = decide(kern, tests, violations, summaries, features, alpha=alpha, tolerance=tolerance, start=start,
-                    device=str(device), seed=seed)
-    return replace(result, findings=result.findings + tuple(_model_calls(records)),
-                   seconds=time.perf_counter() - start)
+class ModelLayout(Layout):
+    """The model layout's part of the check skeleton (:class:`~speceq.kernels.check_layout.Layout`): cell tests."""
+
+    scenario_type = ModelScenario
+
+    def default_scenarios(self, spec: KernelSpec, *, scale: float, seed: int) -> list[ModelScenario]:
+        return default_model_scenarios(spec.max_draft, scale=scale, seed=seed)  # k is the spec's max_draft
+
+    def planned(self, scenarios: Sequence[ModelScenario], spec: KernelSpec, *, seed: int) -> int:
+        return planned_model_tests(scenarios, seed=seed)
+
+    def collect(self, kern: Kernel, scenarios: Sequence[ModelScenario], *, seed: int,
+                device: str | torch.device) -> list[ModelRecord]:
+        return collect_models(kern, scenarios, seed=seed, device=device)
+
+    def tests(self, records: Sequence[ModelRecord], spec: KernelSpec, *, seed: int,
+              tv_alpha: float) -> list[KernelTest]:
+        return cell_tests(records, seed=seed, tv_alpha=tv_alpha, lossy=spec.lossy)
+
+    def violations(self, records: Sequence[ModelRecord]) -> tuple[Violation, ...]:
+        return merge([v for r in records for v in r.violations])
+
+    def summaries(self, records: Sequence[ModelRecord]) -> list[ScenarioSummary]:
+        return [ScenarioSummary(r.scenario.name, r.scenario.vocab_size, len(r.scenario.templates), r.requests,
+                                r.calls, r.kernel_seconds, r.harness_seconds, ()) for r in records]
+
+    def notes(self, records: Sequence[ModelRecord]) -> list[Finding]:
+        return _model_calls(records)
 
 
 def _model_calls(records: Sequence[ModelRecord]) -> list[Finding]:
@@ -376,6 +394,10 @@ def _model_calls(records: Sequence[ModelRecord]) -> list[Finding]:
         out.append(Finding(component="model-calls", text=text, failed=0, tested=r.requests, tv=None, tv_upper=None,
                            predicates=(), where=(r.scenario.name,)))
     return out
+
+
+#: The model layout's strategy (stateless; one instance serves every check).
+MODEL = ModelLayout()
 
 
 # --- kernels written against the models: speceq's reference and a mutant ---------------------------------

@@ -1,4 +1,4 @@
-"""Tree verification kernels (SGLang / EAGLE / SpecInfer): scenarios, reference kernels, the check.
+"""Tree verification kernels (SGLang / EAGLE / SpecInfer): scenarios, reference kernels, the tree layout (TREE).
 
 A tree template is a fixed tree shape (first-child / next-sibling arrays over N nodes, node 0
 the root), a target law p_n at every node (the law of the token after node n's path) and a
@@ -25,17 +25,19 @@ probability under p at the last accepted node.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from speceq.errors import EngineError
-from speceq.kernels.check_result import ScenarioSummary, decide
+from speceq.kernels.check_layout import Layout
+from speceq.kernels.check_result import ScenarioSummary
 from speceq.kernels.contract import Kernel, KernelSpec, Outcome, TreeRequest
 from speceq.kernels.families import as_float32_law, draft_law, target_logits
 from speceq.kernels.gof import chain_gof
-from speceq.kernels.kernel_calls import RowBuffers, fixed_layout_plan, redone
+from speceq.kernels.kernel_calls import RowBuffers, fixed_layout_plan, redone, scenario_loop
 from speceq.kernels.law_tests import MIN_PLANNED, KernelTest
 from speceq.kernels.outcomes import Violation, merge
 from speceq.kernels.reference_kernels import inverse_cdf
@@ -666,16 +668,14 @@ def collect_tree(kern: Kernel, scenarios: list[TreeScenario], *, seed: int = 0,
     """
     dev = torch.device(device)
     rng = np.random.default_rng([seed, 3])
-    buffers = RowBuffers()  # one set of input buffers for every scenario of the check
-    out = []
-    for scn in scenarios:
-        first = _collect_tree_scenario(kern, scn, rng, dev, buffers)
-        if buffers.written:
-            buffers.copy_every_call, buffers.written = True, False  # nothing is reused from here on
-            again = _collect_tree_scenario(kern, scn, rng, dev, buffers)
-            first = replace(again, summary=redone(again.summary, first.summary))
-        out.append(first)
-    return out
+
+    def one(scn: TreeScenario, gen: np.random.Generator, buffers: RowBuffers) -> TreeScenarioRecord:
+        return _collect_tree_scenario(kern, scn, gen, dev, buffers)
+
+    def redo(again: TreeScenarioRecord, first: TreeScenarioRecord) -> TreeScenarioRecord:
+        return replace(again, summary=redone(again.summary, first.summary))
+
+    return scenario_loop(scenarios, one, lambda _: rng, redo=redo)
 
 
 def _record_calls(pending: list[TreeCall], scn: TreeScenario, tables: TreeTables, found: dict[tuple[str, str], list],
@@ -797,19 +797,33 @@ def tree_tests(records: list[TreeScenarioRecord], planned: list[tuple[TreeScenar
     return tests
 
 
-def check_tree(kern: Kernel, *, scale: float = 1.0, seed: int = 0, device: str | torch.device = "cpu",
-               alpha: float = 1e-3, tolerance: float | None = None, scenarios: list[TreeScenario] | None = None):
-    """The tree check (see the module docstring); returns a :class:`~speceq.kernels.kernel_check.KernelCheckResult`."""
-    start = time.perf_counter()
-    spec = kern.spec
-    dev = torch.device(device)
-    chosen = scenarios if scenarios is not None else default_tree_scenarios(spec, scale=scale, seed=seed)
-    planned = planned_tree_tests(chosen, spec.method)
-    tv_alpha = alpha / max(len(planned), 1)
-    collected = collect_tree(kern, chosen, seed=seed, device=dev)
-    tests = tree_tests(collected, planned, tv_alpha=tv_alpha)
-    found = {key: value for r in collected for key, value in r.found.items()}
-    violations = merge([Violation(kind, tpl, count, example) for (kind, tpl), (count, example) in found.items()])
-    features = {f"{s.name}/{t.name}": dict(t.features) for s in chosen for t in s.templates}
-    return decide(kern, tests, violations, [r.summary for r in collected], features, alpha=alpha, tolerance=tolerance,
-                  start=start, device=str(dev), seed=seed)
+class TreeLayout(Layout):
+    """The tree layout's part of the check skeleton (:class:`~speceq.kernels.check_layout.Layout`): node tests."""
+
+    scenario_type = TreeScenario
+
+    def default_scenarios(self, spec: KernelSpec, *, scale: float, seed: int) -> list[TreeScenario]:
+        return default_tree_scenarios(spec, scale=scale, seed=seed)
+
+    def planned(self, scenarios: Sequence[TreeScenario], spec: KernelSpec, *, seed: int) -> int:
+        return len(planned_tree_tests(list(scenarios), spec.method))
+
+    def collect(self, kern: Kernel, scenarios: Sequence[TreeScenario], *, seed: int,
+                device: str | torch.device) -> list[TreeScenarioRecord]:
+        return collect_tree(kern, list(scenarios), seed=seed, device=device)
+
+    def tests(self, records: Sequence[TreeScenarioRecord], spec: KernelSpec, *, seed: int,
+              tv_alpha: float) -> list[KernelTest]:
+        planned = planned_tree_tests([r.scenario for r in records], spec.method)
+        return tree_tests(list(records), planned, tv_alpha=tv_alpha)
+
+    def violations(self, records: Sequence[TreeScenarioRecord]) -> tuple[Violation, ...]:
+        found = {key: value for r in records for key, value in r.found.items()}
+        return merge([Violation(kind, tpl, count, example) for (kind, tpl), (count, example) in found.items()])
+
+    def summaries(self, records: Sequence[TreeScenarioRecord]) -> list[ScenarioSummary]:
+        return [r.summary for r in records]
+
+
+#: The tree layout's strategy (stateless; one instance serves every check).
+TREE = TreeLayout()

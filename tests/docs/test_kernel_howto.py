@@ -172,3 +172,10 @@ def test_the_wrapper_table_matches_the_example_files(row: int) -> None:
     path = REPO / r["example"]
     assert int(r["wrapper_lines"]) == _definition_lines(path, r["wrapper"]), r.group(0)
     assert int(r["kernel_lines"]) == _definition_lines(path, r["kernel"]), r.group(0)
+
+
+def test_the_reference_pages_scenarios_example_runs_as_written() -> None:
+    """docs/reference/kernels.md: the example of ``check(kernel, scenarios=...)`` with tree scenarios."""
+    page = (REPO / "docs/reference/kernels.md").read_text(encoding="utf-8")
+    block = next(b for b in _python_blocks(page) if "default_tree_scenarios" in b)
+    exec(compile(block, "docs/reference/kernels.md", "exec"), {})  # its own assert checks the scenarios checked

@@ -28,7 +28,7 @@ from speceq.kernels.kernel_calls import (
 )
 from speceq.kernels.reference_kernels import reference_kernel
 from speceq.kernels.scenarios import MAX_CELLS_PER_CALL, default_scenarios
-from speceq.kernels.trees import check_tree, collect_tree, default_tree_scenarios, reference_tree_kernel
+from speceq.kernels.trees import collect_tree, default_tree_scenarios, reference_tree_kernel
 
 
 def _raw_write(t: torch.Tensor, value: int = 0x7F) -> None:
@@ -354,7 +354,7 @@ def test_the_result_says_the_kernel_wrote_into_its_inputs() -> None:
         _raw_write(req.target_probs)
         return out
 
-    t = check_tree(Kernel(tree_scribbling, tree.spec),
-                   scenarios=[s for s in default_tree_scenarios(tree.spec, scale=0.5) if s.vocab_size <= 61])
+    t = check(Kernel(tree_scribbling, tree.spec),
+              scenarios=[s for s in default_tree_scenarios(tree.spec, scale=0.5) if s.vocab_size <= 61])
     assert t.verdict == "equivalent" and t.scenarios[0].inputs_written
     assert "the kernel wrote into its inputs" in t.summary()

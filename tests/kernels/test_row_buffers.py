@@ -10,7 +10,7 @@ from speceq.kernels import Kernel, check
 from speceq.kernels.kernel_calls import RowBuffers
 from speceq.kernels.reference_kernels import reference_kernel
 from speceq.kernels.scenarios import default_scenarios
-from speceq.kernels.trees import check_tree, default_tree_scenarios, reference_tree_kernel
+from speceq.kernels.trees import default_tree_scenarios, reference_tree_kernel
 
 
 def test_gather_equals_indexing_while_growing_and_shrinking() -> None:
@@ -76,8 +76,8 @@ def test_tree_kernel_that_overwrites_its_inputs_sees_fresh_data() -> None:
         return out
 
     scenarios = [s for s in default_tree_scenarios(ref.spec, scale=0.5) if s.vocab_size <= 61]
-    a = check_tree(ref, scenarios=scenarios)
-    b = check_tree(Kernel(scribbling, ref.spec), scenarios=scenarios)
+    a = check(ref, scenarios=scenarios)
+    b = check(Kernel(scribbling, ref.spec), scenarios=scenarios)
     assert a.verdict == b.verdict == "equivalent"
     assert b.scenarios[0].inputs_written and not a.scenarios[0].inputs_written  # found, and collected again
     assert sum(s.calls for s in a.scenarios) > len(scenarios)
