@@ -36,6 +36,7 @@ from speceq.engines._speculative_loop import run_speculative
 from speceq.engines.base import ALL_SAMPLING_FIELDS, SampleBatch, SampleRequest
 from speceq.engines.rejection import acceptance_ratios, gather_token_probs, residual_probs
 from speceq.errors import ConfigError
+from speceq.models.grammar import RowGrammar
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.models.text_decoding import row_decoder
 from speceq.models.torch_utils import configure_threads
@@ -92,9 +93,12 @@ class ReferenceSpeculativeEngine:
       which a stop string ends ``row`` (its committed tokens plus this step's ``row[committed:]``):
       the first prefix longer than ``committed`` whose decoded text holds a stop string
       (:func:`speceq.core.stops.first_stop`); None when none does.
+    - ``grammar_commit(state, emitted, accepted)``: with ``params.structured_outputs``, advance the
+      row's committed grammar state over the tokens this step emits (``emitted``, whose first
+      ``accepted`` are accepted drafts): all of them here.
 
     Applies every request field of :class:`SamplingParams` (min_p, the penalties, logit_bias, stop
-    strings) in both processing orders, with each row's own history.
+    strings, structured_outputs) in both processing orders, with each row's own history.
 
     ``single_step_law(p, q)`` gives the exact law of the first emitted token under these
     hooks, so a mutant's single-step TV shift can be computed analytically.
@@ -193,6 +197,9 @@ class ReferenceSpeculativeEngine:
     def stop_length(self, row: list[int], committed: int, params: SamplingParams) -> int | None:
         match = first_stop(row, row_decoder(params.tokenizer or ""), params.stop, start=committed)
         return None if match is None else match.length
+
+    def grammar_commit(self, state: RowGrammar, emitted: list[int], accepted: int) -> None:
+        state.advance(emitted)
 
     # ---- analysis ---------------------------------------------------------------------
     def single_step_law(
