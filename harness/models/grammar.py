@@ -94,16 +94,16 @@ class Grammar:
     """A case's grammar compiled for one vocabulary: makes one :class:`RowGrammar` per row.
 
     ``vocab_size``: the engine's vocabulary (the mask's length; ids past the tokenizer's are never
-    allowed); ``eos_token_id``: the engine's EOS, the only token a complete grammar allows.
+    allowed; None: the tokenizer's); ``eos_token_id``: the engine's EOS, the only token a complete grammar allows.
     """
 
-    def __init__(self, params: SamplingParams, vocab_size: int, eos_token_id: int | None) -> None:
+    def __init__(self, params: SamplingParams, vocab_size: int | None, eos_token_id: int | None) -> None:
         if params.structured_outputs is None or params.tokenizer is None:
             raise ConfigError("the case sets no structured_outputs (or no tokenizer)", where="structured_outputs")
         kind, text = params.structured_outputs
         self.grammar = _grammar_text(kind, text)
         self.tokenizer = _ll_tokenizer(params.tokenizer, eos_token_id)
-        self.vocab_size = int(vocab_size)
+        self.vocab_size = int(self.tokenizer.vocab_size if vocab_size is None else vocab_size)
         if self.tokenizer.vocab_size > self.vocab_size:
             raise ConfigError(f"tokenizer {params.tokenizer!r} has {self.tokenizer.vocab_size} tokens, more than the "
                               f"engine's vocabulary ({self.vocab_size}): set 'tokenizer' to the model's",
