@@ -143,3 +143,16 @@ def test_the_grammar_mutant_leaves_the_grammar_and_is_a_hard_failure_the_referen
     assert mutant.hard_failures[0].startswith("64 of 64 candidate rows leave the case's grammar; row 0 (prompt 0) "
                                               "position ")
     assert reference.verdict != "shifted" and not reference.hard_failures
+
+
+def test_speceq_power_leaves_the_grammar_mutant_out_and_says_why() -> None:
+    """Its detection is the grammar hard failure, and the exact enumeration carries no grammar state."""
+    import dataclasses
+
+    from speceq.errors import ConfigError
+    from speceq.power.settings import PowerSettings
+    from speceq.power.study import measure_power
+
+    settings = dataclasses.replace(PowerSettings(), mutants=("grammar-not-advanced-over-drafts",))
+    with pytest.raises(ConfigError, match="caught by the grammar check"):
+        measure_power(settings)
