@@ -644,19 +644,21 @@ def _samples(case: Case, base: SampleBatch, cand: SampleBatch, tok: TokenLabels)
 
 
 def grammar_failures(case: Case, batch: SampleBatch, tok: TokenLabels, oracle: Oracle | None,
-                     limit: int = 5) -> list[HardFailure]:
+                     limit: int = 5, eos_token_id: int | None = None) -> list[HardFailure]:
     """Up to ``limit`` rows of ``batch`` that leave the case's grammar (``structured_outputs``), each at its first
     token the grammar does not allow after the row's own earlier tokens; the first record carries the counts.
 
     A hard failure without statistics: a correct engine masks every token by the grammar, so no row of it
-    ever leaves. The grammar's vocabulary and EOS are the oracle's (black-box: the tokenizer's own).
+    ever leaves. The grammar's vocabulary and EOS are the oracle's (black-box: the tokenizer's vocabulary and
+    ``eos_token_id``, the baseline engine's EOS, or else the tokenizer's own).
     """
     if case.params.structured_outputs is None:
         return []
     from speceq.models.grammar import Grammar, grammar_violation
 
     vocab = getattr(oracle, "vocab_size", None)
-    grammar = Grammar(case.params, vocab, getattr(oracle, "eos_token_id", None))
+    eos = oracle.eos_token_id if oracle is not None and hasattr(oracle, "eos_token_id") else eos_token_id
+    grammar = Grammar(case.params, vocab, eos)
     out: list[HardFailure] = []
     flagged = 0
     for r in range(batch.rows):
@@ -676,7 +678,7 @@ def grammar_failures(case: Case, batch: SampleBatch, tok: TokenLabels, oracle: O
 
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
                   seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float, support_margin_nats: float,
-                  numerics: NumericsMargin = NumericsMargin(),
+                  numerics: NumericsMargin = NumericsMargin(), eos_token_id: int | None = None,
                   ) -> tuple[CaseEvidence, CaseDetails, Mapping[str, np.ndarray] | None]:
     """One case's evidence, what its result shows, and its pair differences per row score (None: no oracle scores)."""
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
@@ -687,8 +689,8 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         acceptance_rate=cand.acceptance_rate, baseline_tokens_per_s=base_speed, candidate_tokens_per_s=cand_speed,
         speedup_per_token=cand_speed / base_speed if base_speed and cand_speed else None,
     )
-    left = grammar_failures(case, cand, tok, oracle)
-    if left and grammar_failures(case, base, tok, oracle, limit=1):  # the baseline leaves it too: not a finding
+    left = grammar_failures(case, cand, tok, oracle, eos_token_id=eos_token_id)
+    if left and grammar_failures(case, base, tok, oracle, limit=1, eos_token_id=eos_token_id):  # the baseline leaves it too: not a finding
         left = []
     if case.params.greedy:
         g, summary, failures = _greedy(case, base, cand, oracle, tok, alpha=alpha, near_tie_nats=near_tie_nats)
@@ -796,7 +798,8 @@ def analyse_run(
     for case in iterator:
         ev, d, diff = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
                                     seed=seed, tok=_case_labels(tok, case), mc_level=mc_level, near_tie_nats=near_tie_nats,
-                                    support_margin_nats=support_margin_nats, numerics=numerics)
+                                    support_margin_nats=support_margin_nats, numerics=numerics,
+                                    eos_token_id=(engines.get("baseline") or {}).get("eos_token_id"))
         evidence.append(ev)
         details.append(d)
         if diff is not None:

@@ -156,3 +156,22 @@ def test_speceq_power_leaves_the_grammar_mutant_out_and_says_why() -> None:
     settings = dataclasses.replace(PowerSettings(), mutants=("grammar-not-advanced-over-drafts",))
     with pytest.raises(ConfigError, match="caught by the grammar check"):
         measure_power(settings)
+
+
+def test_grammar_failures_name_row_and_position_and_take_the_engines_eos() -> None:
+    """Black-box analysis: the grammar ends with the baseline engine's EOS, not the tokenizer's."""
+    from speceq.engines.base import SampleBatch
+    from speceq.inputs.cases import Case
+    from speceq.pipeline.analysis import grammar_failures
+    from speceq.verdicts.reasons import TokenLabels, failure_lines
+
+    params = SamplingParams(max_new_tokens=4, tokenizer="bytes", structured_outputs={"choice": ["ab"]})
+    case = Case(case_id="g", prompt_ids=(104,), params=params)
+    rows = np.array([[97, 98, 5, -1], [97, 97, 98, 5], [97, 98, 5, -1]])
+    batch = SampleBatch(tokens=rows, lengths=np.array([3, 4, 3]), prompt_index=np.zeros(3, dtype=np.int64))
+    found = grammar_failures(case, batch, TokenLabels(259), None, eos_token_id=5)
+    assert [(f.row, f.position, f.token) for f in found] == [(1, 1, 97)]
+    assert failure_lines(found)[0].startswith("1 of 3 candidate rows leave the case's grammar; row 1 (prompt 0) "
+                                              "position 1: token 'a' leaves the grammar")
+    # with the tokenizer's own EOS (257) the engine's EOS 5 is outside the grammar: every row would leave
+    assert len(grammar_failures(case, batch, TokenLabels(259), None)) == 3
