@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.errors import ConfigError
+from speceq.errors import ConfigError, EngineError
 from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_folder
 
 #: The install command of the optional dependency.
@@ -176,7 +176,7 @@ class RowGrammar:
             self.ended, n, self._mask = False, n - 1, None
         if n > 0:
             if not self.matcher.rollback(n):
-                raise RuntimeError(f"llguidance could not roll back {n} tokens: {self.matcher.get_error()}")
+                raise EngineError(f"llguidance could not roll back {n} grammar tokens: {self.matcher.get_error()}")
             self._mask = None
 
     def block_masks(self, tokens: Sequence[int]) -> torch.Tensor:  # [len(tokens) + 1, vocab] bool
