@@ -6,8 +6,9 @@ and generated tokens), ``presence_penalty`` and ``frequency_penalty`` (over gene
 ``logit_bias`` (token id -> bias added to the logit), ``processing``, the named order in
 which they are applied (:mod:`speceq.core.processing`), ``stop`` (strings that end a row, matched
 on its text decoded with ``tokenizer``; :mod:`speceq.core.stops`) with
-``include_stop_str_in_output``, and ``seed`` (the case's own seed, for engines that honour
-per-request seeds).
+``include_stop_str_in_output``, ``seed`` (the case's own seed, for engines that honour
+per-request seeds) and ``structured_outputs`` (a regex, JSON schema, choice list or EBNF grammar every
+row must follow; :mod:`speceq.models.grammar`).
 
 Validation raises :class:`~speceq.errors.ConfigError` naming the field. A case (prompt,
 parameters and batch context) is :class:`speceq.inputs.cases.Case`.
@@ -15,6 +16,7 @@ parameters and batch context) is :class:`speceq.inputs.cases.Case`.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -35,6 +37,14 @@ EXTRA_DEFAULTS: dict[str, Any] = {
     "stop": (),
     "include_stop_str_in_output": False,
     "seed": None,
+    "structured_outputs": None,
+}
+#: The kinds of ``structured_outputs`` (vLLM's names), each with what its value is.
+STRUCTURED_KINDS: dict[str, str] = {
+    "regex": "a regular expression (a string)",
+    "json": "a JSON schema (an object, or its JSON text)",
+    "choice": "a list of strings",
+    "grammar": "an EBNF grammar (GBNF or Lark text)",
 }
 #: Range of presence_penalty and frequency_penalty (OpenAI's and vLLM's).
 PENALTY_RANGE = (-2.0, 2.0)
@@ -72,6 +82,13 @@ class SamplingParams:
     run's seed (:func:`speceq.pipeline.plan.case_run_seed`), so two runs of the case with the same
     ``seed`` ask for the same draws; an engine that honours per-request seeds (declares ``seed``
     in ``sampling_fields``) then gives the same rows. None: the run's seed.
+
+    ``structured_outputs``: ``{"regex": ...}``, ``{"json": <JSON schema>}``, ``{"choice": [...]}`` or
+    ``{"grammar": <EBNF>}`` (vLLM's request field): at each position the processed law is masked to the
+    tokens the grammar allows after the row's own tokens so far (EOS only once the grammar is complete).
+    Stored as ``(kind, text)`` (a schema and a choice list as canonical JSON text) so the parameters stay
+    hashable; needs ``tokenizer`` (the grammar matches text) and refuses ``ignore_eos`` (a finished grammar
+    allows only EOS).
     """
 
     temperature: float = 1.0
@@ -89,9 +106,11 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     seed: int | None = None
     tokenizer: str | None = None
+    structured_outputs: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        object.__setattr__(self, "structured_outputs", _structured_pair(self.structured_outputs))
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         elif isinstance(self.stop, list):
@@ -109,8 +128,9 @@ class SamplingParams:
 
     @property
     def uses_history(self) -> bool:
-        """Whether the processed law depends on the row's tokens so far (a penalty is on)."""
-        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        """Whether the processed law depends on the row's tokens so far (a penalty or a grammar is on)."""
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or self.structured_outputs is not None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able fields; the extra fields and ``processing`` only when set (so that the stored
@@ -126,6 +146,8 @@ class SamplingParams:
                 continue
             if f.name == "stop":
                 v = list(v)
+            if f.name == "structured_outputs":
+                v = structured_value(v)
             out[f.name] = {str(t): b for t, b in v} if f.name == "logit_bias" else v
         return out
 
@@ -147,6 +169,8 @@ class SamplingParams:
             parts.append(f"stop={len(self.stop)}" + ("+text" if self.include_stop_str_in_output else ""))
         if self.seed is not None:
             parts.append(f"seed={self.seed}")
+        if self.structured_outputs is not None:
+            parts.append(f"structured={self.structured_outputs[0]}")
         parts.append(f"len={self.max_new_tokens}")
         if self.ignore_eos:
             parts.append("ignore_eos")
@@ -172,6 +196,33 @@ def _bias_pairs(value: Any) -> Any:
         return tuple(sorted(out))
     except TypeError:  # mixed key types: validation names the bad key
         return tuple(out)
+
+
+def _structured_pair(value: Any) -> Any:
+    """``structured_outputs`` as ``(kind, text)``; a value of the wrong shape is left for validation."""
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return value
+    ((kind, v),) = value.items()
+    if kind == "json" and isinstance(v, Mapping):
+        try:
+            v = json.dumps(v, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return value
+    elif kind == "choice" and isinstance(v, (list, tuple)):
+        v = json.dumps(list(v)) if all(isinstance(x, str) for x in v) else None
+    return (kind, v)
+
+
+def structured_value(pair: tuple[str, str]) -> dict[str, Any]:
+    """The request form ``{kind: value}`` of a stored ``structured_outputs`` pair (a schema as an object,
+    a choice as a list), as a cases file and vLLM's request take it."""
+    kind, text = pair
+    if kind in ("json", "choice"):
+        try:
+            return {kind: json.loads(text)}
+        except ValueError:
+            return {kind: text}
+    return {kind: text}
 
 
 def validate_params(p: SamplingParams, where: str | None = None) -> None:
@@ -233,6 +284,36 @@ def validate_params(p: SamplingParams, where: str | None = None) -> None:
     if p.stop and p.tokenizer is None:
         raise bad("stop", "stop strings are matched on each row's decoded text, so the case needs a tokenizer "
                   "(set 'tokenizer': bytes, bpe, smollm2 or a tokenizer.json path)")
+    if p.structured_outputs is not None:
+        so = p.structured_outputs
+        kinds = ", ".join(STRUCTURED_KINDS)
+        if not (isinstance(so, tuple) and len(so) == 2 and isinstance(so[0], str)):
+            raise bad("structured_outputs", f"expected an object with exactly one of {kinds}, got {so!r}")
+        kind, text = so
+        if kind not in STRUCTURED_KINDS:
+            raise bad("structured_outputs", f"unknown kind {kind!r}; expected exactly one of {kinds}")
+        if not isinstance(text, str) or not text.strip():
+            raise bad("structured_outputs", f"{kind} must be {STRUCTURED_KINDS[kind]}, got {text!r}")
+        if kind == "json":
+            try:
+                schema = json.loads(text)
+            except ValueError as e:
+                raise bad("structured_outputs", f"the json schema is not valid JSON: {e}") from None
+            if not isinstance(schema, (dict, bool)):
+                raise bad("structured_outputs", f"the json schema must be an object, got {text!r}")
+        if kind == "choice":
+            try:
+                options = json.loads(text)
+            except ValueError:
+                options = None
+            if not isinstance(options, list) or not options or not all(isinstance(x, str) and x for x in options):
+                raise bad("structured_outputs", f"choice must be a non-empty list of non-empty strings, got {text!r}")
+        if p.tokenizer is None:
+            raise bad("structured_outputs", "the grammar matches each row's text, so the case needs a tokenizer "
+                      "(set 'tokenizer': bytes, bpe, smollm2 or a tokenizer.json path)")
+        if p.ignore_eos:
+            raise bad("structured_outputs", "ignore_eos cannot be combined with a grammar (a complete grammar "
+                      "allows only EOS); leave ignore_eos out")
     if p.processing not in PROFILES:
         raise bad("processing", f"expected one of {', '.join(map(repr, PROFILES))}, got {p.processing!r}")
     if p.processing == "hf" and (p.presence_penalty or p.frequency_penalty):

@@ -22,6 +22,12 @@ committed. The draft's i-th proposal is processed with that history plus d_1..d_
 target's block position j with that history plus d_1..d_j (hook ``block_history``); the hook
 ``step_history`` gives the committed history a step starts from.
 
+Grammar (only with ``params.structured_outputs``): each row keeps its own grammar state
+(:class:`~speceq.models.grammar.RowGrammar`) of what it has committed. The draft's i-th proposal is
+masked by that state advanced over d_1..d_{i-1}, the target's block position j by the state advanced
+over d_1..d_j (both look-aheads are rolled back); hook ``grammar_commit`` advances the committed state
+over the tokens a step emits.
+
 Stop strings (only when ``params.stop`` is set): after each verification, hook ``stop_length``
 finds where the row's text first holds a stop string among the tokens this step emits; the
 row ends at that token, and the tokens after it in the block are dropped.
@@ -45,6 +51,7 @@ from speceq.engines._batching import check_prompts, distinct_prompts, left_padde
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest
 from speceq.engines.rejection import accept_prefix_lengths
+from speceq.models.grammar import Grammar, RowGrammar
 from speceq.models.torch_utils import batch_generator
 
 
@@ -99,6 +106,8 @@ class SpeculativeHooks(Protocol):
 
     def draw_uniforms(self, shape: tuple[int, ...], gen: torch.Generator, step: int) -> torch.Tensor: ...
 
+    def grammar_commit(self, state: RowGrammar, emitted: list[int], accepted: int) -> None: ...
+
 
 @dataclass(slots=True)
 class _Counters:
@@ -133,6 +142,7 @@ class _Batch:
     generated: list[list[int]]  # tokens emitted so far, per row
     out_rows: list[int]  # output row of each active row
     history: TokenHistory | None  # [rows, V]: prompt and committed tokens per row (None without a penalty)
+    grammar: list[RowGrammar] | None = None  # each row's committed grammar state (None without a grammar)
 
 
 @dataclass(slots=True)
@@ -200,6 +210,9 @@ def _run_batch(
     if params.uses_history:
         batch.history = token_history(prompts, [[] for _ in prompts], engine.vocab_size, engine.device)
     step = 0
+    if params.structured_outputs is not None:
+        grammar = Grammar(params, engine.vocab_size, engine.eos_token_id)
+        batch.grammar = [grammar.row() for _ in prompts]
     while batch.out_rows:
         remaining = [params.max_new_tokens - len(g) for g in batch.generated]
         k = min(engine.k, max(remaining) - 1)  # never draft past the longest remaining row
@@ -267,18 +280,23 @@ def _draft(engine: SpeculativeHooks, batch: _Batch, k: int, params: SamplingPara
     logits = _feed(engine, batch.draft, ids, valid, last_only=True)[:, -1]  # [rows, V]
     drafted.fed_width = ids.shape[1]
     draft_probs, draft_tokens = [], []
+    look = None if batch.grammar is None else _LookAhead(batch.grammar)
     for i in range(k):
-        q = engine.process_draft(logits, params, history)  # [rows, V]
+        q = engine.process_draft(logits, params, _masked(history, look, dev))  # [rows, V]
         d = sample_at_uniforms(q, engine.draw_uniforms((rows,), gen, step))  # [rows]
         draft_probs.append(q)
         draft_tokens.append(d)
         history = None if history is None else _with_token(history, d)
+        if look is not None:
+            look.push(d.tolist())
         if i < k - 1 or need_bonus_q:
             ones = torch.ones((rows, 1), dtype=torch.bool, device=dev)
             logits = _feed(engine, batch.draft, d[:, None], ones)[:, -1]
             drafted.fed_drafts += 1
     if need_bonus_q:
-        drafted.bonus_draft_probs = engine.process_draft(logits, params, history)
+        drafted.bonus_draft_probs = engine.process_draft(logits, params, _masked(history, look, dev))
+    if look is not None:
+        look.undo()
     if k > 0:
         drafted.draft_probs = torch.stack(draft_probs, dim=1)
         drafted.draft_tokens = torch.stack(draft_tokens, dim=1)
@@ -297,6 +315,10 @@ def _verify(
     target_logits = _feed(engine, batch.target, target_in, target_valid)  # [rows, k+1, V]
     start = _start_history(engine, batch)
     block = None if start is None else engine.block_history(start, drafted.draft_tokens)  # [rows, k+1, V]
+    if block is not None and batch.grammar is not None:  # each position's mask: the state over d_1..d_j
+        drafts = drafted.draft_tokens.tolist()
+        block = block.with_allowed(torch.stack([s.block_masks(d) for s, d in zip(batch.grammar, drafts,
+                                                                                  strict=True)]).to(dev))
     target_probs = engine.process_target(target_logits, params, block)  # [rows, k+1, V]
     if k > 0:
         draft_probs = drafted.draft_probs  # [rows, k, V]
@@ -368,6 +390,8 @@ def _emit(
         if out.trace is not None:
             out.trace[o, start : start + len(take)] = verified.target_probs[r, : len(take)].float().cpu().numpy()
         batch.generated[r].extend(take)
+        if batch.grammar is not None:
+            engine.grammar_commit(batch.grammar[r], take, min(n, len(take)))
         if batch.history is not None:
             for t in take:
                 batch.history.output_counts[r, t] += 1.0
@@ -393,6 +417,8 @@ def _keep_rows(batch: _Batch, rows: list[int]) -> None:
     batch.out_rows = [batch.out_rows[r] for r in rows]
     if batch.history is not None:
         batch.history = batch.history.select(keep)
+    if batch.grammar is not None:
+        batch.grammar = [batch.grammar[r] for r in rows]
 
 
 def _start_history(engine: SpeculativeHooks, batch: _Batch) -> TokenHistory | None:
@@ -407,3 +433,34 @@ def _with_token(history: TokenHistory, tokens: torch.Tensor) -> TokenHistory:  #
     """``history`` [rows, V] with one more generated token per row."""
     ones = torch.ones((tokens.shape[0], 1), dtype=history.output_counts.dtype, device=tokens.device)
     return TokenHistory(history.prompt_mask, history.output_counts.scatter_add(-1, tokens[:, None], ones))
+
+
+class _LookAhead:
+    """The grammar states of a step's rows advanced over the draft's proposals so far, undone after drafting."""
+
+    def __init__(self, states: list[RowGrammar]) -> None:
+        self.states = states
+        self.pushed = [0] * len(states)
+        self.alive = [True] * len(states)  # False once a row's proposal left the grammar
+
+    def masks(self) -> torch.Tensor:  # [rows, V] bool; all true past a proposal the grammar rejects
+        return torch.stack([s.mask() if ok else torch.ones(s.vocab_size, dtype=torch.bool)
+                            for s, ok in zip(self.states, self.alive, strict=True)])
+
+    def push(self, tokens: list[int]) -> None:
+        for r, (state, t) in enumerate(zip(self.states, tokens, strict=True)):
+            if self.alive[r] and state.push(t):
+                self.pushed[r] += 1
+            else:
+                self.alive[r] = False
+
+    def undo(self) -> None:
+        for state, n in zip(self.states, self.pushed, strict=True):
+            state.rollback(n)
+
+
+def _masked(history: TokenHistory | None, look: _LookAhead | None, device: str) -> TokenHistory | None:
+    """``history`` with the look-ahead's grammar masks (unchanged without a grammar)."""
+    if history is None or look is None:
+        return history
+    return history.with_allowed(look.masks().to(device))

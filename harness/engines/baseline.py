@@ -7,7 +7,8 @@ a batch is computed once and its KV cache copied to the rows that continue it. E
 :func:`speceq.core.processing.process_logits` and draws with
 :func:`speceq.core.processing.sample_from_probs` from one ``torch.Generator`` per batch,
 seeded from ``(request.seed, batch index)``. With a penalty, each row's own history (its
-prompt and the tokens it generated so far) goes into the processing. A row ends at EOS (unless ``ignore_eos``), at
+prompt and the tokens it generated so far) goes into the processing; with ``structured_outputs``, each row's
+own grammar state (:mod:`speceq.models.grammar`) masks every step and consumes the row's token. A row ends at EOS (unless ``ignore_eos``), at
 the token that completes one of its ``stop`` strings (:mod:`speceq.core.stops`), or after ``max_new_tokens``;
 finished rows leave the batch.
 """
@@ -27,6 +28,7 @@ from speceq.core.stops import first_stop
 from speceq.engines._batching import check_prompts, distinct_prompts, left_padded
 from speceq.engines._kv import SlotCache
 from speceq.engines.base import ALL_SAMPLING_FIELDS, PAD_OUT, SampleBatch, SampleRequest
+from speceq.models.grammar import Grammar, row_masks
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.text_decoding import row_decoder
 from speceq.models.torch_utils import batch_generator, configure_threads
@@ -134,11 +136,19 @@ class BaselineEngine:
         active = torch.as_tensor(out_rows, dtype=torch.long)  # output row of each active batch row
         history = (token_history(prompts, [[] for _ in prompts], self.vocab_size, self.device)
                    if params.uses_history else None)  # [active, vocab]: each row's prompt and tokens so far
+        grammar = (None if params.structured_outputs is None
+                   else Grammar(params, self.vocab_size, self.eos_token_id))
+        states = None if grammar is None else [grammar.row() for _ in prompts]  # each active row's grammar state
         for t in range(L):
+            if states is not None and history is not None:
+                history = history.with_allowed(row_masks(states).to(self.device))
             # a subclass that overrides process(logits, params) keeps working for cases without a penalty
             probs = (self.process(logits, params) if history is None
                      else self.process(logits, params, history))  # [active, vocab]
             tok = sample_from_probs(probs, gen)  # [active]
+            if states is not None:
+                for state, x in zip(states, tok.tolist(), strict=True):
+                    state.advance([x])
             if history is not None:
                 history = TokenHistory(history.prompt_mask,
                                        history.output_counts.scatter_add(-1, tok[:, None], torch.ones_like(
@@ -164,5 +174,6 @@ class BaselineEngine:
                 slots.select_rows(keep)
                 active, tok = active[keep.cpu()], tok[keep]
                 history = None if history is None else history.select(keep)
+                states = None if states is None else [states[i] for i in keep.tolist()]
             ones = torch.ones((len(tok), 1), dtype=torch.bool, device=self.device)
             logits = slots.forward(tok[:, None], ones)[:, -1]

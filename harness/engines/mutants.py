@@ -32,6 +32,7 @@ from speceq.engines._options import unknown_options_message
 from speceq.engines.reference import ReferenceSpeculativeEngine
 from speceq.engines.rejection import gather_token_probs
 from speceq.errors import ConfigError, EngineNotFound
+from speceq.models.grammar import RowGrammar
 from speceq.models.text_decoding import row_decoder
 
 #: Default exponent of the biased accept ratio min(1, (p/q)^power).
@@ -357,6 +358,22 @@ class SharedUniforms(_Mutant):
         return one.expand(shape).clone()
 
 
+class GrammarNotAdvancedOverDrafts(_Mutant):
+    """The grammar state is not advanced over accepted drafts (cf. vllm#9423).
+
+    After verification the row's grammar state consumes only the token the verifier drew (the
+    replacement or bonus token), as a non-speculative engine does with its one token per step; the
+    accepted drafts are emitted but never consumed. The state falls behind the row's text, so later
+    masks come from the wrong position: rows leave the grammar (a token the stale state rejects is
+    dropped from it, as xgrammar's and vLLM's ``accept_tokens`` leave a state on failure).
+    """
+
+    MUTANT = "grammar-not-advanced-over-drafts"
+
+    def grammar_commit(self, state: RowGrammar, emitted: list[int], accepted: int) -> None:
+        state.advance(emitted[accepted:])
+
+
 # ---- lossless variants ---------------------------------------------------------------------
 class DraftOtherTemperature(_Mutant):
     """LOSSLESS: temperature on the target only; the draft proposes at ``draft_temperature`` (default 1).
@@ -491,6 +508,10 @@ MUTANTS: dict[str, MutantSpec] = dict([
     _spec(SharedUniforms, "batch",
           "the rows of a batch share their first verify step's uniforms: each row's law exact, the rows dependent",
           exact=False),
+    _spec(GrammarNotAdvancedOverDrafts, "request-fields",
+          "the grammar state consumes only the verifier's drawn token, not the accepted drafts", exact=False,
+          params={"structured_outputs": {"choice": ["main():", "test_all():", "run(x):"]}, "tokenizer": "bytes"},
+          options={"k": 4}),
     _spec(DraftOtherTemperature, "lossless",
           "temperature on the target only, draft at T = 1: the ratio uses the q the draft sampled from",
           lossless=True, params={"temperature": 0.7}),

@@ -36,6 +36,7 @@ from speceq.engines._speculative_loop import run_speculative
 from speceq.engines.base import ALL_SAMPLING_FIELDS, SampleBatch, SampleRequest
 from speceq.engines.rejection import acceptance_ratios, gather_token_probs, residual_probs
 from speceq.errors import ConfigError
+from speceq.models.grammar import RowGrammar
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.models.text_decoding import row_decoder
 from speceq.models.torch_utils import configure_threads
@@ -92,13 +93,16 @@ class ReferenceSpeculativeEngine:
       which a stop string ends ``row`` (its committed tokens plus this step's ``row[committed:]``):
       the first prefix longer than ``committed`` whose decoded text holds a stop string
       (:func:`speceq.core.stops.first_stop`); None when none does.
+    - ``grammar_commit(state, emitted, accepted)``: with ``params.structured_outputs``, advance the
+      row's committed grammar state over the tokens this step emits (``emitted``, whose first
+      ``accepted`` are accepted drafts): all of them here.
 
     - ``draw_uniforms(shape, gen, step) -> float64 [shape]``: the uniforms of one draw of the
       batch's verify ``step`` (0-based), ``shape[0]`` rows (independent draws from the batch's
       generator here; every token is drawn at its uniform by inverse CDF).
 
     Applies every request field of :class:`SamplingParams` (min_p, the penalties, logit_bias, stop
-    strings) in both processing orders, with each row's own history.
+    strings, structured_outputs) in both processing orders, with each row's own history.
 
     ``single_step_law(p, q)`` gives the exact law of the first emitted token under these
     hooks, so a mutant's single-step TV shift can be computed analytically.
@@ -200,6 +204,9 @@ class ReferenceSpeculativeEngine:
 
     def draw_uniforms(self, shape: tuple[int, ...], gen: torch.Generator, step: int) -> torch.Tensor:
         return torch.rand(shape, generator=gen, dtype=torch.float64, device=self.device)
+
+    def grammar_commit(self, state: RowGrammar, emitted: list[int], accepted: int) -> None:
+        state.advance(emitted)
 
     # ---- analysis ---------------------------------------------------------------------
     def single_step_law(

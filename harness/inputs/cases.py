@@ -28,7 +28,8 @@ from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_fold
 
 PARAM_FIELDS: tuple[str, ...] = ("temperature", "top_k", "top_p", "max_new_tokens", "ignore_eos", "min_p",
                                   "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias",
-                                  "processing", "stop", "include_stop_str_in_output", "seed")
+                                  "processing", "stop", "include_stop_str_in_output", "seed",
+                                  "structured_outputs")
 #: Parameters read as plain numbers.
 NUMBER_FIELDS: tuple[str, ...] = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                                   "frequency_penalty")
@@ -103,11 +104,12 @@ class Case:
     def check_vocab(self, vocab_size: int) -> None:
         """Raise ConfigError when a token id (of a prompt, or a ``logit_bias`` key) is outside ``[0, vocab_size)``,
         or when stop strings would be matched with the byte tokenizer on a larger vocabulary."""
-        if self.params.stop and self.params.tokenizer == BYTES_TOKENIZER:
+        if (self.params.stop or self.params.structured_outputs) and self.params.tokenizer == BYTES_TOKENIZER:
             from speceq.models.tokenizer import VOCAB_SIZE
 
+            what = "stop strings are" if self.params.stop else "the grammar is"
             if vocab_size > VOCAB_SIZE:
-                raise ConfigError(f"stop strings are matched on rows decoded with the byte tokenizer ({VOCAB_SIZE} "
+                raise ConfigError(f"{what} matched on rows decoded with the byte tokenizer ({VOCAB_SIZE} "
                                   f"tokens), but the engine's vocabulary has {vocab_size}: set 'tokenizer' to the "
                                   "model's", where=f"case {self.case_id!r}.tokenizer")
         for t, _ in self.params.logit_bias:
@@ -449,13 +451,19 @@ def _build_case(raw: Any, index: int, defaults: Mapping[str, Any], source: str, 
             params[name] = v
         elif name == "stop":
             params[name] = _stop_strings(v, at(name))
+        elif name == "structured_outputs":
+            if not isinstance(v, dict):
+                raise ConfigError(f"expected an object with exactly one of regex, json, choice, grammar, got "
+                                  f"{_type_name(v)} {v!r}", where=at(name))
+            params[name] = v
         elif name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(v, bool):
                 raise ConfigError(f"expected true or false, got {_type_name(v)} {v!r}", where=at(name))
             params[name] = v
         else:
             params[name] = _int(v, at(name), minimum=1 if name == "max_new_tokens" else 0)
-    if params.get("stop"):  # rows are decoded with the case's tokenizer: a name, or the file it resolved to
+    if params.get("stop") or params.get("structured_outputs"):  # rows are decoded with the case's tokenizer: a
+        # name, or the file it resolved to
         params["tokenizer"] = toks.display_name(tokenizer, at("tokenizer"))
     batch_size = _int(merged.get("batch_size", 1), at("batch_size"), minimum=1)
     samples = None if merged.get("samples") is None else _int(merged["samples"], at("samples"), minimum=1)

@@ -4,7 +4,10 @@ For every generated token of a sample set, the oracle computes the processed nex
 law p_t of the target at that token's prefix, with exactly the logit processing the engines
 use (:func:`speceq.core.processing.process_logits`), and reduces it to the per-token numbers of
 :class:`speceq.stats.scores.TokenScores`. With a penalty, each token's law is computed from its
-own row's history (the row's prompt and the tokens that row generated before it). Rows are scored in batches (one forward pass per
+own row's history (the row's prompt and the tokens that row generated before it); with
+``structured_outputs``, each token's law is masked by the grammar state after its own row's tokens
+before it (:mod:`speceq.models.grammar`): a token the grammar does not allow there has probability 0,
+and after it the row's later tokens are scored unmasked. Rows are scored in batches (one forward pass per
 batch of rows, right-padded, rows sorted by length to limit padding).
 
 Memory: a forward pass produces at most :data:`LOGITS_BUDGET` logits, and its tokens' fields
@@ -22,10 +25,11 @@ import numpy as np
 import torch
 
 from speceq.core.params import SamplingParams
-from speceq.core.processing import TokenHistory, bias_and_penalties, process_logits, token_history
+from speceq.core.processing import TokenHistory, bias_and_penalties, grammar_cut, process_logits, token_history
 from speceq.engines.base import SampleBatch, checked_prefixes, checked_rows
 from speceq.errors import ConfigError
 from speceq.models.fast_forward import FastLlama, fast_model
+from speceq.models.grammar import Grammar, row_masks
 from speceq.models.hf_utils import describe_model, load_causal_lm, model_eos_id, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import configure_threads
 from speceq.stats.scores import DRAFT_RATIO_CAP, TokenScores
@@ -168,6 +172,9 @@ class TargetOracle:
         """
         eos_token_id = self.eos_token_id if eos_token_id is MODEL_EOS else eos_token_id
         history = (token_history(prefixes, [[] for _ in prefixes], self.vocab_size) if params.uses_history else None)
+        if history is not None and params.structured_outputs is not None:
+            grammar = Grammar(params, self.vocab_size, eos_token_id)
+            history = history.with_allowed(row_masks([grammar.row() for _ in prefixes]))
         return process_logits(self._last_logits(prefixes, max_batch_rows), params, eos_token_id=eos_token_id,
                               history=history).numpy()
 
@@ -200,7 +207,8 @@ class TargetOracle:
             wanted.append(np.arange(P - 1, P - 1 + len(gen)))
         flat = [np.asarray(batch.tokens[r, : lengths[r]], dtype=np.int64) for r in range(batch.rows)]
         tokens = np.concatenate([np.zeros(0, np.int64), *flat])  # [N]
-        histories = _Histories(prompt_lists, batch, self.vocab_size) if params.uses_history else None
+        grammar = None if params.structured_outputs is None else Grammar(params, self.vocab_size, eos_token_id)
+        histories = _Histories(prompt_lists, batch, self.vocab_size, grammar) if params.uses_history else None
         models = [self.model] if self.draft is None else [self.model, self.draft]
         fields: dict[str, np.ndarray] = {}
         fasts = [fast_model(m) for m in models]
@@ -233,21 +241,41 @@ class TargetOracle:
 
 
 class _Histories:
-    """The penalty history of every generated token of a batch, by flat token index (rows in order)."""
+    """The penalty history (and grammar mask) of every generated token of a batch, by flat token index (rows in order)."""
 
-    def __init__(self, prompts: list[list[int]], batch: SampleBatch, vocab_size: int) -> None:
+    def __init__(self, prompts: list[list[int]], batch: SampleBatch, vocab_size: int,
+                 grammar: Grammar | None = None) -> None:
         self.vocab_size = vocab_size
         self.prompts = [prompts[int(i)] for i in batch.prompt_index]
         self.gens = [batch.row_tokens(r) for r in range(batch.rows)]
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         self.row = np.repeat(np.arange(batch.rows, dtype=np.int64), lengths)
         self.position = np.concatenate([np.zeros(0, np.int64), *(np.arange(n, dtype=np.int64) for n in lengths)])
+        # the grammar mask before every token, bit-packed [N, ceil(V / 8)]: each row walked through its own tokens
+        self.allowed = None if grammar is None else np.packbits(
+            np.concatenate([np.zeros((0, vocab_size), dtype=bool), *(_row_grammar_masks(grammar, g) for g in self.gens)]),
+            axis=1)
 
     def at(self, flat: np.ndarray) -> TokenHistory:
         """``[len(flat), V]``: token j's row prompt, and the tokens its row generated before it."""
         rows, pos = self.row[flat], self.position[flat]
-        return token_history([self.prompts[r] for r in rows], [self.gens[r][:m] for r, m in zip(rows, pos, strict=True)],
-                             self.vocab_size)
+        history = token_history([self.prompts[r] for r in rows],
+                                [self.gens[r][:m] for r, m in zip(rows, pos, strict=True)], self.vocab_size)
+        if self.allowed is None:
+            return history
+        bits = np.unpackbits(self.allowed[flat], axis=1, count=self.vocab_size).astype(bool)
+        return history.with_allowed(torch.from_numpy(bits))
+
+
+def _row_grammar_masks(grammar: Grammar, tokens: Sequence[int]) -> np.ndarray:  # [len(tokens), V] bool
+    """The grammar mask before each of a row's tokens; all true after the first token the grammar rejects."""
+    state = grammar.row()
+    out = np.ones((len(tokens), grammar.vocab_size), dtype=bool)
+    for m, t in enumerate(tokens):
+        out[m] = state.mask().numpy()
+        if not state.push(int(t)):
+            break
+    return out
 
 
 def _iter_shared_prefix_logits(
@@ -351,7 +379,9 @@ def _slice_fields(
     part["raw_top2_margin"] = _top2_margin(logits[0]).numpy()
     # the truncations act on the biased, penalised logits: the margin is measured there (min-p is left out,
     # which can only make a margin smaller, so a token min-p alone excludes is never called a sure leak)
-    shifted = bias_and_penalties(logits[0].float(), params, history) if params.extra_fields else logits[0]
+    # (after the grammar mask, which no logit error undoes: a token outside the grammar has margin inf)
+    shifted = (bias_and_penalties(grammar_cut(logits[0].float(), params, history), params, history)
+               if params.extra_fields else logits[0])
     part["exclusion_margin"] = _exclusion_margin(shifted, tokens, part["prob"], params, eos_token_id)
     if len(logits) > 1:
         draft = process_logits(logits[1], params, eos_token_id=eos_token_id, history=history)

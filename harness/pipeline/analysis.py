@@ -683,9 +683,42 @@ def _independence(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[lis
     return tests, notes
 
 
+def grammar_failures(case: Case, batch: SampleBatch, tok: TokenLabels, oracle: Oracle | None,
+                     limit: int = 5, eos_token_id: int | None = None) -> list[HardFailure]:
+    """Up to ``limit`` rows of ``batch`` that leave the case's grammar (``structured_outputs``), each at its first
+    token the grammar does not allow after the row's own earlier tokens; the first record carries the counts.
+
+    A hard failure without statistics: a correct engine masks every token by the grammar, so no row of it
+    ever leaves. The grammar's vocabulary and EOS are the oracle's (black-box: the tokenizer's vocabulary and
+    ``eos_token_id``, the baseline engine's EOS, or else the tokenizer's own).
+    """
+    if case.params.structured_outputs is None:
+        return []
+    from speceq.models.grammar import Grammar, grammar_violation
+
+    vocab = getattr(oracle, "vocab_size", None)
+    eos = oracle.eos_token_id if oracle is not None and hasattr(oracle, "eos_token_id") else eos_token_id
+    grammar = Grammar(case.params, vocab, eos)
+    out: list[HardFailure] = []
+    flagged = 0
+    for r in range(batch.rows):
+        row = batch.row_tokens(r)
+        at = grammar_violation(grammar, row)
+        if at is None:
+            continue
+        flagged += 1
+        if len(out) < limit:
+            out.append(HardFailure(kind=FailureKind.LEAVES_GRAMMAR, prompt=int(batch.prompt_index[r]), position=at,
+                                   token=int(row[at]), prefix=_prefix(case, batch, r, at), vocab_size=tok.vocab_size,
+                                   row=r))
+    if out:
+        out[0] = dataclasses.replace(out[0], rows_flagged=flagged, rows_total=batch.rows)
+    return out
+
+
 def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: Oracle | None, alpha: float,
                   seed: int, tok: TokenLabels, mc_level: float, near_tie_nats: float, support_margin_nats: float,
-                  numerics: NumericsMargin = NumericsMargin(),
+                  numerics: NumericsMargin = NumericsMargin(), eos_token_id: int | None = None,
                   ) -> tuple[CaseEvidence, CaseDetails, Mapping[str, np.ndarray] | None]:
     """One case's evidence, what its result shows, and its pair differences per row score (None: no oracle scores)."""
     n_base = int((np.asarray(base.prompt_index) == 0).sum())
@@ -696,8 +729,12 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         acceptance_rate=cand.acceptance_rate, baseline_tokens_per_s=base_speed, candidate_tokens_per_s=cand_speed,
         speedup_per_token=cand_speed / base_speed if base_speed and cand_speed else None,
     )
+    left = grammar_failures(case, cand, tok, oracle, eos_token_id=eos_token_id)
+    if left and grammar_failures(case, base, tok, oracle, limit=1, eos_token_id=eos_token_id):  # the baseline leaves it too: not a finding
+        left = []
     if case.params.greedy:
         g, summary, failures = _greedy(case, base, cand, oracle, tok, alpha=alpha, near_tie_nats=near_tie_nats)
+        failures = (*left, *failures)
         ev = CaseEvidence(case_id=case.case_id, tests=(), tv_estimate=g.tv_estimate, tv_upper_bound=g.tv_upper_bound,
                           effective_support=1.0, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures, greedy=g)
         return ev, _replace(details, greedy=summary, tv_reference="greedy rows"), None
@@ -741,6 +778,7 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
         tv_est = tv_up = None
         k_eff = 1.0
     size = _size(case, base, cand, per_position, alpha, case_rng(seed, case.case_id, 2))
+    failures = (*left, *failures)
     details = _replace(details, notes=tuple(notes), top_tokens=_top_tokens(per_position, tok, first_probs),
                        tv_reference=tv_reference)
     ev = CaseEvidence(case_id=case.case_id, tests=tuple(tests), tv_estimate=tv_est, tv_upper_bound=tv_up,
@@ -820,7 +858,8 @@ def analyse_run(
     for case in iterator:
         ev, d, diff = _analyse_case(case, baseline[case.case_id], candidate[case.case_id], oracle=oracle, alpha=alpha,
                                     seed=seed, tok=_case_labels(tok, case), mc_level=mc_level, near_tie_nats=near_tie_nats,
-                                    support_margin_nats=support_margin_nats, numerics=numerics)
+                                    support_margin_nats=support_margin_nats, numerics=numerics,
+                                    eos_token_id=(engines.get("baseline") or {}).get("eos_token_id"))
         evidence.append(ev)
         details.append(d)
         if diff is not None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from speceq.engines.base import Engine, check_sampling_support
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case
+from speceq.models.grammar import check_grammar
 from speceq.pipeline.config import RunConfig
 from speceq.store import ROLES
 
@@ -79,8 +80,11 @@ def check_case_vocabularies(cases: Sequence[Case], engines: Mapping[str, Engine]
 
 
 def check_sampling_fields(cases: Sequence[Case], engines: Mapping[str, Engine]) -> None:
-    """Every request field a case sets (min_p, penalties, logit_bias) must be one both engines apply
-    (ConfigError naming the case, the field and the engine), so no field is silently dropped."""
+    """Every request field a case sets (min_p, penalties, logit_bias, structured_outputs) must be one both
+    engines apply (ConfigError naming the case, the field and the engine), so no field is silently dropped;
+    a grammar must parse (ConfigError naming the case; also when llguidance is not installed)."""
+    for case in cases:
+        check_grammar(case.params, case.case_id)
     for role in ROLES:
         for case in cases:
             check_sampling_support(engines[role], case.params, case.case_id, role=role)

@@ -337,7 +337,8 @@ def measure_power(settings: PowerSettings, *, threads: int | None = None, log: L
     """Run the whole calibration of ``settings`` and return its report."""
     from speceq.core.provenance import collect_provenance
 
-    names = list(settings.mutants) or [n for n, s in MUTANTS.items() if not s.contract]
+    names = list(settings.mutants) or [n for n, s in MUTANTS.items()
+                                       if not s.contract and "structured_outputs" not in s.params]
     unknown = [n for n in names if n not in MUTANTS and n != REFERENCE]
     if unknown:
         make_mutant(unknown[0])  # raises EngineNotFound with "did you mean"
@@ -345,6 +346,11 @@ def measure_power(settings: PowerSettings, *, threads: int | None = None, log: L
     if caught:
         raise ConfigError(f"mutant {caught[0]!r} breaks the engine contract (every run stops on it with an EngineError "
                           "naming the row), so there is no detection rate to measure", where="power.mutants")
+    grammar = [n for n in names if n in MUTANTS and "structured_outputs" in MUTANTS[n].params]
+    if grammar:
+        raise ConfigError(f"mutant {grammar[0]!r} is caught by the grammar check (a row that leaves its case's grammar "
+                          "is a hard failure), and the exact enumeration carries no grammar state: measure it with "
+                          "speceq run (docs/measurements/power.md)", where="power.mutants")
     if not settings.mutants:
         names.append(REFERENCE)
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ class FailureKind(enum.StrEnum):
     OUTSIDE_MARGIN = "outside margin"  # a token every law within the numerics margin of the oracle's excludes
     GREEDY_MISMATCH = "greedy mismatch"  # greedy rows differ where the target's top-2 margin is no near-tie
     OFF_ARGMAX = "off argmax"  # a diverged greedy row, teacher-forced, leaves the target's argmax path
+    LEAVES_GRAMMAR = "leaves the grammar"  # a candidate row holds a token its case's grammar does not allow there
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -149,6 +149,9 @@ def failure_line(f: HardFailure, labels: TokenLabels | None = None) -> str:
         far = ("no finite logit error admits it" if f.margin_nats is None or math.isinf(f.margin_nats)
                else f"its exclusion margin {f.margin_nats:.3g} nats")
         return f"{_where(f)}: token {labels.token(f.token)} after {after[-40:]!r} ({far})"
+    if f.kind is FailureKind.LEAVES_GRAMMAR:
+        return (f"{_where(f)}: token {labels.token(f.token)} leaves the grammar (structured_outputs) after "
+                f"{after[-40:]!r}")
     if f.kind is FailureKind.GREEDY_MISMATCH:
         return (f"greedy rows of prompt {f.prompt} differ at position {f.position} where the target's top-2 margin is "
                 f"{f.margin_nats:.3g} nats (> {f.threshold_nats:g}): {labels.token(f.baseline_token)} vs "
@@ -172,6 +175,8 @@ def failure_lines(failures: Sequence[HardFailure], labels: TokenLabels | None = 
         if f.kind is FailureKind.ZERO_PROBABILITY and f.rows_flagged is not None:
             line = (f"{f.rows_flagged} of {f.rows_total} candidate rows hold a token the processed target gives "
                     f"probability 0, the baseline's {f.baseline_rows} rows none (exact p = {f.pvalue:.2g}); {line}")
+        elif f.kind is FailureKind.LEAVES_GRAMMAR and f.rows_flagged is not None:
+            line = f"{f.rows_flagged} of {f.rows_total} candidate rows leave the case's grammar; {line}"
         elif f.kind is FailureKind.OUTSIDE_MARGIN and f.rows_flagged is not None:
             line = (f"{f.rows_flagged} candidate row(s) hold a token outside the processed target's support beyond "
                     f"the numerics margin ({support_rule(f.threshold_nats or 0.0)}; the baseline's {f.baseline_rows} "

@@ -27,7 +27,7 @@ from speceq.pipeline.analysis import analyse_run
 from speceq.power.exact import exact_laws, exact_tv
 
 HOOKS = ("process_target", "process_draft", "step_history", "block_history", "effective_target", "accept_probs",
-         "residual", "bonus_probs", "position_ids", "rollback", "stop_length", "draw_uniforms")
+         "residual", "bonus_probs", "position_ids", "rollback", "stop_length", "draw_uniforms", "grammar_commit")
 TOK = ByteTokenizer()
 PROMPT = tuple(TOK.encode(DEFAULT_PROMPTS[0]))
 COMPANIONS = (tuple(TOK.encode(DEFAULT_PROMPTS[7])), tuple(TOK.encode(DEFAULT_PROMPTS[8])))
@@ -191,7 +191,8 @@ def baseline_samples(models):
 
 #: Longer rows for the bugs that act only from the second verify step on (4 tokens at k = 2 leave too few:
 #: penalty-history-late was inconclusive at 800 samples with 4 tokens, shifted with 6).
-TOKENS = {"penalty-history-late": 6}
+#: The grammar mutant's rows leave the grammar only after a first step accepted drafts (its choice words are 7-11 bytes).
+TOKENS = {"penalty-history-late": 6, "grammar-not-advanced-over-drafts": 8}
 
 
 def verdict(models, baseline_samples, name: str, n: int, **options) -> str:

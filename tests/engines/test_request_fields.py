@@ -110,7 +110,8 @@ def test_a_field_the_engine_does_not_declare_is_refused_naming_case_field_and_en
     check_sampling_support(HfOrderOnly(), SamplingParams(min_p=0.1, processing="hf"), "c2")
     check_sampling_support(FakeEngine(), SamplingParams(temperature=0.5, top_k=3), "c3")  # nothing extra: fine
     assert set(ALL_SAMPLING_FIELDS) == {"min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-                                        "logit_bias", "stop", "include_stop_str_in_output", "seed"}
+                                        "logit_bias", "stop", "include_stop_str_in_output", "seed",
+                                        "structured_outputs"}
 
 
 class CountingEngine(FakeEngine):

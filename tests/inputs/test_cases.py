@@ -227,6 +227,10 @@ plausible = {
     "stop": st.text(max_size=2) | st.lists(st.text(max_size=2) | st.integers(), max_size=3),
     "include_stop_str_in_output": st.booleans(),
     "seed": st.integers(-2, 2**31 + 1) | st.none(),
+    "structured_outputs": st.dictionaries(st.sampled_from(["regex", "json", "choice", "grammar", "x"]),
+                                          st.text(max_size=4) | st.lists(st.text(max_size=3), max_size=2)
+                                          | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                                          max_size=2),
 }
 ids = st.sampled_from(["a", "b", "c"]) | st.text(max_size=5) | st.integers()
 others = {k: plausible[k] | json_values for k in CASE_FIELDS if k not in ("id", "prompt", "prompt_ids")}
