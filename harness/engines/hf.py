@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from speceq.core.params import SamplingParams
 from speceq.engines._batching import check_prompts
 from speceq.engines._options import as_int
+from speceq.engines._prefill import remember_prefills
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
 from speceq.models.hf_utils import load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
@@ -61,6 +62,12 @@ from speceq.models.torch_utils import derive_seed
 
 if TYPE_CHECKING:
     pass
+
+
+def _owned(spec: Any) -> bool:
+    """True when the engine loaded the model itself (a folder, a file or the bundled one), so it may
+    wrap its forward; a model object the caller passed in is left as it is."""
+    return spec is None or isinstance(spec, (str, Path))
 
 
 def _model_label(spec: Any, model: Any) -> str:
@@ -129,6 +136,8 @@ class _HFEngine:
         self.dtype = str(dtype)
         self._torch = torch
         self.target = load_causal_lm(target, role="target", device=self.device, dtype=self.dtype)
+        if _owned(target):
+            remember_prefills(self.target)  # rows of one prompt prefill it once: _prefill.py
         self._target_label = _model_label(target, self.target)
         # vocabulary = the logits the model emits; EOS: option > generation_config > config > tokenizer
         self.vocab_size = model_vocab_size(self.target)
@@ -383,6 +392,8 @@ class HFAssistedEngine(_RowLoopEngine):
         super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
         self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
         self.draft = load_causal_lm(draft, role="draft", device=self.device, dtype=self.dtype)
+        if _owned(draft):
+            remember_prefills(self.draft)
         self._draft_label = _model_label(draft, self.draft)
         if model_vocab_size(self.draft) != self.vocab_size:
             raise ConfigError(
