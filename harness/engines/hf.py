@@ -56,6 +56,7 @@ from speceq.engines._batching import check_prompts
 from speceq.engines._options import as_int
 from speceq.engines._prefill import remember_prefills
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from speceq.engines.row_progress import report_rows
 from speceq.errors import ConfigError, EngineError
 from speceq.models.hf_utils import load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import derive_seed
@@ -223,6 +224,7 @@ class HFSampleEngine(_HFEngine):
                 out = self.target.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
             new = out[:, width:].cpu().tolist()
             rows.extend(self._cut(r, params, start + i) for i, r in enumerate(new))
+            report_rows(len(rows))
         wall = time.perf_counter() - started
         info = {"engine": self.name, "batch_size": bs, "generate_calls": -(-len(prompt_of_row) // bs)}
         return batch_from_lists(rows, prompt_of_row, params.max_new_tokens, wall_time_s=wall, info=info)
@@ -302,6 +304,7 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
             with self._counting() as counts, self._seeded(derive_seed(request.seed, i)), torch.inference_mode():
                 out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
             rows.append(self._cut(out[0, ids.shape[1] :].cpu().tolist(), params, i))
+            report_rows(len(rows))
             if counts is None:
                 counted = False
             else:
