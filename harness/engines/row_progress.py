@@ -2,12 +2,12 @@
 
 A slow engine (one ``generate()`` per row, a remote server) can spend minutes on one chunk;
 without news from inside it, a log shows nothing but "still sampling ... 423 s on it". An
-engine may call :func:`report_rows` with the rows of the current request it has finished; when
-speceq samples the chunk in this process (the serial executor: the pytest plugin, the Python
-API, ``--workers 1``), the collection's progress line then says ``120/500 rows`` and how long
-the rest should take. Engines that never call it work exactly as before (progress moves chunk
-by chunk), and a call outside a collection does nothing, so an engine can call it
-unconditionally. Worker processes (``--workers N``, Ray) report whole chunks only.
+engine may call :func:`report_rows` with the rows of the current request it has finished; the
+collection's progress line then says ``120/500 rows`` and how long the rest should take (in this
+process, and from local worker processes, which pass it on at most once a second; Ray tasks
+report whole chunks only). Engines that never call it work exactly as before (progress moves
+chunk by chunk), and a call outside a collection does nothing, so an engine can call it
+unconditionally.
 
 Example, in an engine's ``sample``::
 

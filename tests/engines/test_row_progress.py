@@ -106,3 +106,46 @@ def test_built_in_engines_report_rows():
         with listen_rows(heard.append):
             engine.sample(request)
         assert heard == expected, engine.name
+
+
+SLOW_REPORTER = '''
+import time
+from speceq.engines.base import batch_from_lists
+from speceq.engines.row_progress import report_rows
+
+
+class SlowReporter:
+    name, vocab_size, eos_token_id = "slow-reporter", 10, None
+
+    def describe(self):
+        return {"engine": "slow-reporter"}
+
+    def sample(self, request):
+        rows = []
+        for i in range(request.n):
+            time.sleep(0.4)
+            rows.append([1, 2])
+            report_rows(i + 1)
+        return batch_from_lists(rows, request.rows(), 2)
+'''
+
+
+def test_a_worker_process_forwards_the_rows_its_engine_reports(tmp_path):
+    from speceq.inputs.cases import Case
+    from speceq.pipeline.collect.executors import ProcessExecutor
+    from speceq.pipeline.collect.sampling import EngineRecipe
+    from speceq.pipeline.plan import ChunkPlan
+    from speceq.store import ChunkKey
+
+    (tmp_path / "slow_reporter.py").write_text(SLOW_REPORTER)
+    case = Case(case_id="a", prompt_ids=(1, 2), params=SamplingParams(max_new_tokens=2), batch_size=1)
+    chunk = ChunkPlan("candidate", case, 0, 6, 1, ChunkKey.build("candidate", "a", 0, {"x": 1}))
+    recipe = EngineRecipe(spec=f"{tmp_path / 'slow_reporter.py'}:SlowReporter")
+    heard: list[int] = []
+    results = []
+    ProcessExecutor({"candidate": recipe}, workers=1, threads=1).run(
+        [chunk], lambda c: None, lambda c, b, s: results.append(b), _Stop(),
+        on_rows=lambda c, done: heard.append(done))
+    assert results[0].rows == 6
+    assert heard and heard == sorted(heard) and 1 <= heard[0] and heard[-1] <= 6  # at most one message a second
+    assert len(heard) <= 3

@@ -209,7 +209,8 @@ class ProcessExecutor:
             timeout_s: float | None = None, on_rows: OnRows | None = None) -> None:
         """Hand out ``chunks`` (chunks to sample, or oracle tasks) and pass each result to ``on_result``.
 
-        ``on_rows`` is not called: a worker process reports its chunk when it is done.
+        ``on_rows(chunk, done)``: rows the engine reports inside a chunk (a worker sends at most one
+        such message a second).
 
         A worker past ``timeout_s`` on one chunk, or still busy :data:`STOP_GRACE_S` after a
         Ctrl-C, is terminated with the pool (a timeout raises :func:`timed_out`).
@@ -259,6 +260,10 @@ class ProcessExecutor:
                         continue
                     if message[0] == "ready":  # start-up done: the chunk's own time starts now
                         w.ready, w.since = True, time.monotonic()
+                        continue
+                    if message[0] == "rows":  # rows done inside the chunk, as its engine reports them
+                        if on_rows is not None:
+                            on_rows(w.chunk, int(message[1]))
                         continue
                     chunk, (status, payload) = w.chunk, message
                     w.chunk = None

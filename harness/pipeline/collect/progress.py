@@ -11,7 +11,7 @@ While a chunk runs and its case had no line for 30 s, the line starts with what 
 sampling candidate slice 1 (125 rows), 45 s on it``, with the time left at the engine's pace
 once it has one), so a CI log is never silent for long. An engine that reports rows inside a
 chunk (:func:`speceq.engines.row_progress.report_rows`, called by the ``hf-*`` engines after each
-row or batch; serial collection only) makes that line say how far the chunk is, with the time
+row or batch; not on Ray) makes that line say how far the chunk is, with the time
 left at its pace within the chunk (``still sampling candidate slice 0: 120/500 rows, 2 min 00 s
 on it, about 6 min 20 s left``); other engines move chunk by chunk (``--chunk-size``).
 """
