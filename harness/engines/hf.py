@@ -128,6 +128,9 @@ class _HFEngine:
     name: str
     vocab_size: int
     eos_token_id: int | None
+    #: Remember the target's forwards across rows (engines/_prefill.py); off for the paths whose
+    #: rows have not been checked identical with it (tests/engines/test_hf_prefill.py).
+    _remember_forwards = True
 
     def __init__(self, target: Any, *, name: str, device: str, dtype: str, eos_token_id: Any) -> None:
         import torch
@@ -137,7 +140,7 @@ class _HFEngine:
         self.dtype = str(dtype)
         self._torch = torch
         self.target = load_causal_lm(target, role="target", device=self.device, dtype=self.dtype)
-        if _owned(target):
+        if _owned(target) and self._remember_forwards:
             remember_prefills(self.target)  # rows of one prompt prefill it once: _prefill.py
         self._target_label = _model_label(target, self.target)
         # vocabulary = the logits the model emits; EOS: option > generation_config > config > tokenizer

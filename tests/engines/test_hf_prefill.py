@@ -78,6 +78,13 @@ def test_switched_off_leaves_forward_alone(folders: tuple[Path, Path], monkeypat
     assert "forward" not in vars(engine.target)
 
 
+def test_paths_not_checked_with_the_memo_leave_the_forward_alone(folders: tuple[Path, Path]) -> None:
+    from speceq.engines.hf_paths import HFMTPEngine, HFUniversalEngine
+
+    assert HFUniversalEngine._remember_forwards is False and HFMTPEngine._remember_forwards is False
+    assert HFEarlyExitEngine._remember_forwards is True
+
+
 def test_a_model_object_given_by_the_caller_is_not_wrapped() -> None:
     model = tiny_llama(0)
     HFSampleEngine(model)
