@@ -122,11 +122,18 @@ class EquivalenceSession:
         self.report_written: Path | None = None
         self._engines: dict[tuple[str, str], Any] = {}
         self._engine_errors: dict[tuple[str, str], str] = {}
-        from speceq.pipeline.sharing import OracleShelf
-
-        #: The session's oracles, each scoring a row once for every check (pipeline/sharing.py).
-        self.shelf = OracleShelf()
+        self._shelf: Any = None
         self._shared_root: Path | None = None
+
+    @property
+    def shelf(self) -> Any:
+        """The session's oracles, each scoring a row once for every check (an ``OracleShelf`` of
+        pipeline/sharing.py, built on first use: loading the plugin imports nothing heavy)."""
+        if self._shelf is None:
+            from speceq.pipeline.sharing import OracleShelf
+
+            self._shelf = OracleShelf()
+        return self._shelf
 
     def shared_root(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
         """The folder of the chunks every check of the session shares (``<store>/shared``, or a session
