@@ -28,6 +28,7 @@ import numpy as np
 
 from speceq.core.params import SamplingParams
 from speceq.engines.base import PAD_OUT, SampleBatch, SampleRequest, batch_from_lists
+from speceq.engines.row_progress import report_rows
 from speceq.errors import ConfigError, EngineError
 from speceq.models.vocab import DEFAULT_SOURCE
 
@@ -166,6 +167,7 @@ class FunctionEngine:
         for i, prompt in enumerate(request.prompts):
             rows = _as_rows(self.fn(list(prompt), request.n, params, prompt_seed(request.seed, i)))
             per_prompt.append(self._check_rows(rows, i, request.n, request.params.max_new_tokens))
+            report_rows((i + 1) * request.n)
         layout = request.rows()
         ordered = [per_prompt[int(p)][j // len(request.prompts)] for j, p in enumerate(layout)]
         return batch_from_lists(

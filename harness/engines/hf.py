@@ -54,13 +54,21 @@ from typing import TYPE_CHECKING, Any
 from speceq.core.params import SamplingParams
 from speceq.engines._batching import check_prompts
 from speceq.engines._options import as_int
+from speceq.engines._prefill import remember_prefills
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
+from speceq.engines.row_progress import report_rows
 from speceq.errors import ConfigError, EngineError
 from speceq.models.hf_utils import load_causal_lm, model_eos_source, model_pad_id, model_vocab_size
 from speceq.models.torch_utils import derive_seed
 
 if TYPE_CHECKING:
     pass
+
+
+def _owned(spec: Any) -> bool:
+    """True when the engine loaded the model itself (a folder, a file or the bundled one), so it may
+    wrap its forward; a model object the caller passed in is left as it is."""
+    return spec is None or isinstance(spec, (str, Path))
 
 
 def _model_label(spec: Any, model: Any) -> str:
@@ -120,6 +128,9 @@ class _HFEngine:
     name: str
     vocab_size: int
     eos_token_id: int | None
+    #: Remember the target's forwards across rows (engines/_prefill.py); off for the paths whose
+    #: rows have not been checked identical with it (tests/engines/test_hf_prefill.py).
+    _remember_forwards = True
 
     def __init__(self, target: Any, *, name: str, device: str, dtype: str, eos_token_id: Any) -> None:
         import torch
@@ -129,6 +140,8 @@ class _HFEngine:
         self.dtype = str(dtype)
         self._torch = torch
         self.target = load_causal_lm(target, role="target", device=self.device, dtype=self.dtype)
+        if _owned(target) and self._remember_forwards:
+            remember_prefills(self.target)  # rows of one prompt prefill it once: _prefill.py
         self._target_label = _model_label(target, self.target)
         # vocabulary = the logits the model emits; EOS: option > generation_config > config > tokenizer
         self.vocab_size = model_vocab_size(self.target)
@@ -214,6 +227,7 @@ class HFSampleEngine(_HFEngine):
                 out = self.target.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
             new = out[:, width:].cpu().tolist()
             rows.extend(self._cut(r, params, start + i) for i, r in enumerate(new))
+            report_rows(len(rows))
         wall = time.perf_counter() - started
         info = {"engine": self.name, "batch_size": bs, "generate_calls": -(-len(prompt_of_row) // bs)}
         return batch_from_lists(rows, prompt_of_row, params.max_new_tokens, wall_time_s=wall, info=info)
@@ -293,6 +307,7 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
             with self._counting() as counts, self._seeded(derive_seed(request.seed, i)), torch.inference_mode():
                 out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
             rows.append(self._cut(out[0, ids.shape[1] :].cpu().tolist(), params, i))
+            report_rows(len(rows))
             if counts is None:
                 counted = False
             else:
@@ -383,6 +398,8 @@ class HFAssistedEngine(_RowLoopEngine):
         super().__init__(target, name=name, device=device, dtype=dtype, eos_token_id=eos_token_id)
         self.num_assistant_tokens = as_int(num_assistant_tokens, "num_assistant_tokens", minimum=1)
         self.draft = load_causal_lm(draft, role="draft", device=self.device, dtype=self.dtype)
+        if _owned(draft):
+            remember_prefills(self.draft)
         self._draft_label = _model_label(draft, self.draft)
         if model_vocab_size(self.draft) != self.vocab_size:
             raise ConfigError(

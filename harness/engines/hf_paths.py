@@ -158,6 +158,8 @@ class HFUniversalEngine(_RowLoopEngine):
     ``describe()["draft_head_in_id_order"]`` says which case a run was in.
     """
 
+    _remember_forwards = False  # not checked with remembered forwards (engines/_prefill.py)
+
     _limitation = "transformers runs universal speculative decoding at batch size 1 only; rows run one by one"
 
     def __init__(
@@ -318,6 +320,8 @@ class HFMTPEngine(_RowLoopEngine):
     the target's folder at every call, so an in-memory target is refused.
     """
 
+    _remember_forwards = False  # not checked with remembered forwards (engines/_prefill.py)
+
     _limitation = "transformers runs MTP speculation at batch size 1 only; rows run one by one"
 
     def __init__(
@@ -368,6 +372,8 @@ class HFDFlashEngine(_RowLoopEngine):
     last), ``mask_token_id`` (the noise token; default the target's pad id, else its last id),
     ``seed`` (default 0).
     """
+
+    _remember_forwards = False  # not checked with remembered forwards (engines/_prefill.py)
 
     _limitation = "transformers runs DFlash speculation at batch size 1 only; rows run one by one"
 
@@ -440,6 +446,8 @@ class HFMultiTokenEngine(_RowLoopEngine):
     assistant's argmax tokens, and the output law shifts. ``argmax`` hands the verifier the law the
     drafts really came from (a point mass at each drafted token): the workaround.
     """
+
+    _remember_forwards = False  # not checked with remembered forwards (engines/_prefill.py)
 
     _limitation = "transformers runs multi-token assisted generation at batch size 1 only; rows run one by one"
 

@@ -75,7 +75,7 @@ def speceq(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         root = session.settings.store / _safe_name(request.node.nodeid)
     else:
         root = tmp_path_factory.mktemp(_safe_name(request.node.name, limit=40, digest=False), numbered=True)
-    return EquivalenceChecker(session, request.node, root)
+    return EquivalenceChecker(session, request.node, root, shared=session.shared_root(tmp_path_factory))
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ from speceq.errors import ConfigError
 from speceq.inputs.cases import Case, cases_document
 from speceq.oracles.protocol import Oracle
 from speceq.pipeline.config import RESULT_FILE, RunConfig
+from speceq.pipeline.sharing import OracleShelf, link_folder, rows_scored
 from speceq.store.chunks import CHUNKS_DIR
 from speceq.verdicts.result import RunResult
 from speceq.verdicts.verdict import EXIT_USAGE, Verdict
@@ -348,11 +349,6 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _oracle_rows(oracle: Any) -> tuple[int, int]:
-    """(rows scored, rows answered from memory) so far by a remembering oracle."""
-    return int(oracle.scored_rows), int(oracle.reused_rows)
-
-
 def _count_chunks(folder: Path) -> int:
     return sum(1 for _ in folder.glob("*/slice-*.npz")) if folder.is_dir() else 0
 
@@ -365,7 +361,7 @@ class _Audit:
         self.log = log
         self.command = command
         self.baseline_engine: Engine | None = None
-        self.oracles: dict[str, Oracle] = {}
+        self.shelf = OracleShelf()
         self.shared_baseline = plan.out_dir / "baseline" / CHUNKS_DIR / "baseline"
         self.versions = package_versions()
         self.total = len(plan.methods) * len(plan.settings) * len(plan.shapes)
@@ -393,20 +389,8 @@ class _Audit:
 
     def link_baseline(self, cell_dir: Path) -> None:
         """Make the cell's ``chunks/baseline`` the audit's shared baseline folder (a relative link)."""
-        import os
-
-        self.shared_baseline.mkdir(parents=True, exist_ok=True)
-        chunks = cell_dir / CHUNKS_DIR
-        chunks.mkdir(parents=True, exist_ok=True)
-        link = chunks / "baseline"
-        if link.is_symlink():
-            if link.resolve() == self.shared_baseline.resolve():
-                return
-            link.unlink()
-        elif link.exists():
-            raise ConfigError(f"{link} is a folder of its own, not the audit's shared baseline: remove {cell_dir} "
-                              "or use another --out", where="audit store")
-        link.symlink_to(os.path.relpath(self.shared_baseline, chunks), target_is_directory=True)
+        link_folder(cell_dir / CHUNKS_DIR / "baseline", self.shared_baseline, where="audit store",
+                    what="the audit's shared baseline")
 
     def finished(self, method: AuditMethod, case: Case) -> AuditCell | None:
         """The cell of an earlier run of the same identity, if its cell.json and result.json are there."""
@@ -425,17 +409,7 @@ class _Audit:
 
     def oracle_for(self, config: RunConfig, engines: Mapping[str, Engine]) -> Oracle | None:
         """The shared (remembering) oracle of ``config``, built once per distinct oracle; None when off."""
-        spec = config.oracle_spec()
-        if spec is None:
-            return None
-        from speceq.oracles.build import make_oracle
-        from speceq.oracles.memo import RememberingOracle
-
-        oracle = make_oracle(spec, engines)
-        key = json.dumps(oracle.describe(), sort_keys=True, default=str)
-        if key not in self.oracles:
-            self.oracles[key] = RememberingOracle(oracle)
-        return self.oracles[key]
+        return self.shelf.oracle_for(config, engines)
 
     def run_cell(self, method: AuditMethod, engine: Engine, case: Case) -> AuditCell:
         from speceq.pipeline.runner import run
@@ -458,7 +432,7 @@ class _Audit:
         try:
             self.link_baseline(cell_dir)
             oracle = self.oracle_for(config, engines)
-            rows_before = _oracle_rows(oracle) if oracle is not None else (0, 0)
+            rows_before = rows_scored(oracle) if oracle is not None else (0, 0)
             result = run(config, [case], engines=engines, oracle=oracle)
         except KeyboardInterrupt:
             raise
@@ -469,7 +443,7 @@ class _Audit:
                                 baseline_sampled=_count_chunks(self.shared_baseline) - before,
                                 declared_lossy=engine.describe().get("lossless") is False)
         if oracle is not None:
-            scored, reused = (after - before for after, before in zip(_oracle_rows(oracle), rows_before))
+            scored, reused = (after - before for after, before in zip(rows_scored(oracle), rows_before))
             cell = AuditCell.from_dict({**cell.to_dict(), "oracle_rows_scored": scored, "oracle_rows_reused": reused})
         from speceq.store import write_json_atomic
 

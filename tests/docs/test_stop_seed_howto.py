@@ -1,5 +1,5 @@
-"""The examples of docs/how-to/test-your-engine.md#stop-strings, #structured-output and #per-case-seeds run and
-print what their comments say."""
+"""The examples of docs/how-to/test-your-engine.md#stop-strings, #structured-output, #per-case-seeds and
+#progress-inside-a-chunk run and print what their comments say."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def section_block(title: str) -> str:
 
 
 @pytest.mark.parametrize(("title", "prints"), [("Stop strings", 4), ("Structured output", 4),
-                                                     ("Per-case seeds", 2)])
+                                                     ("Per-case seeds", 2), ("Progress inside a chunk", 1)])
 def test_the_example_prints_what_its_comments_say(tmp_path, monkeypatch, title: str, prints: int) -> None:
     monkeypatch.chdir(tmp_path)
     block = section_block(title)

@@ -11,7 +11,10 @@ as ``--speceq-inconclusive`` (or ``inconclusive=``) says; ``equivalent`` passes.
 Settings resolve as :mod:`speceq.faces.pytest_support.options` describes (keyword > command
 line > marker > ini > default). Each check stores its samples in its own folder, named from
 the test id, the check's index in the test and a digest of what determines the samples, so
-a rerun with ``--speceq-store`` reuses them.
+a rerun with ``--speceq-store`` reuses them. Each case's chunk folders are links into the
+session's shared folders (:mod:`speceq.pipeline.sharing`: one per engine identity, case and
+seed), so a check whose baseline (or candidate) samples another check of the session already
+drew reuses them, and one oracle per distinct oracle scores each row once for the session.
 """
 
 from __future__ import annotations
@@ -73,10 +76,12 @@ class EquivalenceChecker:
     keyword overrides (command line > ``speceq_budget`` marker > ini > default).
     """
 
-    def __init__(self, session: EquivalenceSession, item: pytest.Item, store_root: Path) -> None:
+    def __init__(self, session: EquivalenceSession, item: pytest.Item, store_root: Path,
+                 shared: Path | None = None) -> None:
         self._session = session
         self._item = item
         self._store_root = store_root
+        self._shared = shared  # the session's shared chunk folders (None: this check's store only)
         self.settings: Settings = session.settings
         budget = _marker_budget(item)
         from_cli = self.settings.sources.get("samples") == "command line"
@@ -202,7 +207,13 @@ class EquivalenceChecker:
             near_tie_nats=self.settings.near_tie(), support_margin_nats=self.settings.support_margin(),
             sequential=self.settings.sequential if sequential is None else sequential,
         )
-        result = run_equivalence(config, case_list, engines=engines)
+        shared_oracle = None
+        if self._shared is not None:  # chunks and oracle scores shared with the session's other checks
+            from speceq.pipeline.sharing import share_case_chunks
+
+            share_case_chunks(self._shared, config, engines, case_list)
+            shared_oracle = self._session.shelf.oracle_for(config, engines)
+        result = run_equivalence(config, case_list, engines=engines, oracle=shared_oracle)
         if config.sequential:
             self.note(f"speceq check {index + 1}: sequential mode (anytime-valid, stops each case once decided)")
             for c in result.cases:

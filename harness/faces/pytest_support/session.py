@@ -124,6 +124,31 @@ class EquivalenceSession:
         self.report_written: Path | None = None
         self._engines: dict[tuple[str, str], Any] = {}
         self._engine_errors: dict[tuple[str, str], str] = {}
+        self._shelf: Any = None
+        self._shared_root: Path | None = None
+
+    @property
+    def shelf(self) -> Any:
+        """The session's oracles, each scoring a row once for every check (an ``OracleShelf`` of
+        pipeline/sharing.py, built on first use: loading the plugin imports nothing heavy)."""
+        if self._shelf is None:
+            from speceq.pipeline.sharing import OracleShelf
+
+            self._shelf = OracleShelf()
+        return self._shelf
+
+    def shared_root(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """The folder of the chunks every check of the session shares (``<store>/shared``, or a session
+        temporary folder without ``--speceq-store``); one per pytest-xdist worker, since two writers
+        must not clean up each other's partly written chunks."""
+        if self._shared_root is None:
+            worker = getattr(self.config, "workerinput", {}).get("workerid")
+            name = "shared" if worker is None else f"shared-{worker}"
+            if self.settings.store is not None:
+                self._shared_root = self.settings.store / name
+            else:
+                self._shared_root = tmp_path_factory.mktemp(f"speceq-{name}", numbered=True)
+        return self._shared_root
 
     @property
     def is_worker(self) -> bool:

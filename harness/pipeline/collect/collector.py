@@ -113,7 +113,8 @@ class ChunkCollector:
             before = self.sampled
             with StopRequest() as stop:  # only while sampling: elsewhere Ctrl-C interrupts at once
                 try:
-                    executor.run(missing, progress.started, store_chunk, stop, timeout_s=self._timeout)
+                    executor.run(missing, progress.started, store_chunk, stop, timeout_s=self._timeout,
+                                 on_rows=progress.rows)
                 except KeyboardInterrupt:
                     raise self._interrupted() from None
             if stop.requested and self.sampled - before < len(missing):

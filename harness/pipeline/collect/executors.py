@@ -49,6 +49,8 @@ POLL_S = 0.1
 
 OnStart = Callable[[Any], None]
 OnResult = Callable[[Any, SampleBatch, float], None]
+#: Rows done inside a running chunk (chunk, rows), as its engine reports them (serial executor only).
+OnRows = Callable[[Any, int], None]
 
 
 class StopFlag(Protocol):
@@ -61,7 +63,7 @@ class Executor(Protocol):
     description: str
 
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
-            timeout_s: float | None = None) -> None: ...
+            timeout_s: float | None = None, on_rows: OnRows | None = None) -> None: ...
 
 
 def timed_out(chunk: Any, engine: str, timeout_s: float) -> EngineError:
@@ -86,8 +88,8 @@ class _StopClock:
         return now - self.since >= STOP_GRACE_S
 
 
-def sample_on_thread(chunk: Any, engine: Engine, stop: StopFlag, timeout_s: float | None
-                     ) -> tuple[SampleBatch, float] | None:
+def sample_on_thread(chunk: Any, engine: Engine, stop: StopFlag, timeout_s: float | None,
+                     on_rows: OnRows | None = None) -> tuple[SampleBatch, float] | None:
     """Sample ``chunk`` on a daemon thread; the result, or None when a Ctrl-C's grace ran out (chunk abandoned).
 
     Raises the chunk's own error, :func:`timed_out` past ``timeout_s``, and KeyboardInterrupt
@@ -97,7 +99,7 @@ def sample_on_thread(chunk: Any, engine: Engine, stop: StopFlag, timeout_s: floa
 
     def work() -> None:
         try:
-            box["result"] = sample_chunk(chunk, engine)
+            box["result"] = sample_chunk(chunk, engine, on_rows)
         except BaseException as e:  # handed to the driver's thread, which raises it
             box["error"] = e
 
@@ -133,12 +135,12 @@ class SerialExecutor:
         return None
 
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
-            timeout_s: float | None = None) -> None:
+            timeout_s: float | None = None, on_rows: OnRows | None = None) -> None:
         for chunk in chunks:
             if stop.requested:
                 return
             on_start(chunk)
-            got = sample_on_thread(chunk, self.engines[chunk.role], stop, timeout_s)
+            got = sample_on_thread(chunk, self.engines[chunk.role], stop, timeout_s, on_rows)
             if got is None:  # Ctrl-C, and the chunk did not finish within the grace: abandoned
                 return
             on_result(chunk, *got)
@@ -204,8 +206,11 @@ class ProcessExecutor:
         return worker
 
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
-            timeout_s: float | None = None) -> None:
+            timeout_s: float | None = None, on_rows: OnRows | None = None) -> None:
         """Hand out ``chunks`` (chunks to sample, or oracle tasks) and pass each result to ``on_result``.
+
+        ``on_rows(chunk, done)``: rows the engine reports inside a chunk (a worker sends at most one
+        such message a second).
 
         A worker past ``timeout_s`` on one chunk, or still busy :data:`STOP_GRACE_S` after a
         Ctrl-C, is terminated with the pool (a timeout raises :func:`timed_out`).
@@ -255,6 +260,10 @@ class ProcessExecutor:
                         continue
                     if message[0] == "ready":  # start-up done: the chunk's own time starts now
                         w.ready, w.since = True, time.monotonic()
+                        continue
+                    if message[0] == "rows":  # rows done inside the chunk, as its engine reports them
+                        if on_rows is not None:
+                            on_rows(w.chunk, int(message[1]))
                         continue
                     chunk, (status, payload) = w.chunk, message
                     w.chunk = None

@@ -9,8 +9,11 @@ not in the pace), e.g.::
 
 While a chunk runs and its case had no line for 30 s, the line starts with what runs (``still
 sampling candidate slice 1 (125 rows), 45 s on it``, with the time left at the engine's pace
-once it has one), so a CI log is never silent for long. An engine reports nothing inside a
-chunk: the rows move chunk by chunk (``--chunk-size``).
+once it has one), so a CI log is never silent for long. An engine that reports rows inside a
+chunk (:func:`speceq.engines.row_progress.report_rows`, called by the ``hf-*`` engines after each
+row or batch; not on Ray) makes that line say how far the chunk is, with the time
+left at its pace within the chunk (``still sampling candidate slice 0: 120/500 rows, 2 min 00 s
+on it, about 6 min 20 s left``); other engines move chunk by chunk (``--chunk-size``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Progress(Protocol):
     def finished(self, chunk: ChunkLike) -> None: ...
     def reused(self, chunk: ChunkLike) -> None: ...
     def settle(self, case_id: str) -> None: ...
+    def rows(self, chunk: ChunkLike, done: int) -> None: ...
 
 
 def _group(chunk: ChunkLike) -> tuple[str, str]:
@@ -73,6 +77,9 @@ class NoProgress:
     def settle(self, case_id: str) -> None:
         return None
 
+    def rows(self, chunk: ChunkLike, done: int) -> None:
+        return None
+
 
 class BarProgress:
     """The rich progress bar over every row the run expects (terminals only)."""
@@ -97,6 +104,7 @@ class BarProgress:
             self._open[c.case.case_id] += c.n
         for c in done:
             self._open[c.case.case_id] -= c.n
+        self._inside: dict[int, int] = {}  # id(chunk) -> rows already advanced inside it
 
     def __enter__(self) -> BarProgress:
         self._bar.__enter__()
@@ -110,7 +118,15 @@ class BarProgress:
 
     def finished(self, chunk: ChunkLike) -> None:
         self._open[chunk.case.case_id] -= chunk.n
-        self._bar.advance(self._task, chunk.n)
+        self._bar.advance(self._task, chunk.n - self._inside.pop(id(chunk), 0))
+
+    def rows(self, chunk: ChunkLike, done: int) -> None:
+        """Rows done inside a running chunk: the bar moves by what is new."""
+        done = min(max(done, 0), chunk.n)
+        before = self._inside.get(id(chunk), 0)
+        if done > before:
+            self._inside[id(chunk)] = done
+            self._bar.advance(self._task, done - before)
 
     def reused(self, chunk: ChunkLike) -> None:
         self.finished(chunk)
@@ -167,6 +183,7 @@ class LineProgress:
         self._t0 = clock()
         self._last_line: dict[str, float] = {}  # case id -> time of its last line
         self._running: dict[int, tuple[ChunkLike, float]] = {}  # id(chunk) -> (chunk, start time)
+        self._inside: dict[int, int] = {}  # id(chunk) -> rows its engine reported done
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True) if heartbeat else None
@@ -209,6 +226,7 @@ class LineProgress:
         with self._lock:
             now = self._clock()
             self._running.pop(id(chunk), None)
+            self._inside.pop(id(chunk), None)
             rows = self._group(chunk)
             rows.done += chunk.n
             rows.sampled += chunk.n
@@ -220,6 +238,12 @@ class LineProgress:
         """A chunk found in the store: counted as done, no line."""
         with self._lock:
             self._group(chunk).done += chunk.n
+
+    def rows(self, chunk: ChunkLike, done: int) -> None:
+        """Rows done inside a running chunk, as its engine reports them (shown in the "still sampling" line)."""
+        with self._lock:
+            if id(chunk) in self._running:
+                self._inside[id(chunk)] = min(max(int(done), 0), chunk.n)
 
     def settle(self, case_id: str) -> None:
         """A case is decided before its last expected chunk: its engines count only what was collected."""
@@ -236,10 +260,17 @@ class LineProgress:
                 case_id = chunk.case.case_id
                 if now - since < LINE_INTERVAL_S or not self._may_print(case_id, now):
                     continue
-                text = f"still sampling {chunk.role} slice {chunk.slice_index} ({chunk.n} rows), {duration(now - since)} on it"
-                pace = self._group(chunk).pace()
-                if pace:
-                    text += f", about {duration(max(0.0, chunk.n / pace - (now - since)))} left at this engine's pace"
+                inside = self._inside.get(id(chunk))
+                if inside:  # the engine reports its rows: the chunk's own pace
+                    text = (f"still sampling {chunk.role} slice {chunk.slice_index}: {inside}/{chunk.n} rows, "
+                            f"{duration(now - since)} on it, about "
+                            f"{duration((chunk.n - inside) * (now - since) / inside)} left")
+                else:
+                    text = (f"still sampling {chunk.role} slice {chunk.slice_index} ({chunk.n} rows), "
+                            f"{duration(now - since)} on it")
+                    pace = self._group(chunk).pace()
+                    if pace:
+                        text += f", about {duration(max(0.0, chunk.n / pace - (now - since)))} left at this engine's pace"
                 self._case_line(case_id, now, running=text)
 
     def _beat(self) -> None:

@@ -80,9 +80,9 @@ class RayExecutor:
         return True
 
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,
-            timeout_s: float | None = None) -> None:
+            timeout_s: float | None = None, on_rows: Any = None) -> None:
         """Sample on Ray tasks; ``timeout_s`` must be None (:class:`~speceq.pipeline.config.RunConfig` refuses a
-        chunk timeout with Ray)."""
+        chunk timeout with Ray). ``on_rows`` is not called: a task reports its chunk when it is done."""
         if timeout_s is not None:
             raise ValueError("the Ray executor has no chunk timeout")
         if not chunks:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from speceq import errors
 from speceq.engines.base import Engine, SampleBatch
+from speceq.engines.row_progress import listen_rows
 from speceq.errors import ConfigError, EngineError, SpeceqError
 
 
@@ -87,14 +89,21 @@ def apply_worker_threads(threads: int) -> None:
     os.environ[THREADS_ENV] = str(threads)
 
 
-def sample_chunk(chunk: Any, engine: Engine) -> tuple[SampleBatch, float]:
-    """Sample one planned chunk; errors name the case, engine and slice. Returns (batch, seconds)."""
+def sample_chunk(chunk: Any, engine: Engine,
+                 on_rows: Callable[[Any, int], None] | None = None) -> tuple[SampleBatch, float]:
+    """Sample one planned chunk; errors name the case, engine and slice. Returns (batch, seconds).
+
+    ``on_rows(chunk, done)``: called when the engine reports rows done inside the chunk
+    (:func:`speceq.engines.row_progress.report_rows`).
+    """
     request = chunk.request()
     name = getattr(engine, "name", chunk.role)
     where = f"case {chunk.case.case_id!r}, {chunk.role} engine {name!r}, slice {chunk.slice_index}"
     t0 = time.perf_counter()
+    listener = None if on_rows is None else (lambda done: on_rows(chunk, done))
     try:
-        batch = engine.sample(request)
+        with listen_rows(listener):
+            batch = engine.sample(request)
     except EngineError as e:
         if e.case_id is None:
             raise EngineError(f"slice {chunk.slice_index}: {e}", engine=name, case_id=chunk.case.case_id) from e

@@ -5,15 +5,20 @@ Started by :class:`~speceq.pipeline.collect.executors.ProcessExecutor` as a plai
 need no ``if __name__ == "__main__"`` guard. Protocol over the two pipes (pickled
 messages): first ``(recipes, threads)``, answered with ``("ready", None)`` once the engines are
 built (the driver's chunk timeout counts from then, not through start-up), then chunks or oracle
-scoring tasks; each is answered with ``("ok", (batch or scores, seconds))`` or ``("error", ...)``;
-``None`` ends the worker.
+scoring tasks; each is answered with ``("ok", (batch or scores, seconds))`` or ``("error", ...)``,
+after any number of ``("rows", done)`` messages while a chunk runs (rows its engine reports
+done, :mod:`speceq.engines.row_progress`; at most one a second); ``None`` ends the worker.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+import time
 from multiprocessing.connection import Connection
+
+#: Seconds between two "rows done" messages of a worker (an engine may report every row).
+ROWS_EVERY_S = 1.0
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +40,14 @@ def main(argv: list[str]) -> int:
         except Exception:  # reported with its chunk, by the same call, when a chunk needs this engine
             pass
     writer.send(("ready", None))
+    last = [0.0]
+
+    def rows(chunk: object, done: int) -> None:  # rows inside a chunk, at most one message per ROWS_EVERY_S
+        now = time.monotonic()
+        if now - last[0] >= ROWS_EVERY_S:
+            last[0] = now
+            writer.send(("rows", done))
+
     while True:
         try:
             chunk = reader.recv()
@@ -42,7 +55,7 @@ def main(argv: list[str]) -> int:
             return 0
         if chunk is None:
             return 0
-        writer.send(run_task(chunk, recipes))
+        writer.send(run_task(chunk, recipes, rows))
 
 
 if __name__ == "__main__":

@@ -119,3 +119,20 @@ def test_make_progress_prints_plain_lines_when_stderr_is_not_a_terminal(capsys):
         progress.started(todo[0])
         progress.finished(todo[0])
     assert "speceq: case 'a': baseline 100/200 rows" in capsys.readouterr().err
+
+
+def test_rows_an_engine_reports_inside_a_chunk_show_in_the_still_sampling_line():
+    todo = chunks("candidate", "a", 1, n=500)
+    out, clock = io.StringIO(), _Clock()
+    p = LineProgress(todo, [], out, clock=clock, heartbeat=False)
+    p.started(todo[0])
+    clock.t = 60.0
+    p.rows(todo[0], 120)  # 120 rows in 60 s: 2 rows/s, 380 left
+    p.beat()
+    assert out.getvalue() == ("speceq: case 'a': still sampling candidate slice 0: 120/500 rows, 1 min 00 s on it, "
+                              "about 3 min 10 s left; candidate 0/500 rows; 1 min 00 s in all\n")
+    p.rows(todo[0], 9999)  # clipped to the chunk
+    clock.t = 100.0
+    p.finished(todo[0])
+    p.rows(todo[0], 10)  # after the chunk: ignored
+    assert out.getvalue().splitlines()[-1] == "speceq: case 'a': candidate 500/500 rows (done); 1 min 40 s in all"

@@ -1,0 +1,80 @@
+"""Seconds per row of the one-row-at-a-time ``hf-*`` engines on SmolLM2, with and without remembered forwards.
+
+transformers runs its speculative paths one row per ``generate()`` call. Every row used to
+recompute the prompt's prefill and every decoding step, even where an earlier row of the same
+case had made the same forward after the same tokens. ``speceq.engines._prefill`` remembers
+those forwards across rows (``SPECEQ_HF_PREFILL_MEMO=0`` turns it off). In one process, this
+script builds each engine twice, with the memo off ("before") and on ("after"), samples the
+same request (batch 1, one SmolLM2 chat case) with each, and prints CPU and wall seconds per
+row, their ratios, and whether the two sampled identical rows (exit status 1 if not).
+CPU time (``time.process_time``, 1 torch thread) is what is compared: a shared machine
+disturbs wall time far more.
+
+Needs ``speceq smollm2 prepare``. Usage::
+
+    python benchmarks/bench_hf_rows.py                       # hf-sample and hf-assisted, 24 rows, 2 and 6 tokens
+    python benchmarks/bench_hf_rows.py --rows 50 --tokens 6 --engines hf-assisted
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=24, help="rows per engine and setting (default 24)")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[2, 6], help="max_new_tokens values (default 2 6)")
+    parser.add_argument("--engines", nargs="+", default=["hf-sample", "hf-assisted"], choices=["hf-sample", "hf-assisted"])
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from speceq.core.params import SamplingParams
+    from speceq.engines._prefill import ENV_SWITCH
+    from speceq.engines.base import SampleRequest
+    from speceq.engines.hf import HFAssistedEngine, HFSampleEngine
+    from speceq.inputs.cases import smollm2_cases
+    from speceq.models.smollm2 import prepared
+
+    torch.set_num_threads(1)
+    world = prepared()
+    case = next(c for c in smollm2_cases() if c.case_id == "smol-repeat-t1-b1")
+    makers = {"hf-sample": lambda: HFSampleEngine(str(world.target)),
+              "hf-assisted": lambda: HFAssistedEngine(str(world.target), str(world.draft))}
+    print(f"case {case.case_id} (prompt {len(case.prompt_ids)} tokens, T = 1.0, batch 1), {args.rows} rows, "
+          f"seed {args.seed}, 1 torch thread; load average {os.getloadavg()[0]:.2f}")
+    print(f"{'engine':<12} {'tokens':>6} {'before s/row (CPU)':>19} {'after s/row (CPU)':>18} {'ratio CPU':>9} "
+          f"{'ratio wall':>10} {'mean len':>8} identical")
+    ok = True
+    for name in args.engines:
+        for tokens in args.tokens:
+            params = SamplingParams(temperature=1.0, max_new_tokens=tokens)
+            request = SampleRequest(prompts=(case.prompt_ids,), params=params, n=args.rows, seed=args.seed, batch_size=1)
+            got = {}
+            for setting, value in (("before", "0"), ("after", "1")):
+                os.environ[ENV_SWITCH] = value
+                engine = makers[name]()
+                wall0, cpu0 = time.perf_counter(), time.process_time()
+                batch = engine.sample(request)
+                got[setting] = (time.process_time() - cpu0, time.perf_counter() - wall0, batch)
+                del engine
+            (cpu_b, wall_b, before), (cpu_a, wall_a, after) = got["before"], got["after"]
+            same = (np.array_equal(before.tokens, after.tokens) and np.array_equal(before.lengths, after.lengths)
+                    and before.accepted_tokens == after.accepted_tokens)
+            ok &= same
+            print(f"{name:<12} {tokens:>6} {cpu_b / args.rows:>19.3f} {cpu_a / args.rows:>18.3f} {cpu_b / cpu_a:>8.2f}x "
+                  f"{wall_b / wall_a:>9.2f}x {before.lengths.mean():>8.2f} {same}", flush=True)
+    os.environ.pop(ENV_SWITCH, None)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

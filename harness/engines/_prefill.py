@@ -1,0 +1,191 @@
+"""Prompt prefills remembered across rows: the ``hf-*`` engines' one-row-at-a-time loops skip the repeated prefill.
+
+Transformers' speculative paths run one row per ``generate()`` call, so every row of a case
+prefills the same prompt again (the target's forward over the whole prompt, and for assisted
+generation the assistant's too): on a 54-token SmolLM2 chat prompt with a one-word answer that
+prefill is most of a row's time. :func:`remember_prefills` wraps a model's ``forward`` so that a
+prefill (a forward into an empty ``DynamicCache``) it has seen before, with the same inputs,
+returns the remembered logits and refills the new cache with the remembered keys and values
+instead of computing them again.
+
+Nothing changes but the time: the remembered tensors are the ones the same forward computed on
+the same inputs (a CPU or GPU forward is deterministic for fixed inputs, shapes and thread
+count), copied, so every later decoding step sees the same cache and logits bit for bit, and the
+random draws of ``generate()`` are untouched (a prefill draws none).
+``tests/engines/test_hf_prefill.py`` checks that the rows are identical with and without it.
+
+The key is every keyword of the forward (input ids, attention mask, positions, ...) plus the
+model's config and the identity of its weight tensors, so a draft forward through fewer layers
+(early exit) or a pruned head is never answered with another forward's result.
+Only the plain case is remembered: a ``DynamicCache`` of plain ``DynamicLayer`` layers, empty
+when the forward starts, no hidden states or attentions asked for, every keyword a tensor, a
+number, a string or None. Anything else passes through untouched. At most :data:`MAX_BYTES` of
+tensors are kept per model (least recently used first out).
+
+``SPECEQ_HF_PREFILL_MEMO=0`` turns it off (``benchmarks/bench_hf_rows.py`` times both).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections import OrderedDict
+from typing import Any
+
+#: Tensors kept per model (keys, values, logits of remembered prefills), in bytes.
+MAX_BYTES = 256 * 2**20
+#: Environment switch: ``0`` turns the memo off (for timing the engines without it).
+ENV_SWITCH = "SPECEQ_HF_PREFILL_MEMO"
+_CACHE_KEYWORDS = ("cache", "past_key_values")
+_PASS_THROUGH_FLAGS = ("output_hidden_states", "output_attentions")
+#: Attribute of a DynamicCache: (digest of its history, its length then).
+_HISTORY_ATTR = "_speceq_history"
+
+
+def memo_enabled() -> bool:
+    """False when ``SPECEQ_HF_PREFILL_MEMO`` is ``0`` (read at each engine's construction)."""
+    return os.environ.get(ENV_SWITCH, "1").strip() != "0"
+
+
+def _key_part(value: Any) -> Any:
+    """A hashable, exact stand-in for a keyword value; raises TypeError for a value not handled."""
+    import torch
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return (type(value).__name__, value)
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        return ("tensor", str(t.dtype), tuple(t.shape), t.numpy().tobytes())
+    raise TypeError(type(value).__name__)
+
+
+def _model_state(model: Any) -> tuple[str, tuple[int, ...]]:
+    """What else a forward depends on: the model's config (transformers' early exit lowers
+    ``num_hidden_layers`` for the draft's forward) and which weight tensors it holds (an assistant
+    whose head transformers prunes in place gets new ones)."""
+    config = getattr(model, "config", None)
+    return repr(sorted(vars(config).items(), key=lambda kv: kv[0])) if config is not None else "", tuple(
+        p.data_ptr() for p in model.parameters())
+
+
+class PrefillMemo:
+    """The remembered forwards of one model (see the module docstring); ``hits`` / ``misses`` count them.
+
+    Each ``DynamicCache`` a forward writes into carries a digest of its history (every forward's
+    keywords since it was empty, and every crop); a forward is answered from memory when the same
+    keywords follow the same history, by appending the remembered new keys and values.
+    """
+
+    def __init__(self, model: Any, max_bytes: int = MAX_BYTES) -> None:
+        self.model = model
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[bytes, tuple[type, dict[str, Any], list[tuple[Any, Any]], int]] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def _usable_cache(self, kwargs: dict[str, Any]) -> tuple[str, Any] | None:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+
+        names = [k for k in _CACHE_KEYWORDS if kwargs.get(k) is not None]
+        if len(names) != 1:
+            return None
+        cache = kwargs[names[0]]
+        if type(cache) is not DynamicCache or getattr(cache, "offloading", False):
+            return None
+        if any(type(layer) is not DynamicLayer for layer in cache.layers):
+            return None
+        if any(kwargs.get(flag) for flag in _PASS_THROUGH_FLAGS) or kwargs.get("inputs_embeds") is not None:
+            return None
+        return names[0], cache
+
+    @staticmethod
+    def _history(cache: Any) -> bytes | None:
+        """The digest of what ``cache`` holds: its forwards since empty and its crops; None: unknown."""
+        length = cache.get_seq_length()
+        if length == 0:
+            return b"empty"
+        known = getattr(cache, _HISTORY_ATTR, None)
+        if known is None:
+            return None
+        digest, recorded = known
+        if length == recorded:
+            return digest
+        if length < recorded:  # transformers cropped it (rejected drafts): a crop of a known history
+            return hashlib.sha256(digest + f"crop {length}".encode()).digest()
+        return None
+
+    def call(self, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``forward(*args, **kwargs)``, or its remembered result when this forward followed this history before."""
+        found = None if args else self._usable_cache(kwargs)
+        if found is None:
+            return forward(*args, **kwargs)
+        name, cache = found
+        history = self._history(cache)
+        if history is None:
+            return forward(*args, **kwargs)
+        try:
+            parts = (_model_state(self.model), tuple(sorted((k, _key_part(v)) for k, v in kwargs.items() if k != name)))
+        except TypeError:
+            setattr(cache, _HISTORY_ATTR, None)
+            return forward(*args, **kwargs)
+        key = hashlib.sha256(history + repr(parts).encode()).digest()
+        before = [layer.get_seq_length() for layer in cache.layers]
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            out_type, fields, layers, _ = entry
+            for index, (k, v) in enumerate(layers):
+                cache.update(k.clone(), v.clone(), index)
+            setattr(cache, _HISTORY_ATTR, (key, cache.get_seq_length()))
+            return out_type(**{f: v.clone() for f, v in fields.items()}, **{name: cache})
+        self.misses += 1
+        out = forward(*args, **kwargs)
+        setattr(cache, _HISTORY_ATTR, (key, cache.get_seq_length()))
+        self._remember(key, out, name, cache, before)
+        return out
+
+    def _remember(self, key: bytes, out: Any, name: str, cache: Any, before: list[int]) -> None:
+        import torch
+
+        layers = cache.layers
+        if len(layers) < len(before) or any(layer.get_seq_length() < n for layer, n in zip(layers, before)):
+            return
+        try:
+            fields = {f: v for f, v in out.items() if f != name}
+        except AttributeError:
+            return
+        if any(v is not None and not isinstance(v, torch.Tensor) for v in fields.values()) or out.get(name) is not cache:
+            return
+        starts = [*before, *[0] * (len(layers) - len(before))]
+        saved_fields = {f: v.detach().clone() for f, v in fields.items() if v is not None}
+        saved_layers = [(layer.keys[..., n:, :].detach().clone(), layer.values[..., n:, :].detach().clone())
+                        for layer, n in zip(layers, starts)]
+        size = sum(t.numel() * t.element_size() for t in saved_fields.values())
+        size += sum(t.numel() * t.element_size() for kv in saved_layers for t in kv)
+        if size > self.max_bytes:
+            return
+        self._entries[key] = (type(out), saved_fields, saved_layers, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (_, _, _, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped
+
+
+def remember_prefills(model: Any) -> PrefillMemo | None:
+    """Wrap ``model.forward`` (on this instance) with a :class:`PrefillMemo`; None when switched off or
+    already wrapped. The wrapper keeps the forward's signature (transformers inspects it)."""
+    if not memo_enabled() or getattr(model, "_speceq_prefill_memo", None) is not None:
+        return None
+    memo = PrefillMemo(model)
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return memo.call(original, args, kwargs)
+
+    model.forward = forward
+    model._speceq_prefill_memo = memo
+    return memo
