@@ -12,7 +12,8 @@ bundled byte-level target (``harness/models/target``: Llama, hidden 128, 4 layer
 - ``eagle3``: an EAGLE-3 head (``Eagle3LlamaForCausalLM``): ``fc`` over three of the target's
   hidden states (3 x hidden -> hidden), one decoder layer ``midlayer.*`` whose attention reads
   2 x hidden (token embedding and hidden state), ``hidden_norm``, ``norm`` and its own ``lm_head``
-  over the full vocabulary (``draft_vocab_size`` = 259, so no ``d2t`` map).
+  over the full vocabulary (``draft_vocab_size`` = 259, so no ``d2t`` map); the three target layers
+  are named in ``eagle_aux_hidden_state_layer_ids`` (1, 2, 3).
 - ``medusa``: ``MedusaModel`` (``model_type: medusa``), 3 heads of one residual block each
   (``blocks.{h}.layers.0``) and their own LM heads (``lm_heads.{h}``).
 - ``mtp``: vLLM runs MTP only on targets whose architecture has MTP layers. This folder is a
@@ -43,7 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 TARGET_DIR = REPO / "harness" / "models" / "target"
 #: The methods with a head built here, and their cache keys (bump the suffix when a recipe changes).
-HEAD_KEYS: dict[str, str] = {"eagle": "vllm-eagle-head-v2", "eagle3": "vllm-eagle3-head-v1",
+HEAD_KEYS: dict[str, str] = {"eagle": "vllm-eagle-head-v2", "eagle3": "vllm-eagle3-head-v2",
                              "medusa": "vllm-medusa-head-v1", "mtp": "vllm-mimo-mtp-v1"}
 #: Tokenizer files copied from the target into every folder.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
@@ -80,7 +81,11 @@ def head_config(method: str, target: dict[str, Any] | None = None) -> dict[str, 
     if method == "eagle":
         return _llama_head_config(t, "LlamaForCausalLM")
     if method == "eagle3":
-        return _llama_head_config(t, "LlamaForCausalLM", draft_vocab_size=vocab, target_hidden_size=h)
+        # three distinct target layers (vLLM's default for a 4-layer target, (2, 2, 1), names one twice and
+        # then hands fc two hidden states instead of three)
+        layers = int(t["num_hidden_layers"])
+        return _llama_head_config(t, "LlamaForCausalLM", draft_vocab_size=vocab, target_hidden_size=h,
+                                  eagle_aux_hidden_state_layer_ids=[1, layers // 2, layers - 1])
     if method == "medusa":
         return {"architectures": ["MedusaModel"], "model_type": "medusa", "hidden_size": h, "vocab_size": vocab,
                 "num_heads": MEDUSA_HEADS, "num_hidden_layers": 1, "torch_dtype": "float32"}

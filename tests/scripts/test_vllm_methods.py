@@ -42,6 +42,8 @@ def test_head_configs_match_the_bundled_target(heads) -> None:
     assert heads.head_config("eagle")["architectures"] == ["LlamaForCausalLM"]  # vLLM makes it EagleLlamaForCausalLM
     eagle3 = heads.head_config("eagle3")
     assert (eagle3["num_hidden_layers"], eagle3["draft_vocab_size"], eagle3["target_hidden_size"]) == (1, 259, 128)
+    aux = eagle3["eagle_aux_hidden_state_layer_ids"]  # three distinct layers of the 4-layer target, as fc reads 3 x 128
+    assert len(set(aux)) == 3 and all(0 < i < target["num_hidden_layers"] for i in aux)
     medusa = heads.head_config("medusa")
     assert (medusa["model_type"], medusa["architectures"], medusa["num_heads"]) == ("medusa", ["MedusaModel"], 3)
     mtp = heads.head_config("mtp")
@@ -161,3 +163,15 @@ def test_servers_file_names_the_plain_server_and_the_methods_that_started(method
     doc = methods.servers_document("http://127.0.0.1:18400", "/t", [started, refused])
     assert doc["servers"] == [{"name": "plain", "url": "http://127.0.0.1:18400", "model": "/t", "plain": True},
                               {"name": "eagle", "url": "http://127.0.0.1:18404", "model": "/t"}]
+
+
+def test_a_later_run_replaces_its_rows_and_keeps_the_others_in_row_order(methods) -> None:
+    def o(row: str, status: str) -> object:
+        return methods.MethodOutcome(row, {}, "/t", status)
+
+    earlier = [o("ngram", "started"), o("eagle", "refused"), o("suffix", "refused")]
+    now = [o("eagle-patched", "started"), o("eagle", "started")]
+    merged = methods.merge_outcomes(earlier, now)
+    assert [(m.method, m.status) for m in merged] == [("ngram", "started"), ("suffix", "refused"),
+                                                      ("eagle", "started"), ("eagle-patched", "started")]
+    assert methods.build_parser().parse_args(["--patch-expand"]).patch_expand
