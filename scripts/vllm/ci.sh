@@ -30,7 +30,8 @@
 #    draft) / patched ngram, and the top-K server oracle on its temperature-1 cases.
 # 9. (optional, SPECEQ_VLLM_METHODS=1; off by default) every --speculative-config method of the build
 #    served and audited (scripts/vllm/methods.py, docs/measurements/conformance.md): a refused method
-#    is a result, not a failure; the step fails only when the script does (exit != 0).
+#    is a result, not a failure; the step fails only when the script does (exit != 0). About 25 minutes
+#    on the 2-core CPU machine (2026-12-07: 2-4 min per server start, 10-55 s per method's audit).
 # Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
 #
 # Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model ngram-patched; default all three),

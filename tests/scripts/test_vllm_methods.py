@@ -175,3 +175,19 @@ def test_a_later_run_replaces_its_rows_and_keeps_the_others_in_row_order(methods
     assert [(m.method, m.status) for m in merged] == [("ngram", "started"), ("suffix", "refused"),
                                                       ("eagle", "started"), ("eagle-patched", "started")]
     assert methods.build_parser().parse_args(["--patch-expand"]).patch_expand
+
+
+def test_the_conformance_pages_commands_parse_and_name_known_methods_and_settings(methods) -> None:
+    import shlex
+
+    from speceq.pipeline.audit import SETTINGS, SHAPES
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "measurements" / "conformance.md").read_text()
+    commands = [shlex.split(line.split("python scripts/vllm/methods.py", 1)[1])
+                for line in page.replace("\\\n", " ").splitlines() if line.startswith("python scripts/vllm/methods.py")]
+    assert len(commands) == 2
+    for words in commands:
+        args = methods.build_parser().parse_args(words)
+        assert set(args.methods.split(",")) <= set(methods.METHODS)
+        assert set(args.settings.split(",")) <= {s.name for s in SETTINGS}
+        assert set(args.shapes.split(",")) <= {s.name for s in SHAPES}
