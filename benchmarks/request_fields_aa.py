@@ -8,21 +8,25 @@ with that same processed law given the row's history. Each run is one call of th
 :func:`speceq.pipeline.analysis.analyse_run` over four cases, one per field family (every primary
 test, the run-level pooled tests, Holm over the run, the decision):
 
-- ``penalties-vllm``: repetition 1.3 (prompt and generated tokens), frequency 0.4, presence 0.5, vllm order;
+- ``penalties-vllm``: repetition 1.5 (prompt and generated tokens), frequency 0.8, presence 0.8, vllm order;
 - ``min-p``: min_p 0.1 at temperature 0.7;
 - ``logit-bias``: +2 and -3 on head tokens, -100 on the most likely one (banned in practice);
 - ``hf-order``: repetition 1.2, top-k 40, top-p 0.9, min_p 0.05 at temperature 0.8, transformers' order.
 
 A run is a false alarm when its verdict is ``shifted``; the count is compared with alpha through
 P(X >= k), X ~ Binomial(runs, alpha). ``--wrong``: the control that the check can fail -- the
-oracle scores with a wrong law (``history``: the penalties see the prompt but not the row's
-generated tokens, a verifier whose history is never advanced; ``bias``: logit_bias dropped), so
-runs must come out ``shifted``.
+candidate engine draws from a wrong law (``history``: its penalties see the prompt but not the
+row's generated tokens, a verifier whose history is never advanced; ``bias``: logit_bias
+dropped), so runs must come out ``shifted``. With ``--wrong-side oracle`` the oracle scores both
+engines with that wrong law instead: the primary oracle tests compare the candidate with the
+baseline through the oracle, so a wrong oracle shared by two equal engines is no shift; the last
+column counts the runs where the secondary one-sample PIT test (candidate vs oracle) sees it.
 
 Usage::
 
-    python benchmarks/request_fields_aa.py --runs 400            # A/A, alpha 1e-3
+    python benchmarks/request_fields_aa.py --runs 100000 --minutes 21   # A/A, alpha 1e-3, for 21 minutes
     python benchmarks/request_fields_aa.py --runs 5 --wrong history
+    python benchmarks/request_fields_aa.py --runs 3 --wrong history --wrong-side oracle
 """
 
 from __future__ import annotations
@@ -244,6 +248,15 @@ def aa_runs(model: ProcessedMarkov, runs: int, samples: int, seed: int = 0, wron
     return shifted, why, results
 
 
+def one_sample_alarm(result: Any, alpha: float = ALPHA) -> bool:
+    """Whether a case's one-sample (candidate vs oracle) PIT Anderson-Darling test has p < alpha.
+
+    A secondary test: it is where an oracle that is wrong for both engines alike shows, since the
+    primary oracle tests compare the candidate with the baseline through the oracle.
+    """
+    return any(t.name == "PIT Anderson-Darling" and t.pvalue < alpha for c in result.cases for t in c.tests)
+
+
 def binomial_tail(k: int, runs: int, alpha: float = ALPHA) -> float:
     """P(X >= k) for X ~ Binomial(runs, alpha): small means more false alarms than an alpha-level decision gives."""
     return float(sps.binom.sf(k - 1, runs, alpha)) if k else 1.0
@@ -265,22 +278,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{time.time() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
     model = bundled_model()
-    done, shifted, why = 0, 0, Counter()
+    done, shifted, why, one_sample = 0, 0, Counter(), 0
     block = 10  # runs per block; the time limit is checked between blocks, each with its own seed
     while done < args.runs and not (args.minutes and time.time() - t0 > 60 * args.minutes):
         n = min(block, args.runs - done)
-        k, w, _ = aa_runs(model, n, args.samples, seed=args.seed * 1_000_003 + done, wrong=args.wrong,
+        k, w, results = aa_runs(model, n, args.samples, seed=args.seed * 1_000_003 + done, wrong=args.wrong,
                           wrong_side=args.wrong_side)
         done, shifted = done + n, shifted + k
         why.update(w)
+        one_sample += sum(one_sample_alarm(r) for r in results)
         say(f"{done} runs, {shifted} shifted")
     band = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / done)
     label = f"wrong {args.wrong_side} ({args.wrong})" if args.wrong else "A/A: engines and oracle exact"
-    print(f"| world | runs | `shifted` runs | rate | 3-sigma band at alpha {ALPHA:g} | P(X >= k) | decided by |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| world | runs | `shifted` runs | rate | 3-sigma band at alpha {ALPHA:g} | P(X >= k) | decided by | "
+          f"runs with a one-sample PIT AD p < {ALPHA:g} |")
+    print("|---|---|---|---|---|---|---|---|")
     decided = "; ".join(f"{n}: {c}" for n, c in why.most_common(4)) or "—"
     print(f"| {label} | {done} | {shifted} | {shifted / done:.4f} | {band:.4f} | {binomial_tail(shifted, done):.2f} | "
-          f"{decided} |")
+          f"{decided} | {one_sample} |")
     say("done")
     return 0
 
