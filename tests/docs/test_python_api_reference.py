@@ -17,7 +17,7 @@ BLOCKS = [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)^\s*```", PAG
 
 
 def test_the_saved_result_example_prints_each_tests_kind_effect_and_the_dataframe(tmp_path: Path) -> None:
-    (block,) = [b for b in BLOCKS if "RunResult.from_json" in b]
+    (block,) = [b for b in BLOCKS if "RunResult.from_json" in b and "to_dataframe" in b]
     shutil.copy(REPO / "examples" / "result-example.json", tmp_path / "result.json")
     out, names = io.StringIO(), {}
     cwd = Path.cwd()
