@@ -424,7 +424,15 @@ def plain_case_summary(case: CaseResult, alpha: float) -> str:
 
 def plain_run_summary(result: RunResult) -> str:
     """The run's verdict as an answer to the user's question, in plain words (names the cases that differ or need
-    more draws)."""
+    more draws). With a numerics control, the candidate is compared with the control, and the numerics drift found
+    between the control and the baseline follows in its own sentence."""
+    control = result.numerics_control
+    if control is None:
+        return _plain_run_verdict(result, "the baseline")
+    return f"{_plain_run_verdict(result, 'the numerics control (the baseline at its numerics)')} {control.words()}"
+
+
+def _plain_run_verdict(result: RunResult, reference: str) -> str:
     cases = result.cases
     n = min((min(c.n_baseline, c.n_candidate) for c in cases), default=0)
     shifted = [c.case_id for c in cases if c.verdict == "shifted"]
@@ -436,10 +444,10 @@ def plain_run_summary(result: RunResult) -> str:
                 "worse-looking answer from the candidate is a different draw, not a different engine.")
     if result.verdict == "shifted":
         if not shifted:
-            return ("The candidate samples different answers from the baseline: no case shows it alone, but pooled "
+            return (f"The candidate samples different answers from {reference}: no case shows it alone, but pooled "
                     f"over the cases a comparison rejects ({result.pooled_reason.split(':')[0]}).")
         which = f"{len(shifted)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
-        return (f"The candidate samples different answers from the baseline in {which} ({', '.join(shifted)}): a "
+        return (f"The candidate samples different answers from {reference} in {which} ({', '.join(shifted)}): a "
                 "correct speculative decoder would not.")
     need = max((c.required_n for c in open_ if c.required_n is not None), default=None)
     more = f"; about {need:,} draws per engine would decide" if need is not None else ""
@@ -554,6 +562,11 @@ def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any)
             args += ["--oracle-dtype", str(settings["oracle_dtype"])]
         if settings.get("certificate", "tv") != "tv":
             args += ["--certificate", str(settings["certificate"])]
+    control = settings.get("numerics_control")
+    if control:
+        args += ["--numerics-control"] + ([] if control == "auto" else [str(control)])
+        for k, v in dict(settings.get("control_options") or {}).items():
+            args += ["--control-option", f"{k}={v}"]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("near_tie_nats", "--near-tie-nats"), ("out_dir", "--out")):

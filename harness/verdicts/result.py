@@ -16,6 +16,7 @@ from typing import Any
 from speceq.stats.results import Effect
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.kinds import TestKind
+from speceq.verdicts.numerics_drift import NumericsControl
 from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
 
 #: The ``case_id`` of the run-level pooled tests in :meth:`RunResult.to_dataframe` (no case has it: ids are
@@ -230,6 +231,8 @@ class RunResult:
     pooled_tests: tuple[TestOutcome, ...] = ()
     pooled_reason: str = ""
     certificate: str = "tv"  # what an equivalent verdict certifies (--certificate): "tv" or "pit-law"
+    #: the numerics control's finding (--numerics-control): control against baseline per case; None without one
+    numerics_control: NumericsControl | None = None
 
     @property
     def exit_code(self) -> int:
@@ -242,7 +245,8 @@ class RunResult:
         pooled = f"; {self.pooled_reason}" if self.pooled_reason else ""
         rule = (f"certificate pit-law, PIT-law bound<{self.tolerance:g}" if self.certificate == "pit-law"
                 else f"tolerance TV<{self.tolerance:g}")
-        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, {rule}){pooled}"
+        against = "; candidate against the numerics control" if self.numerics_control is not None else ""
+        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, {rule}{against}){pooled}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (verdicts as their words), for JSON and for pickling across processes."""
@@ -255,7 +259,9 @@ class RunResult:
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
         pooled = tuple(TestOutcome.from_dict(t) for t in d.get("pooled_tests", ()))
-        return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ())), "pooled_tests": pooled})
+        control = d.get("numerics_control")
+        return cls(**{**d, "cases": cases, "notes": tuple(d.get("notes", ())), "pooled_tests": pooled,
+                      "numerics_control": None if control is None else NumericsControl.from_dict(control)})
 
     @classmethod
     def from_json(cls, text: str) -> RunResult:
