@@ -69,7 +69,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "options (or, given a URL, the baseline server at that second plain endpoint). The candidate "
                         "is compared with the control (the verdict: a speculation shift) and the control with the "
                         "baseline (numerics drift, reported with its size); fixed-size runs only "
-                        "(docs/how-to/test-your-engine.md#numerics-control). Default: off")
+                        "(docs/how-to/numerics-control.md). Default: off")
     g.add_argument("--control-option", action="append", default=[], metavar="K=V",
                    help="numerics control engine option, over the baseline's and the candidate's dtype/device "
                         "(repeatable; needs --numerics-control)")
