@@ -119,10 +119,14 @@ def name_numerics(result: RunResult) -> RunResult:
     if b is None or c is None or b == c:
         return result
     hint = numerics_differ_hint(numerics_words(b), numerics_words(c))
-    cases = tuple(dataclasses.replace(x, reason=f"{x.reason} [{hint}]") if x.verdict == Verdict.SHIFTED else x
+
+    def named(reason: str) -> str:  # idempotent: a sequential run names the reasons it decided after the analysis did
+        return reason if not reason or hint in reason else f"{reason} [{hint}]"
+
+    cases = tuple(dataclasses.replace(x, reason=named(x.reason)) if x.verdict == Verdict.SHIFTED else x
                   for x in result.cases)
-    pooled = f"{result.pooled_reason} [{hint}]" if result.pooled_reason else ""
-    return dataclasses.replace(result, cases=cases, pooled_reason=pooled, notes=(*result.notes, hint))
+    notes = result.notes if hint in result.notes else (*result.notes, hint)
+    return dataclasses.replace(result, cases=cases, pooled_reason=named(result.pooled_reason), notes=notes)
 
 
 class ScoreOnce:

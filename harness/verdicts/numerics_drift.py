@@ -46,7 +46,8 @@ class CaseDrift:
         size = "" if self.tv_estimate is None or self.tv_upper_bound is None else \
             f" (TV estimate {self.tv_estimate:.3f}, upper bound {self.tv_upper_bound:.3f})"
         if self.verdict == Verdict.SHIFTED:
-            return f"{self.case_id}: numerics drift: the control differs from the baseline{size}: {self.reason}"
+            return (f"{self.case_id}: numerics drift: the control differs from the baseline{size}: {self.reason} "
+                    "(in this comparison the control is the 'candidate')")
         if self.verdict == Verdict.EQUIVALENT:
             return f"{self.case_id}: no numerics drift beyond the tolerance{size}"
         return f"{self.case_id}: no numerics drift detected, not certified below the tolerance{size}"

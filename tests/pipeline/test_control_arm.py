@@ -146,3 +146,11 @@ def test_the_flag_parses_and_the_rerun_command_keeps_it() -> None:
     cfg = RunConfig(numerics_control="auto", control_options={"threads": 2})
     command = settings_rerun_command(cfg.settings(), 900, world_case())
     assert "--numerics-control --control-option threads=2 --samples 900" in command
+
+
+def test_a_sequential_run_names_the_numerics_once_in_its_shifted_reason(tmp_path: Path) -> None:
+    result = run_world(tmp_path, control=False, sequential=True)
+    (case,) = result.cases
+    assert result.verdict == "shifted" and case.reason.startswith("sequential:")
+    assert case.reason.count("--numerics-control") == 1, case.reason
+    assert sum("--numerics-control" in note for note in result.notes) == 1
