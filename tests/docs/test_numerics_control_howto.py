@@ -1,4 +1,4 @@
-"""The example of docs/how-to/numerics-control.md runs and prints what its comments say (bf16 models, ~2 min)."""
+"""The example of docs/how-to/numerics-control.md runs and prints what its comments say (bf16 models, ~1 min)."""
 
 from __future__ import annotations
 
