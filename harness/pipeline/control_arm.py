@@ -45,6 +45,7 @@ from speceq.verdicts.numerics_drift import (
     against_control,
     numerics_differ_hint,
     numerics_words,
+    pooled_against_control,
 )
 from speceq.verdicts.result import RunResult
 from speceq.verdicts.verdict import Verdict
@@ -211,7 +212,7 @@ def analyse_with_control(config: RunConfig, cases: Sequence[Case], rows: Mapping
     return dataclasses.replace(
         shift, cases=cases_out, engines={**shift.engines, "baseline": config_of["baseline"],
                                          CONTROL_ROLE: config_of[CONTROL_ROLE]},
-        pooled_reason=against_control(shift.pooled_reason, control_words) if shift.pooled_reason else "",
+        pooled_reason=pooled_against_control(shift.pooled_reason, control_words) if shift.pooled_reason else "",
         numerics_control=found, notes=(*shift.notes, found.words()))
 
 

@@ -104,6 +104,13 @@ def against_control(reason: str, control: str) -> str:
             f"{control}; it stands in the baseline's place in what follows): {reason}")
 
 
+def pooled_against_control(reason: str, control: str) -> str:
+    """A run-level pooled reason of the candidate-against-control comparison: the test's words first (faces read the
+    test's name before the first colon), what it compared after."""
+    return (f"{reason} [against the numerics control, the baseline engine at the candidate's numerics ({control}), "
+            "in the baseline's place]")
+
+
 def numerics_differ_hint(baseline: str, candidate: str) -> str:
     """What a shifted reason adds when the engines declare different numerics and the run has no control."""
     return (f"the engines declare different numerics (baseline {baseline}, candidate {candidate}): this shift may be "
@@ -112,4 +119,4 @@ def numerics_differ_hint(baseline: str, candidate: str) -> str:
 
 
 __all__ = ["CONTROL_FLAG", "CaseDrift", "NumericsControl", "against_control", "numerics_differ_hint",
-           "numerics_words"]
+           "numerics_words", "pooled_against_control"]

@@ -154,3 +154,12 @@ def test_a_sequential_run_names_the_numerics_once_in_its_shifted_reason(tmp_path
     assert result.verdict == "shifted" and case.reason.startswith("sequential:")
     assert case.reason.count("--numerics-control") == 1, case.reason
     assert sum("--numerics-control" in note for note in result.notes) == 1
+
+
+def test_a_pooled_rejection_against_the_control_keeps_the_tests_name_first() -> None:
+    from speceq.verdicts.numerics_drift import pooled_against_control
+
+    reason = "pooled draft ratio comparison rejects, Holm-adjusted p=4.6e-08 <= alpha=0.001: some case's ..."
+    said = pooled_against_control(reason, "bfloat16 on cpu")
+    assert said.split(":")[0] == "pooled draft ratio comparison rejects, Holm-adjusted p=4.6e-08 <= alpha=0.001"
+    assert "numerics control" in said and "bfloat16 on cpu" in said
