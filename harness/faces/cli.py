@@ -65,6 +65,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--candidate", default="reference", metavar="SPEC", help="candidate engine. Default: %(default)s")
     g.add_argument("--baseline-option", action="append", default=[], metavar="K=V", help="baseline engine option (repeatable)")
     g.add_argument("--candidate-option", action="append", default=[], metavar="K=V", help="candidate engine option (repeatable)")
+    g.add_argument("--numerics-control", nargs="?", const="auto", default=None, metavar="URL",
+                   help="add a third engine, the control: the baseline engine with the candidate's dtype and device "
+                        "options (or, given a URL, the baseline server at that second plain endpoint). The candidate "
+                        "is compared with the control (the verdict: a speculation shift) and the control with the "
+                        "baseline (numerics drift, reported with its size); fixed-size runs only "
+                        "(docs/how-to/numerics-control.md). Default: off")
+    g.add_argument("--control-option", action="append", default=[], metavar="K=V",
+                   help="numerics control engine option, over the baseline's and the candidate's dtype/device "
+                        "(repeatable; needs --numerics-control)")
     g = p.add_argument_group("sampling")
     g.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N", help="samples per case and engine. Default: %(default)s")
     g.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N", help="samples per stored chunk. Default: %(default)s")
@@ -186,6 +195,7 @@ def handle_run(args: argparse.Namespace) -> int:
         progress=args.progress, near_tie_nats=args.near_tie_nats, sequential=args.sequential,
         support_margin_nats=(default_support_margin(args) if args.support_margin_nats is None
                              else args.support_margin_nats),
+        numerics_control=args.numerics_control, control_options=parse_engine_options(args.control_option),
         certificate=args.certificate, workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     if args.cases:
@@ -358,6 +368,9 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
     console.print(table)
     console.print(result.summary(), style=style.get(result.verdict, ""))
     # plain prints below: paths and commands must not be wrapped
+    if result.numerics_control is not None:  # control against baseline: a finding, not the verdict
+        for drift in result.numerics_control.drift:
+            print(f"numerics control: {drift.words()}")
     for line in reasons.skipped_tests(result):
         print(f"note: {line}")
     rerun = rerun_line(result, argv)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @pytest.hookspec(firstresult=True)
 def pytest_speceq_make_engine(config: pytest.Config, role: str, spec: str, options: dict[str, Any]) -> Engine | None:
-    """Build the engine of ``role`` (``"baseline"`` or ``"candidate"``), or return None.
+    """Build the engine of ``role`` (``"baseline"``, ``"candidate"`` or ``"control"``, the numerics control), or return None.
 
     Called once per distinct (spec, options) of a session; the engine is then cached and
     shared by every test. The first non-None result wins; when every implementation

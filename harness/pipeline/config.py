@@ -23,6 +23,12 @@ from speceq.errors import ConfigError
 from speceq.oracles.build import OracleSpec
 from speceq.pipeline.collect import EXECUTORS
 
+#: ``numerics_control`` value: the baseline engine with the candidate's dtype and device options.
+CONTROL_AUTO = "auto"
+
+#: The engine options that set an engine's numerics, copied from the candidate onto the control.
+NUMERICS_OPTIONS = ("dtype", "device")
+
 #: Files a run writes into its output folder, next to the store's ``chunks/``.
 RESULT_FILE = "result.json"
 PROVENANCE_FILE = "provenance.json"
@@ -76,6 +82,12 @@ class RunConfig:
     numerics_tolerance: TV below which a detected difference is ``within-tolerance`` instead of
     ``shifted`` (its certified upper bound must be below it; 0: off; default
     :data:`speceq.core.defaults.NUMERICS_TOLERANCE`, from the measured bf16 floor).
+    numerics_control: add a third engine, the control, sampled and stored like the others
+    (:mod:`speceq.pipeline.control_arm`): ``"auto"``, the baseline engine with the candidate's
+    ``dtype`` and ``device`` options; an http(s) URL, the baseline engine (a server, ``base_url``)
+    at that second plain endpoint; None (default): no control. The candidate is then compared with
+    the control (the verdict) and the control with the baseline (numerics drift, a finding);
+    fixed-size runs only. control_options: options set on the control engine over those.
     """
 
     baseline: str = "baseline"
@@ -107,6 +119,8 @@ class RunConfig:
     certificate: str = "tv"
     chunk_timeout: float | None = DEFAULT_CHUNK_TIMEOUT_S
     numerics_tolerance: float = NUMERICS_TOLERANCE
+    numerics_control: str | None = None
+    control_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -180,6 +194,17 @@ class RunConfig:
             raise bad("certificate", "'tv' without the oracle (the PIT-law bound is computed from its scores)")
         if self.certificate == "pit-law" and self.sequential:
             raise bad("certificate", "'tv' in a sequential run (the PIT-law bound holds for a fixed sample size)")
+        if self.numerics_control is not None:
+            if not isinstance(self.numerics_control, str) or not (
+                    self.numerics_control == CONTROL_AUTO or self.numerics_control.startswith(("http://", "https://"))):
+                raise bad("numerics_control", f"None, {CONTROL_AUTO!r} (the baseline engine at the candidate's dtype "
+                          "and device) or the http(s) URL of a second plain server endpoint")
+            if self.sequential:
+                raise bad("numerics_control", "None in a sequential run (the control arm runs in fixed-size runs)")
+        if not isinstance(self.control_options, Mapping):
+            raise bad("control_options", "a mapping of option names to values")
+        if self.control_options and self.numerics_control is None:
+            raise bad("control_options", "no options without numerics_control")
         object.__setattr__(self, "out_dir", Path(self.out_dir))
 
     def settings(self) -> dict[str, Any]:
@@ -198,7 +223,30 @@ class RunConfig:
             "oracle_server": self.oracle_server, "oracle_top_logprobs": self.oracle_top_logprobs,
             "sequential": self.sequential, "certificate": self.certificate,
             "chunk_timeout": self.chunk_timeout, "numerics_tolerance": self.numerics_tolerance,
+            "numerics_control": self.numerics_control, "control_options": dict(self.control_options),
         }
+
+    def control_spec(self) -> tuple[str, dict[str, Any]]:
+        """(spec, options) of the numerics control engine (ConfigError naming the field when it cannot be built).
+
+        ``"auto"``: the baseline's spec and options with the candidate's ``dtype`` and ``device``
+        options over them; a URL: the baseline's with ``base_url`` set to it (the baseline must be a
+        server engine, one with a ``base_url`` option). ``control_options`` go over either.
+        """
+        if self.numerics_control is None:
+            raise ConfigError("the run has no numerics control", where="run.numerics_control")
+        options = dict(self.baseline_options)
+        if self.numerics_control == CONTROL_AUTO:
+            options.update({k: self.candidate_options[k] for k in NUMERICS_OPTIONS if k in self.candidate_options})
+        else:
+            if "base_url" not in options:
+                raise ConfigError(
+                    f"a control endpoint ({self.numerics_control!r}) replaces the baseline server's base_url, but the "
+                    f"baseline {self.baseline!r} has no base_url option; a baseline that runs a model takes "
+                    f"numerics_control={CONTROL_AUTO!r} (--numerics-control without a URL)", where="run.numerics_control")
+            options["base_url"] = self.numerics_control
+        options.update(self.control_options)
+        return self.baseline, options
 
     def oracle_spec(self) -> OracleSpec | None:
         """The oracle settings of this run, None when the oracle is off."""
@@ -208,4 +256,4 @@ class RunConfig:
                           dtype=self.oracle_dtype, server=self.oracle_server, top_logprobs=self.oracle_top_logprobs)
 
 
-__all__ = ["PROVENANCE_FILE", "RESULT_FILE", "RunConfig"]
+__all__ = ["CONTROL_AUTO", "NUMERICS_OPTIONS", "PROVENANCE_FILE", "RESULT_FILE", "RunConfig"]

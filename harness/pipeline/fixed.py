@@ -24,9 +24,10 @@ from speceq.pipeline.collect.code_identity import code_summary
 from speceq.pipeline.collect.collector import ChunkCollector
 from speceq.pipeline.collect.session import ExecutorSession
 from speceq.pipeline.config import RESULT_FILE, RunConfig
-from speceq.pipeline.plan import concat_batches, plan_chunks, slice_sizes
+from speceq.pipeline.control_arm import analyse_with_control, control_score_requests
+from speceq.pipeline.plan import concat_batches, plan_chunks, run_roles, slice_sizes
 from speceq.pipeline.prepared import PreparedRun, analyse_rows
-from speceq.store import ROLES, SampleStore
+from speceq.store import CONTROL_ROLE, ROLES, SampleStore
 from speceq.verdicts.result import RunResult
 
 #: How fixed-size chunk seeds derive from the run seed (recorded in provenance).
@@ -44,6 +45,7 @@ class Collected:
     chunks_sampled: int
     executor: str = "serial, in this process"
     discarded: tuple[dict[str, str], ...] = ()  # unreadable chunk files deleted and sampled again
+    control: dict[str, SampleBatch] | None = None  # the numerics control's rows (None: the run has no control)
 
 
 def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine], *,
@@ -72,17 +74,18 @@ def collect(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
     with collector:
         (config.out_dir / RESULT_FILE).unlink(missing_ok=True)  # never leave a stale result beside new samples
         batches = collector.gather(chunks)
-    per_case: dict[str, dict[str, list[SampleBatch]]] = {r: {c.case_id: [] for c in cases} for r in ROLES}
+    roles = run_roles(engines)
+    per_case: dict[str, dict[str, list[SampleBatch]]] = {r: {c.case_id: [] for c in cases} for r in roles}
     for chunk, batch in zip(chunks, batches):
         per_case[chunk.role][chunk.case.case_id].append(batch)
-    joined = {r: {cid: concat_batches(bs) for cid, bs in per_case[r].items()} for r in ROLES}
+    joined = {r: {cid: concat_batches(bs) for cid, bs in per_case[r].items()} for r in roles}
     return Collected(joined["baseline"], joined["candidate"], len(chunks), collector.reused, collector.sampled,
-                     collector.executor_description, tuple(collector.store.discarded))
+                     collector.executor_description, tuple(collector.store.discarded), joined.get(CONTROL_ROLE))
 
 
 def collection_summary(collected: Collected, engine_ids: Mapping[str, Mapping[str, Any]]) -> str:
     """One line: chunks reused and sampled, by which executor, and the engines' code identity."""
-    code = "; ".join(f"{r} {code_summary(engine_ids[r]['code'])}" for r in ROLES)
+    code = "; ".join(f"{r} {code_summary(ids['code'])}" for r, ids in engine_ids.items())
     return (f"chunks: {collected.chunks_reused} reused from the store, {collected.chunks_sampled} sampled "
             f"({collected.executor}), {collected.chunks_total} in all; engine code: {code}")
 
@@ -96,19 +99,26 @@ class FixedSizeLoop:
 
     def first_round(self, config: RunConfig, cases: Sequence[Case]) -> int:
         """Chunks the run will sample (all of them): sizes the worker pool started before engines load."""
-        return len(ROLES) * sum(len(slice_sizes(c.samples or config.samples, config.chunk_size)) for c in cases)
+        roles = len(ROLES) + (config.numerics_control is not None)
+        return roles * sum(len(slice_sizes(c.samples or config.samples, config.chunk_size)) for c in cases)
 
     def run(self, prepared: PreparedRun) -> RunResult:
         """Collect and analyse; the result carries the final provenance."""
         config = prepared.config
         collected = collect(config, prepared.cases, prepared.engines, specs=prepared.specs, session=prepared.session)
         print(f"speceq: {collection_summary(collected, prepared.described)}", file=sys.stderr, flush=True)
-        scorer = prepared.prefetch(score_requests(prepared.cases, collected.baseline, collected.candidate))
+        if collected.control is None:
+            scorer = prepared.prefetch(score_requests(prepared.cases, collected.baseline, collected.candidate))
+        else:
+            rows = {"baseline": collected.baseline, "candidate": collected.candidate, CONTROL_ROLE: collected.control}
+            scorer = prepared.prefetch(control_score_requests(prepared.cases, rows))
         provenance = prepared.completed({
             "chunks": {"total": collected.chunks_total, "reused": collected.chunks_reused,
                        "sampled": collected.chunks_sampled, "discarded_unreadable": list(collected.discarded)},
             "executor": collected.executor})
-        return analyse_rows(prepared, collected.baseline, collected.candidate, scorer, provenance)
+        if collected.control is None:
+            return analyse_rows(prepared, collected.baseline, collected.candidate, scorer, provenance)
+        return analyse_with_control(config, prepared.cases, rows, prepared.described, scorer, provenance)
 
 
 __all__ = ["Collected", "FixedSizeLoop", "SEED_DERIVATION", "collect", "collection_summary"]

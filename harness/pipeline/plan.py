@@ -21,9 +21,9 @@ from speceq.engines.base import Engine, SampleBatch, SampleRequest
 from speceq.inputs.cases import Case
 from speceq.pipeline.collect.code_identity import engine_code_identity
 from speceq.pipeline.config import RunConfig
-from speceq.store import ROLES, STORE_FORMAT, ChunkKey
+from speceq.store import CONTROL_ROLE, ROLES, STORE_FORMAT, ChunkKey
 
-_ROLE_CODES = {"baseline": 1, "candidate": 2}
+_ROLE_CODES = {"baseline": 1, "candidate": 2, CONTROL_ROLE: 3}
 
 
 def case_run_seed(run_seed: int, case: Case) -> int:
@@ -36,8 +36,8 @@ def chunk_seed(run_seed: int, role: str, case_id: str, slice_index: int) -> int:
 
     ``numpy.random.SeedSequence(entropy=run_seed, spawn_key=(role code, 4 words of
     SHA-256(case id), slice_index))``, first two 32-bit words of its state, top 63 bits.
-    Baseline and candidate get independent streams (role code 1 and 2), so the two-sample
-    tests compare independent draws; every chunk's seed is far from every other one (nearby
+    Baseline, candidate and a numerics control get independent streams (role code 1, 2 and 3),
+    so the two-sample tests compare independent draws; every chunk's seed is far from every other one (nearby
     integer seeds are not always independent, e.g. vLLM with ``n > 1``).
     """
     digest = hashlib.sha256(case_id.encode("utf-8")).digest()
@@ -72,15 +72,27 @@ def slice_sizes(samples: int, chunk_size: int) -> list[int]:
     return [chunk_size] * full + ([rest] if rest else [])
 
 
+def run_roles(engines: Mapping[str, Engine]) -> tuple[str, ...]:
+    """The engine roles of a run, in sampling order: baseline, candidate, and the control when there is one."""
+    return ROLES + ((CONTROL_ROLE,) if CONTROL_ROLE in engines else ())
+
+
+def role_spec(config: RunConfig, role: str) -> tuple[str, dict[str, Any]]:
+    """(spec, options) of ``role``'s engine in ``config`` (the control's: :meth:`RunConfig.control_spec`)."""
+    if role == CONTROL_ROLE:
+        return config.control_spec()
+    return getattr(config, role), dict(getattr(config, f"{role}_options"))
+
+
 def engine_identities(config: RunConfig, engines: Mapping[str, Engine]) -> dict[str, dict[str, Any]]:
     """Per role: the spec, options, name, ``describe()`` config and code identity of its engine (JSON-able).
 
     Credentials (a password in a URL option, an ``api_key`` option) are masked: they never reach a chunk
     file, the provenance or the result, and changing them does not change what is stored.
     """
-    return {r: redact({"spec": getattr(config, r), "options": dict(getattr(config, f"{r}_options")),
+    return {r: redact({"spec": role_spec(config, r)[0], "options": role_spec(config, r)[1],
                 "name": engines[r].name, "config": engines[r].describe(),
-                "code": engine_code_identity(engines[r])}) for r in ROLES}
+                "code": engine_code_identity(engines[r])}) for r in run_roles(engines)}
 
 
 def plan_chunk(config: RunConfig, case: Case, role: str, index: int, n: int,
@@ -105,10 +117,10 @@ def plan_chunk(config: RunConfig, case: Case, role: str, index: int, n: int,
 
 
 def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:
-    """Every chunk of a fixed-size run, case by case, baseline before candidate, slices in order."""
+    """Every chunk of a fixed-size run, case by case, baseline before candidate (then the control), slices in order."""
     ident = engine_identities(config, engines)
     return [plan_chunk(config, case, role, i, n, ident)
-            for case in cases for role in ROLES
+            for case in cases for role in run_roles(engines)
             for i, n in enumerate(slice_sizes(case.samples or config.samples, config.chunk_size))]
 
 
@@ -149,4 +161,5 @@ def row_calls(batch: SampleBatch) -> np.ndarray:
     return np.repeat(np.arange(len(sizes), dtype=np.int64), np.asarray(sizes, dtype=np.int64))
 
 
-__all__ = ["CHUNK_ROWS", "ChunkPlan", "case_run_seed", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk", "plan_chunks", "row_calls", "slice_sizes"]
+__all__ = ["CHUNK_ROWS", "ChunkPlan", "case_run_seed", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk",
+           "plan_chunks", "role_spec", "row_calls", "run_roles", "slice_sizes"]

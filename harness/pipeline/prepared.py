@@ -20,6 +20,7 @@ from speceq.oracles.build import ModelSource
 from speceq.oracles.protocol import Oracle
 from speceq.pipeline.collect.session import ExecutorSession, ScoreRequest
 from speceq.pipeline.config import RunConfig
+from speceq.pipeline.control_arm import name_numerics
 from speceq.store import ROLES
 from speceq.verdicts.result import RunResult
 
@@ -57,16 +58,21 @@ class PreparedRun:
 
 def analyse_rows(prepared: PreparedRun, baseline: Mapping[str, SampleBatch], candidate: Mapping[str, SampleBatch],
                  oracle: Oracle | None, provenance: Mapping[str, Any]) -> RunResult:
-    """The one call into :func:`speceq.pipeline.analysis.analyse_run`, with every setting of the run."""
+    """The one call into :func:`speceq.pipeline.analysis.analyse_run`, with every setting of the run.
+
+    When the engines declare different numerics, every ``shifted`` reason names the difference and the
+    numerics control flag (:func:`speceq.pipeline.control_arm.name_numerics`); a run with a control is
+    analysed by :func:`speceq.pipeline.control_arm.analyse_with_control` instead.
+    """
     from speceq.pipeline.analysis import analyse_run
 
     config = prepared.config
-    return analyse_run(
+    return name_numerics(analyse_run(
         prepared.cases, baseline, candidate, oracle=oracle, alpha=config.alpha, tolerance=config.tolerance,
         seed=config.seed, engines={r: prepared.described[r]["config"] for r in ROLES}, provenance=provenance,
         progress=config.progress, near_tie_nats=config.near_tie_nats, certificate=config.certificate,
         support_margin_nats=config.support_margin_nats, numerics_tolerance=config.numerics_tolerance,
-    )
+    ))
 
 
 __all__ = ["EngineSpecs", "PreparedRun", "analyse_rows"]

@@ -18,6 +18,7 @@ middle differs (as pytest's main loop and xdist's test loop share one session):
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -36,11 +37,12 @@ from speceq.pipeline.checks import (
 )
 from speceq.pipeline.collect.session import ExecutorSession
 from speceq.pipeline.config import PROVENANCE_FILE, RESULT_FILE, RunConfig
+from speceq.pipeline.control_arm import check_control, numerics_warning
 from speceq.pipeline.fixed import FixedSizeLoop
-from speceq.pipeline.plan import engine_identities
+from speceq.pipeline.plan import engine_identities, role_spec
 from speceq.pipeline.prepared import EngineSpecs, PreparedRun
 from speceq.pipeline.sequential.driver import SequentialLoop
-from speceq.store import ROLES, atomic_write, write_json_atomic
+from speceq.store import CONTROL_ROLE, ROLES, atomic_write, write_json_atomic
 from speceq.verdicts.result import RunResult
 
 
@@ -60,10 +62,10 @@ class RunLoop(Protocol):
 
 
 def resolve_engines(config: RunConfig) -> dict[str, Engine]:
-    """The baseline and candidate engines of ``config`` from the engine registry."""
+    """The baseline and candidate engines of ``config`` (and its numerics control) from the engine registry."""
     from speceq.engines.registry import resolve_engine
 
-    return {r: resolve_engine(getattr(config, r), options=dict(getattr(config, f"{r}_options"))) for r in ROLES}
+    return {r: resolve_engine(spec, options=options) for r, (spec, options) in engine_specs(config).items()}
 
 
 def apply_threads(threads: int | None) -> None:
@@ -82,7 +84,8 @@ def apply_threads(threads: int | None) -> None:
 
 def engine_specs(config: RunConfig) -> EngineSpecs:
     """role -> (spec, options) of ``config``: what worker processes rebuild the engines from."""
-    return {r: (getattr(config, r), dict(getattr(config, f"{r}_options"))) for r in ROLES}
+    roles = ROLES + ((CONTROL_ROLE,) if config.numerics_control is not None else ())
+    return {r: role_spec(config, r) for r in roles}
 
 
 def prepare(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine] | None, loop: RunLoop,
@@ -95,6 +98,7 @@ def prepare(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
     engines = dict(engines) if engines is not None else resolve_engines(config)
     session.set_engines(engines)
     check_engines_comparable(engines)
+    check_control(config, engines, cases)
     check_case_vocabularies(cases, engines)
     check_sampling_fields(cases, engines)
     spec = config.oracle_spec()
@@ -103,9 +107,13 @@ def prepare(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engi
 
         check_server_cases(cases, spec.top_logprobs, engines["baseline"].vocab_size)
     described = engine_identities(config, engines)
+    warning = numerics_warning(config, described)
+    if warning is not None:  # before any sample: the user may stop and add the control
+        print(f"speceq: note: {warning}", file=sys.stderr, flush=True)
     seeds = {"run_seed": config.seed, "derivation": loop.seed_derivation}
     provenance = collect_provenance(seeds=seeds, engines=described, settings={**config.settings(), **loop.extra_settings},
-                                    extra={"cases": [c.to_dict() for c in cases], "status": "collecting"})
+                                    extra={"cases": [c.to_dict() for c in cases], "status": "collecting",
+                                           **({"numerics_warning": warning} if warning else {})})
     sources = None
     if oracle is not None:
         check_oracle_matches(oracle, engines)
@@ -133,8 +141,8 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
         oracle: Oracle | None = None) -> RunResult:
     """Prepare, run the loop (fixed-size, or sequential when ``config.sequential``) and finish; return the result.
 
-    ``engines`` ({"baseline": ..., "candidate": ...}) replaces resolving the specs of
-    ``config`` (for library use and tests); the specs are still recorded. ``oracle`` replaces
+    ``engines`` ({"baseline": ..., "candidate": ...}, and ``"control"`` when ``config.numerics_control``
+    is set) replaces resolving the specs of ``config`` (for library use and tests); the specs are still recorded. ``oracle`` replaces
     building the oracle of ``config`` (which must have the oracle on): several runs of one
     process can share one, e.g. a :class:`speceq.oracles.memo.RememberingOracle`; it scores in
     this process, not in worker processes.

@@ -56,6 +56,10 @@ from speceq.store.atomic import atomic_write, jsonable, remove_temp_files
 #: 2: the sample count is part of the file name; identities carry the engine's code.
 STORE_FORMAT = 2
 ROLES: tuple[str, ...] = ("baseline", "candidate")
+#: The third engine role of a run with a numerics control (speceq.pipeline.control_arm): stored beside the two.
+CONTROL_ROLE = "control"
+#: Every role a chunk may be stored under.
+STORED_ROLES: tuple[str, ...] = (*ROLES, CONTROL_ROLE)
 CHUNKS_DIR = "chunks"
 _ARRAYS = ("tokens", "lengths", "prompt_index")
 _BATCH_SCALARS = ("drafted_tokens", "accepted_tokens", "verify_steps", "wall_time_s")
@@ -85,8 +89,8 @@ class ChunkKey:
     samples: int | None = None
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise StoreError(f"chunk role must be one of {ROLES}, got {self.role!r}")
+        if self.role not in STORED_ROLES:
+            raise StoreError(f"chunk role must be one of {STORED_ROLES}, got {self.role!r}")
         if not isinstance(self.case_id, str) or not self.case_id:
             raise StoreError(f"chunk case id must be a non-empty string, got {self.case_id!r}")
         if isinstance(self.slice_index, bool) or not isinstance(self.slice_index, int) or self.slice_index < 0:
@@ -219,7 +223,7 @@ class SampleStore:
             raise StoreError(f"{base} is not a folder, so its chunks cannot be discarded: remove it, or use another --out")
         failures: list[str] = []
         deleted = 0
-        owned = [base / role for role in ROLES] if base.is_symlink() else [base]
+        owned = [base / role for role in STORED_ROLES] if base.is_symlink() else [base]
         for top in owned:
             if top.is_symlink() or top.is_file():
                 paths = [top]

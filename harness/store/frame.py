@@ -15,7 +15,7 @@ FRAME_COLUMNS: tuple[str, ...] = (
 def load_samples_frame(root: str | os.PathLike[str]) -> Any:
     """One row per stored sample (every chunk under ``root``, companions included).
 
-    Columns: engine (role: baseline/candidate), engine_name (the engine's ``name``),
+    Columns: engine (role: baseline/candidate/control), engine_name (the engine's ``name``),
     case (case id), slice, seed (the chunk's seed), row (row within the chunk),
     prompt_index (0 = the case's prompt, 1.. = companions), tokens (list of generated ids,
     EOS included, no padding), length (number of generated tokens).

@@ -49,6 +49,13 @@ class NoteKind(enum.StrEnum):
     # an engine's row-independence test could not run: role ("candidate" / "baseline"), rows, calls (the
     # groups its rows came in: no pair of rows of one call to set against a pair of rows of two calls)
     INDEPENDENCE_UNTESTED = "independence untested"
+    # the engines declare different numerics and the run has no control: baseline, candidate (their numerics in words)
+    NUMERICS_DIFFER = "numerics differ"
+    # a case of a run with a numerics control: its tests compare the candidate with the control (no values)
+    AGAINST_CONTROL = "against control"
+    # the run's numerics control finding: drift_found (1/0), cases (comma-separated case ids with drift, '' when
+    # pooled or none), baseline, candidate (the numerics in words)
+    NUMERICS_DRIFT = "numerics drift"
 
 
 class OffsetReading(enum.StrEnum):

@@ -26,6 +26,7 @@ from speceq.stats.results import Effect
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind
 from speceq.verdicts.notes import Note, NoteKind, OffsetReading, sampling_time_note
+from speceq.verdicts.numerics_drift import CONTROL_NOTE, drift_words, numerics_differ_hint
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
 #: Said wherever a fixed-size rerun with more samples is advised.
@@ -468,7 +469,15 @@ def _size_sentence(size: Effect) -> str:
 
 def plain_run_summary(result: RunResult) -> str:
     """The run's verdict as an answer to the user's question, in plain words (names the cases that differ or need
-    more draws)."""
+    more draws). With a numerics control, the candidate is compared with the control, and the numerics drift found
+    between the control and the baseline follows in its own sentence."""
+    control = result.numerics_control
+    if control is None:
+        return _plain_run_verdict(result, "the baseline")
+    return f"{_plain_run_verdict(result, 'the numerics control (the baseline at its numerics)')} {control.words()}"
+
+
+def _plain_run_verdict(result: RunResult, reference: str) -> str:
     cases = result.cases
     n = min((min(c.n_baseline, c.n_candidate) for c in cases), default=0)
     shifted = [c.case_id for c in cases if c.verdict == "shifted"]
@@ -480,10 +489,10 @@ def plain_run_summary(result: RunResult) -> str:
                 "worse-looking answer from the candidate is a different draw, not a different engine.")
     if result.verdict == "shifted":
         if not shifted:
-            return ("The candidate samples different answers from the baseline: no case shows it alone, but pooled "
+            return (f"The candidate samples different answers from {reference}: no case shows it alone, but pooled "
                     f"over the cases a comparison rejects ({result.pooled_reason.split(':')[0]}).")
         which = f"{len(shifted)} of {len(cases)} cases" if len(cases) != 1 else "its one case"
-        return (f"The candidate samples different answers from the baseline in {which} ({', '.join(shifted)}): a "
+        return (f"The candidate samples different answers from {reference} in {which} ({', '.join(shifted)}): a "
                 "correct speculative decoder would not.")
     if result.verdict == "within-tolerance":
         within = [c.case_id for c in cases if c.verdict == "within-tolerance"]
@@ -602,6 +611,13 @@ def note_line(note: Note, labels: TokenLabels | None = None) -> str:
     if kind is NoteKind.INDEPENDENCE_UNTESTED:
         return (f"the {v['role']}'s row independence: not tested ({v['rows']} rows in {v['calls']} call(s): no pair "
                 "of rows of one call to set against a pair of rows of two calls)")
+    if kind is NoteKind.NUMERICS_DIFFER:
+        return numerics_differ_hint(str(v["baseline"]), str(v["candidate"]))
+    if kind is NoteKind.AGAINST_CONTROL:
+        return CONTROL_NOTE
+    if kind is NoteKind.NUMERICS_DRIFT:
+        cases = tuple(c for c in str(v.get("cases") or "").split(",") if c)
+        return drift_words(bool(v["drift_found"]), cases, str(v["baseline"]), str(v["candidate"]))
     if kind is NoteKind.SEQUENTIAL_MODE:
         k = v["tests"]
         return (f"sequential mode: {k} e-processes at level alpha/{k} each (e-value Bonferroni, valid at every look); "
@@ -647,6 +663,11 @@ def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any)
             args += ["--oracle-dtype", str(settings["oracle_dtype"])]
         if settings.get("certificate", "tv") != "tv":
             args += ["--certificate", str(settings["certificate"])]
+    control = settings.get("numerics_control")
+    if control:
+        args += ["--numerics-control"] + ([] if control == "auto" else [str(control)])
+        for k, v in dict(settings.get("control_options") or {}).items():
+            args += ["--control-option", f"{k}={v}"]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("numerics_tolerance", "--numerics-tolerance"),

@@ -17,6 +17,7 @@ from speceq.stats.results import Effect
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.notes import Note, notes_from_saved
+from speceq.verdicts.numerics_drift import NumericsControl
 from speceq.verdicts.verdict import RUN_VERDICTS, Verdict
 
 #: The ``case_id`` of the run-level pooled tests in :meth:`RunResult.to_dataframe` (no case has it: ids are
@@ -236,6 +237,8 @@ class RunResult:
     certificate: str = "tv"  # what an equivalent verdict certifies (--certificate): "tv" or "pit-law"
     #: TV below which a detected difference is ``within-tolerance`` (--numerics-tolerance; 0: off, None: older results)
     numerics_tolerance: float | None = None
+    #: the numerics control's finding (--numerics-control): control against baseline per case; None without one
+    numerics_control: NumericsControl | None = None
 
     @property
     def exit_code(self) -> int:
@@ -250,7 +253,8 @@ class RunResult:
                 else f"tolerance TV<{self.tolerance:g}")
         if self.numerics_tolerance:
             rule += f", numerics tolerance TV<{self.numerics_tolerance:g}"
-        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, {rule}){pooled}"
+        against = "; candidate against the numerics control" if self.numerics_control is not None else ""
+        return f"run verdict {self.verdict.upper()} ({parts}; alpha={self.alpha:g}, {rule}{against}){pooled}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (verdicts as their words), for JSON and for pickling across processes."""
@@ -263,7 +267,9 @@ class RunResult:
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         cases = tuple(_case_from_dict(c) for c in d["cases"])
         pooled = tuple(TestOutcome.from_dict(t) for t in d.get("pooled_tests", ()))
-        return cls(**{**d, "cases": cases, "notes": notes_from_saved(d.get("notes")), "pooled_tests": pooled})
+        control = d.get("numerics_control")
+        return cls(**{**d, "cases": cases, "notes": notes_from_saved(d.get("notes")), "pooled_tests": pooled,
+                      "numerics_control": None if control is None else NumericsControl.from_dict(control)})
 
     @classmethod
     def from_json(cls, text: str) -> RunResult:

@@ -166,11 +166,14 @@ class EquivalenceChecker:
             tolerance: float | None = None, seed: int | None = None, oracle: bool | str | None = None,
             baseline: str | Engine | None = None, candidate: str | Engine | None = None,
             baseline_options: Mapping[str, Any] | None = None,
-            candidate_options: Mapping[str, Any] | None = None, sequential: bool | None = None) -> RunResult:
+            candidate_options: Mapping[str, Any] | None = None, sequential: bool | None = None,
+            numerics_control: str | None = None) -> RunResult:
         """Run one check and record it for the report; never fails the test on the verdict.
 
         ``sequential``: the anytime-valid sequential mode (default: ``--speceq-sequential``);
-        the test's report section then says when each case was decided.
+        the test's report section then says when each case was decided. ``numerics_control``:
+        ``"auto"`` or a second plain endpoint's URL (default: ``--speceq-numerics-control``), see
+        docs/how-to/numerics-control.md; the baseline must then be given as a spec.
 
         ``oracle``: True/"on", False/"off", or a target model folder. ``baseline`` /
         ``candidate``: an engine spec or an Engine instance; their options default to the
@@ -191,9 +194,13 @@ class EquivalenceChecker:
         else:
             oracle_setting = "on" if oracle is True else "off" if oracle is False else str(oracle)
         run_seed = self.settings.seed if seed is None else seed
+        control = self.settings.numerics_control if numerics_control is None else numerics_control
+        if control is not None and baseline is not None and not isinstance(baseline, str):
+            raise ConfigError("a numerics control is the baseline engine at the candidate's numerics: give the "
+                              "baseline as a spec, not an engine instance", where="speceq numerics_control")
         index = len(self._item.stash[ITEM_RESULTS_KEY])
         identity = {"engines": {r: [specs[r], options[r], engines[r].describe()] for r in engines},
-                    "cases": [c.to_dict() for c in case_list], "seed": run_seed}
+                    "cases": [c.to_dict() for c in case_list], "seed": run_seed, "numerics_control": control}
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:10]
         out_dir = self._store_root / f"check{index + 1}-{digest}"
         config = RunConfig(
@@ -206,12 +213,15 @@ class EquivalenceChecker:
             numerics_tolerance=self.settings.numerics_tolerance, seed=run_seed, threads=self.settings.threads, out_dir=out_dir, resume=True, progress=False,
             near_tie_nats=self.settings.near_tie(), support_margin_nats=self.settings.support_margin(),
             sequential=self.settings.sequential if sequential is None else sequential,
+            numerics_control=control,
         )
+        if config.numerics_control is not None:
+            engines["control"] = self._session.engine("control", *config.control_spec())
         shared_oracle = None
         if self._shared is not None:  # chunks and oracle scores shared with the session's other checks
             from speceq.pipeline.sharing import share_case_chunks
 
-            share_case_chunks(self._shared, config, engines, case_list)
+            share_case_chunks(self._shared, config, engines, case_list)  # baseline and candidate; the control its own
             shared_oracle = self._session.shelf.oracle_for(config, engines)
         result = run_equivalence(config, case_list, engines=engines, oracle=shared_oracle)
         if config.sequential:

@@ -172,6 +172,19 @@ def default_support_margin_nats() -> float:
     return SUPPORT_MARGIN_OFF
 
 
+def _numerics_control(text: str) -> str | None:
+    """``off`` (None), ``auto`` (also on/yes/true/1) or the http(s) URL of a second plain server endpoint."""
+    value = str(text).strip()
+    low = value.lower()
+    if low in _OFF:
+        return None
+    if low == "auto" or low in _ON:
+        return "auto"
+    if value.startswith(("http://", "https://")):
+        return value
+    raise argparse.ArgumentTypeError(f"expected off, auto or an http(s) URL, got {text!r}")
+
+
 def _positive_number(text: str) -> float:
     try:
         value = float(str(text).strip())
@@ -275,6 +288,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(name="sequential", default=False, convert=_on_off, metavar="on|off",
                help="anytime-valid sequential checks: look after every step of a doubling schedule up to the "
                     "budget and stop each case once decided (docs/how-to/sequential.md)."),
+    OptionSpec(name="numerics_control", default=None, convert=_numerics_control, metavar="off|auto|URL",
+               help="add a numerics control to every check: the baseline engine with the candidate's dtype and device "
+                    "options (auto), or the baseline server at a second plain endpoint (URL); the candidate is "
+                    "compared with it, the control with the baseline is reported as numerics drift "
+                    "(docs/how-to/numerics-control.md)."),
     OptionSpec(name="kernel_scale", default=1.0, convert=_positive_number, metavar="S",
                help="speceq_kernel.check(): multiplies the default draws of every kernel check."),
     OptionSpec(name="kernel_device", default="cpu", convert=_text, metavar="DEVICE",
@@ -320,6 +338,7 @@ class Settings:
     numerics_tolerance: float = NUMERICS_TOLERANCE
     near_tie_nats: float | None = None  # None: the built-in default, see near_tie()
     support_margin_nats: float | None = None  # None: the built-in default, see support_margin()
+    numerics_control: str | None = None  # None: no control; "auto" or a URL (RunConfig.numerics_control)
     kernel_scale: float = 1.0
     kernel_device: str = "cpu"
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -346,7 +365,8 @@ class Settings:
         return (f"speceq: baseline={self.baseline} candidate={self.candidate} oracle={oracle} "
                 f"samples={self.budget()} ({self.sources.get('samples', 'default')}) alpha={self.alpha:g} "
                 f"tolerance={self.tolerance:g} seed={self.seed} inconclusive={self.inconclusive}"
-                + (" sequential=on (anytime-valid: cases stop once decided)" if self.sequential else ""))
+                + (" sequential=on (anytime-valid: cases stop once decided)" if self.sequential else "")
+                + (f" numerics_control={self.numerics_control}" if self.numerics_control else ""))
 
 
 def _ini_path_base(config: pytest.Config) -> Path:

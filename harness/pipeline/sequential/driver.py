@@ -37,6 +37,7 @@ from speceq.oracles.protocol import Oracle
 from speceq.pipeline.analysis import look_support_failures, score_requests
 from speceq.pipeline.collect.collector import ChunkCollector
 from speceq.pipeline.config import RunConfig
+from speceq.pipeline.control_arm import name_numerics
 from speceq.pipeline.plan import ChunkPlan, concat_batches, plan_chunk
 from speceq.pipeline.prepared import PreparedRun, analyse_rows
 from speceq.pipeline.sequential.evidence import CaseSequentialEvidence, evaluate_case, planned_tests
@@ -161,8 +162,8 @@ class SequentialLoop:
         cand = {c.case_id: slices.rows("candidate", c.case_id) for c in cases}
         scorer = prepared.prefetch(score_requests(cases, base, cand))  # the diagnostics' scoring, on the workers too
         fixed = analyse_rows(prepared, base, cand, scorer, provenance)
-        return apply_sequential(fixed, {cid: _decision(p, k_tests) for cid, p in progress.items()
-                                        if p.verdict is not None}, k_tests)
+        return name_numerics(apply_sequential(fixed, {cid: _decision(p, k_tests) for cid, p in progress.items()
+                                                      if p.verdict is not None}, k_tests))
 
 
 @dataclass(slots=True)

@@ -75,6 +75,7 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
         speceq_sequential = off
         speceq_near_tie_nats = 0.01
         speceq_support_margin_nats = 2.5
+        speceq_numerics_control = auto
         speceq_kernel_scale = 0.5
         speceq_kernel_device = cpu
         speceq_numerics_tolerance = 0.03
@@ -84,7 +85,7 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
         "toy_engines:baseline_engine", "toy_engines:correct_engine", "off", 123, 0.01, 0.2, 9, 2, "pass")
     assert s.candidate_options == {"name": "from-ini"} and s.near_tie() == 0.01 and s.support_margin() == 2.5
     assert s.store == project.path / "stored" and s.report == project.path / "out" / "r.html"  # ini-relative
-    assert (s.kernel_scale, s.kernel_device, s.numerics_tolerance) == (0.5, "cpu", 0.03)
+    assert (s.kernel_scale, s.kernel_device, s.numerics_tolerance, s.numerics_control) == (0.5, "cpu", 0.03, "auto")
     assert set(s.sources.values()) == {"ini"}, {k: v for k, v in s.sources.items() if v != "ini"}
 
     s = settings_of(project, "--speceq-samples=7", "--speceq-alpha=0.05", "--speceq-inconclusive=fail",
