@@ -22,9 +22,8 @@ from speceq.faces.cli import build_parser
 from speceq.pipeline.config import RunConfig
 from speceq.pipeline.runner import run
 from speceq.stats.synthetic import mismatch_world, tempered
-from speceq.verdicts.reasons import plain_run_summary, settings_rerun_command
+from speceq.verdicts.reasons import note_lines, plain_run_summary, settings_rerun_command
 from speceq.verdicts.result import RunResult
-from speceq.verdicts.reasons import note_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from mismatch_aa import WorldEngine, WorldOracle, world_case  # noqa: E402
