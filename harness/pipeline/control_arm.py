@@ -189,7 +189,7 @@ def analyse_with_control(config: RunConfig, cases: Sequence[Case], rows: Mapping
     common: dict[str, Any] = dict(
         oracle=scorer, alpha=config.alpha, tolerance=config.tolerance, seed=config.seed, provenance=provenance,
         progress=config.progress, near_tie_nats=config.near_tie_nats, certificate=config.certificate,
-        support_margin_nats=config.support_margin_nats)
+        support_margin_nats=config.support_margin_nats, numerics_tolerance=config.numerics_tolerance)
     shift = analyse_run(cases, rows[CONTROL_ROLE], rows["candidate"],
                         engines={"baseline": config_of[CONTROL_ROLE], "candidate": config_of["candidate"]}, **common)
     drift = analyse_run(cases, rows["baseline"], rows[CONTROL_ROLE],
