@@ -28,6 +28,12 @@
   drafts from the target's last hidden state and shared key/value states. Its world is ``gemma4``:
   a tiny Gemma-4 target and assistant built from config (:mod:`speceq.models.multi_token`).
 
+- :class:`HFEnsembleEngine`: ``generate(assistant_model=draft, assistant_ensemble_weight=w, do_sample=True)``:
+  DIVERSE's ensemble verification; transformers verifies each draft against the mixture
+  ``(1 - w) p + w q`` of the target's and the assistant's laws instead of ``p``. Lossy by design
+  (``describe()["lossless"]`` is False): a run measures its distance to the target's law and calls
+  it ``lossy``, never ``shifted`` or ``equivalent``.
+
 Like assisted generation, transformers runs these paths at batch size 1 only, so rows run one by
 one; parameter mapping, seeding, acceptance counting and output cutting are those of
 :mod:`speceq.engines.hf`.
@@ -43,7 +49,7 @@ from typing import Any
 
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest
-from speceq.engines.hf import _model_label, _RowLoopEngine
+from speceq.engines.hf import HFAssistedEngine, _model_label, _RowLoopEngine
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import load_causal_lm
 
@@ -535,3 +541,32 @@ def _point_mass_candidates(get_candidates: Any) -> Any:
         return ids, law
 
     return fixed
+
+
+class HFEnsembleEngine(HFAssistedEngine):
+    """``generate(assistant_model=draft, assistant_ensemble_weight=w)``: assisted generation verifying against the
+    mixture of the target's and the draft's laws (lossy by design; see the module docstring).
+
+    ``assistant_ensemble_weight``: w in (0, 1), the draft's weight in the mixture (default 0.5); the other
+    options are :class:`~speceq.engines.hf.HFAssistedEngine`'s.
+    """
+
+    def __init__(self, target: Any = None, draft: Any = None, *, assistant_ensemble_weight: Any = 0.5,
+                 name: str = "hf-ensemble", **options: Any) -> None:
+        try:
+            weight = float(assistant_ensemble_weight)
+        except (TypeError, ValueError):
+            weight = float("nan")
+        if not 0.0 < weight < 1.0:
+            raise ConfigError(f"expected a number in the open interval (0, 1), got {assistant_ensemble_weight!r} "
+                              "(hf-assisted is the lossless path, weight 0)", where="assistant_ensemble_weight")
+        super().__init__(target, draft, name=name, **options)
+        self.assistant_ensemble_weight = weight
+
+    def _extra_kwargs(self) -> dict[str, Any]:
+        return {**super()._extra_kwargs(), "assistant_ensemble_weight": self.assistant_ensemble_weight}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "lossless": False, "assistant_ensemble_weight": self.assistant_ensemble_weight,
+                "method": "generate(assistant_model=draft, assistant_ensemble_weight=w): ensemble verification "
+                          "against (1 - w) p + w q (lossy by design)"}

@@ -44,6 +44,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "hf-mtp": "speceq.engines.hf_paths:HFMTPEngine",
     "hf-dflash": "speceq.engines.hf_paths:HFDFlashEngine",
     "hf-multi-token": "speceq.engines.hf_paths:HFMultiTokenEngine",
+    "hf-ensemble": "speceq.engines.hf_paths:HFEnsembleEngine",
     "openai": "speceq.engines.openai:OpenAICompletionsEngine",
 }
 

@@ -345,7 +345,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
     from speceq.verdicts import reasons
 
     style = {Verdict.EQUIVALENT: "green", Verdict.SHIFTED: "bold red", Verdict.INCONCLUSIVE: "yellow",
-             Verdict.WITHIN_TOLERANCE: "cyan"}
+             Verdict.WITHIN_TOLERANCE: "cyan", Verdict.LOSSY: "magenta"}
     table = Table()
     table.add_column("case", no_wrap=True)
     table.add_column("params", overflow="fold")
@@ -427,7 +427,7 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
     from speceq.verdicts import reasons
 
     mark = {Verdict.EQUIVALENT: "✅ equivalent", Verdict.SHIFTED: "❌ shifted", Verdict.INCONCLUSIVE: "⚠️ inconclusive",
-            Verdict.WITHIN_TOLERANCE: "〰️ within-tolerance"}
+            Verdict.WITHIN_TOLERANCE: "〰️ within-tolerance", Verdict.LOSSY: "🟣 lossy"}
     lines = [
         f"### speceq: {plain_text(result.verdict.upper())}",
         "",

@@ -32,7 +32,7 @@ from speceq.errors import ConfigError
 WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2", "mtp", "gemma4")
 
 _TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "hf-dflash", "mutant:draft-is-target"}
-_TARGET_AND_DRAFT = {"reference", "hf-assisted"}
+_TARGET_AND_DRAFT = {"reference", "hf-assisted", "hf-ensemble"}
 #: engines whose draft has its own tokenizer: each world gives them a draft of another world's vocabulary
 _OTHER_VOCABULARY_DRAFT = {"hf-universal"}
 #: engines that need a target of their own world (one with MTP layers)

@@ -73,7 +73,7 @@ from speceq.pipeline.greedy import compare_greedy_rows, first_divergence
 from speceq.pipeline.pictures import chi2_bins, martingale_paths
 from speceq.pipeline.plan import row_calls
 from speceq.stats.results import Effect
-from speceq.verdicts.decide import CaseDecision, decide_run_pooled, first_step_levels, run_verdict
+from speceq.verdicts.decide import CaseDecision, decide_run_pooled, declare_lossy, first_step_levels, run_verdict
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind, named_effect
@@ -866,6 +866,8 @@ def analyse_run(
             differences.append(diff)
     decisions, pooled = decide_run_pooled(evidence, pooled_tests(differences), alpha=alpha, tolerance=tolerance,
                                           certificate=certificate, numerics_tolerance=numerics_tolerance)
+    if (engines.get("candidate") or {}).get("lossless") is False:  # lossy by design: measured, not judged
+        decisions, pooled = declare_lossy(evidence, decisions, pooled)
     settings = dict(provenance.get("settings") or {})
     results = tuple(_case_result(c, ev, dec, d, tolerance, settings, certificate)
                     for c, ev, dec, d in zip(cases, evidence, decisions, details))

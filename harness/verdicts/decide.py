@@ -92,7 +92,7 @@ SIZED_KINDS = frozenset({
 })
 
 __all__ = ["DESIGN_POWER", "POOLED_ALPHA_SHARE", "SIZED_KINDS", "CaseDecision", "CaseEvidence", "GreedyEvidence", "PooledDecision",
-           "decide_run", "decide_run_pooled", "first_step_levels", "run_verdict"]
+           "declare_lossy", "decide_run", "decide_run_pooled", "first_step_levels", "run_verdict"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,6 +279,30 @@ def decide_run_pooled(evidence: Sequence[CaseEvidence], pooled: Sequence[TestOut
         decisions.append(_decide_case(case, tuple(tests), alpha, tolerance, case_level, certificate,
                                       numerics_tolerance))
     return decisions, _decide_pooled(tuple(run_filled), alpha)
+
+
+def declare_lossy(evidence: Sequence[CaseEvidence], decisions: Sequence[CaseDecision],
+                  pooled: PooledDecision) -> tuple[list[CaseDecision], PooledDecision]:
+    """The decisions of a run whose candidate declares itself lossy by design (``describe()["lossless"]`` False).
+
+    A lossy method is measured, not judged: every case is ``lossy``, its reason leading with its distance to
+    the baseline (the size of :func:`speceq.stats.max_tv_size` where the analysis has one, else the TV estimate
+    and upper bound), then what the tests said; a pooled rejection no longer makes the run ``shifted``.
+    """
+    out = []
+    for case, d in zip(evidence, decisions, strict=True):
+        size = d.size or (None if case.size is None or case.greedy is not None else case.size.effect())
+        if size is not None:
+            distance = size_words(size)
+        elif d.tv_estimate is not None and d.tv_upper_bound is not None:
+            distance = f"TV estimate {d.tv_estimate:.4f}, upper bound {d.tv_upper_bound:.4f}"
+        else:
+            distance = "no distance computed"
+        reason = f"declared lossy by the engine, so measured, not judged: {distance}; the tests said {d.verdict}: {d.reason}"
+        out.append(dataclasses.replace(d, verdict=Verdict.LOSSY, reason=reason, size=size))
+    if pooled.rejects:
+        pooled = dataclasses.replace(pooled, rejects=False, reason=f"(a lossy candidate: measured, not judged) {pooled.reason}")
+    return out, pooled
 
 
 def _decide_pooled(tests: tuple[TestOutcome, ...], alpha: float) -> PooledDecision:

@@ -444,6 +444,10 @@ def plain_case_summary(case: CaseResult, alpha: float) -> str:
         why = "" if test is None else f" ({test.name})"
         return (f"The candidate samples different answers from the baseline{why}, though no single token of the "
                 f"first positions moved clearly on its own: the shift is spread over many tokens or later ones.{tv}")
+    if case.verdict == "lossy":
+        size = "" if case.size is None else _size_sentence(case.size)
+        return ("The candidate declares itself lossy by design (it does not promise the target's law), so its "
+                f"distance is measured, not judged.{size}")
     if case.verdict == "within-tolerance":
         size = "" if case.size is None else _size_sentence(case.size)
         return ("The candidate samples slightly different answers from the baseline, but by less than the numerics "
@@ -501,6 +505,9 @@ def _plain_run_verdict(result: RunResult, reference: str) -> str:
         return (f"The candidate samples slightly different answers from the baseline in {which} ({', '.join(within)}), "
                 f"each difference certified below the numerics tolerance{tol}: drift of that size, not a broken "
                 f"engine{'; the other cases are equivalent' if len(within) < len(cases) else ''}.")
+    if result.verdict == "lossy":
+        return (f"The candidate declares itself lossy by design, so speceq measures how far its answers are from "
+                f"{reference}'s instead of judging them: the cases give each distance with its bounds.")
     need = max((c.required_n for c in open_ if c.required_n is not None), default=None)
     more = f"; about {need:,} draws per engine would decide" if need is not None else ""
     which = f"{len(open_)} of {len(cases)} cases" if len(cases) != 1 else "its one case"

@@ -22,7 +22,7 @@ class Verdict(enum.StrEnum):
 
     - ``shifted``: a test rejected at the family-wise level, or a hard failure / broken invariant;
     - ``lossy``: a method declared lossy by design, whose distance is measured, never passed
-      (kernel checks only);
+      (a kernel check of a lossy kernel; a run whose candidate engine declares ``lossless: False``);
     - ``inconclusive``: nothing rejected, but equivalence within the tolerance is not shown yet;
     - ``within-tolerance``: a difference is detected (a test rejected at the family-wise level, no hard
       failure), but its size is certified below the numerics tolerance (``--numerics-tolerance``): the
@@ -70,6 +70,6 @@ _ORDER: tuple[Verdict, ...] = (Verdict.SHIFTED, Verdict.LOSSY, Verdict.INCONCLUS
 _EXIT_CODES: dict[Verdict, int] = {Verdict.SHIFTED: 1, Verdict.LOSSY: 1, Verdict.INCONCLUSIVE: 3,
                                    Verdict.WITHIN_TOLERANCE: 4, Verdict.EQUIVALENT: 0}
 
-#: The verdicts a run or a case of a run can have (``lossy`` belongs to kernel checks).
+#: The verdicts a run or a case of a run can have (``lossy``: only when the candidate declares itself lossy).
 RUN_VERDICTS: tuple[Verdict, ...] = (Verdict.EQUIVALENT, Verdict.SHIFTED, Verdict.INCONCLUSIVE,
-                                     Verdict.WITHIN_TOLERANCE)
+                                     Verdict.WITHIN_TOLERANCE, Verdict.LOSSY)

@@ -249,7 +249,7 @@ class EquivalenceChecker:
                               where="speceq.check inconclusive")
         result = self.run(cases, **overrides)
         store = self._item.stash[ITEM_RESULTS_KEY][-1][1]
-        if result.verdict == Verdict.SHIFTED:
+        if result.verdict in (Verdict.SHIFTED, Verdict.LOSSY):  # a lossy candidate is never equivalent: it fails
             raise DistributionMismatch(explain_run(result, store=store), verdict=result)
         if result.verdict == Verdict.WITHIN_TOLERANCE:
             pytest.xfail(_within_reason(result))
