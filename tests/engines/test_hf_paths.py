@@ -25,6 +25,7 @@ from speceq.engines.hf import HFAssistedEngine, HFSampleEngine
 from speceq.engines.hf_paths import (
     HFDFlashEngine,
     HFEarlyExitEngine,
+    HFEnsembleEngine,
     HFMTPEngine,
     HFMultiTokenEngine,
     HFUniversalEngine,
@@ -432,3 +433,26 @@ def test_universal_greedy_rows_after_a_sampled_call_equal_plain_greedy() -> None
     universal.sample(sampled)
     assert universal.sample(greedy).tokens.tolist() == plain.sample(greedy).tokens.tolist()
     universal.sample(sampled)  # and sampling still works after a greedy request
+
+
+# ----- hf-ensemble ----------------------------------------------------------------------------------------------
+def test_ensemble_is_declared_lossy_and_measured_not_judged(target: Any, tmp_path: Path) -> None:
+    """Verifying against (1 - w) p + w q with a draft far from the target moves the law: the run calls it lossy
+    (never shifted) with its distance; the weight reaches generate() (the rows differ from hf-assisted's)."""
+    far = tiny_random_llama(9, init_std=0.5)
+    engine = HFEnsembleEngine(target, far, assistant_ensemble_weight=0.9)
+    assert engine.describe()["lossless"] is False and engine.describe()["assistant_ensemble_weight"] == 0.9
+    req = request(SamplingParams(temperature=1.0, max_new_tokens=6, ignore_eos=True), n=4)
+    rows = engine.sample(req)
+    validate_batch(rows, req, engine)
+    assert rows.tokens.tolist() != HFAssistedEngine(target, far).sample(req).tokens.tolist()
+    case = verdict(HFSampleEngine(target), engine, tmp_path)
+    assert case.verdict == "lossy" and case.reason.startswith("declared lossy by the engine")
+    assert case.size is not None and case.size.estimate > 0.05, case.reason
+
+
+@pytest.mark.parametrize("weight", [0, 1, "x", -0.5])
+def test_ensemble_weight_is_validated(target: Any, weight: Any) -> None:
+    with pytest.raises(ConfigError, match="open interval") as info:
+        HFEnsembleEngine(target, target, assistant_ensemble_weight=weight)
+    assert info.value.where == "assistant_ensemble_weight"
