@@ -29,6 +29,7 @@ from test_runner import assert_same_samples, cases, config, frame  # noqa: E402
 from speceq.pipeline.fixed import collect  # noqa: E402
 from speceq.pipeline.runner import run  # noqa: E402
 from speceq.store import SampleStore  # noqa: E402
+from speceq.verdicts.notes import NoteKind
 
 SPEC = "fake_engines:FakeEngine"
 
@@ -96,10 +97,11 @@ SPEED_NOTE = "at this run's sampling speed"
 
 def without_timings(doc):
     """``doc`` without provenance and the measured throughputs (tokens/s, speedup, the inconclusive cases'
-    time-to-decide notes), which vary run to run."""
+    time-to-decide notes, in words in older results, records of kind "sampling time" now), which vary run to run."""
     if isinstance(doc, dict):
         return {k: without_timings(v) for k, v in doc.items()
                 if k != "provenance" and not k.endswith("per_s") and not k.startswith("speedup")}
     if isinstance(doc, list):
-        return [without_timings(v) for v in doc if not (isinstance(v, str) and v.startswith(SPEED_NOTE))]
+        return [without_timings(v) for v in doc if not (isinstance(v, str) and v.startswith(SPEED_NOTE))
+                and not (isinstance(v, dict) and v.get("kind") == NoteKind.SAMPLING_TIME.value)]
     return doc
