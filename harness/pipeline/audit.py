@@ -495,7 +495,7 @@ def cell_from_result(result: RunResult, base: Mapping[str, Any], result_path: Pa
     c = result.cases[0]
     chunks = result.provenance.get("chunks", {}) if isinstance(result.provenance, Mapping) else {}
     verdict, reason = c.verdict, c.reason
-    if declared_lossy:
+    if declared_lossy and c.verdict != Verdict.LOSSY:  # the run itself makes a declared-lossy candidate lossy
         verdict, reason = Verdict.LOSSY, f"declared lossy by the engine; the run said {c.verdict}: {c.reason}"
     return AuditCell(**{**base, "n": c.n_candidate}, status=RAN, verdict=verdict, reason=reason,
                      tv_estimate=c.tv_estimate, tv_upper_bound=c.tv_upper_bound, tv_reference=c.tv_reference,

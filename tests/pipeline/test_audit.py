@@ -160,7 +160,8 @@ def test_a_declared_lossy_method_is_measured_never_shifted(tmp_path):
     methods = [AuditMethod("ok", FAKE), AuditMethod("lossy", "audit_fakes:LossyFake", {"shift": 0.3})]
     result = run_audit(plan(tmp_path, methods, shapes=("single",)), log=lambda _: None)
     cell = result.cell("lossy", "t1", "single")
-    assert cell.verdict == Verdict.LOSSY and cell.reason.startswith("declared lossy by the engine; the run said shifted")
+    assert cell.verdict == Verdict.LOSSY and cell.reason.startswith("declared lossy by the engine, so measured, not judged")
+    assert "the tests said shifted" in cell.reason
     assert cell.tv_estimate > 0.2 and cell.tv_upper_bound >= cell.tv_estimate
     assert result.verdict == result.cell("ok", "t1", "single").verdict != Verdict.SHIFTED
 
