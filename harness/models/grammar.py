@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ import torch
 
 from speceq.core.params import SamplingParams
 from speceq.errors import ConfigError, EngineError
-from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_folder
+from speceq.models.text_decoding import tokenizer_json
 
 #: The install command of the optional dependency.
 EXTRA_INSTALL = 'pip install "speceq[structured]"'
@@ -41,22 +40,6 @@ def _llguidance(where: str) -> Any:
         raise ConfigError(f"structured_outputs needs the llguidance package, which is not installed: {EXTRA_INSTALL}",
                           where=where) from None
     return llguidance
-
-
-def tokenizer_json(tokenizer: str) -> Path:
-    """The ``tokenizer.json`` of a case's tokenizer (a name of :data:`TOKENIZER_NAMES`, a file or a folder)."""
-    if tokenizer == "bytes":
-        from speceq.models import TARGET_DIR
-
-        return TARGET_DIR / "tokenizer.json"
-    folder = named_tokenizer_folder(tokenizer)
-    path = folder / "tokenizer.json" if folder is not None else Path(tokenizer)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.is_file():
-        raise ConfigError(f"tokenizer {tokenizer!r} is neither a name ({', '.join(TOKENIZER_NAMES)}) nor an existing "
-                          f"tokenizer.json (looked at {path})", where="tokenizer")
-    return path
 
 
 @lru_cache(maxsize=8)
@@ -222,4 +205,4 @@ def check_grammar(params: SamplingParams, case_id: str) -> None:
 
 
 __all__ = ["EXTRA_INSTALL", "Grammar", "RowGrammar", "check_grammar", "grammar_violation", "row_masks",
-           "tokenizer_json"]
+]

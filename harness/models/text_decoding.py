@@ -18,6 +18,25 @@ from speceq.models.named_tokenizers import TOKENIZER_NAMES, named_tokenizer_fold
 BYTES = "bytes"
 
 
+def tokenizer_json(tokenizer: str) -> Path:
+    """The ``tokenizer.json`` of a case's tokenizer (a name of :data:`TOKENIZER_NAMES`, a file or a folder).
+
+    Raises ConfigError (where: ``tokenizer``) when there is none.
+    """
+    if tokenizer == BYTES:
+        from speceq.models import TARGET_DIR
+
+        return TARGET_DIR / "tokenizer.json"
+    folder = named_tokenizer_folder(tokenizer)
+    path = folder / "tokenizer.json" if folder is not None else Path(tokenizer)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise ConfigError(f"tokenizer {tokenizer!r} is neither a name ({', '.join(TOKENIZER_NAMES)}) nor an existing "
+                          f"tokenizer.json (looked at {path})", where="tokenizer")
+    return path
+
+
 @lru_cache(maxsize=16)
 def row_decoder(tokenizer: str) -> Callable[[Sequence[int]], str]:
     """token ids -> text with ``tokenizer`` (a name of :data:`TOKENIZER_NAMES` or a tokenizer.json path).
@@ -29,13 +48,7 @@ def row_decoder(tokenizer: str) -> Callable[[Sequence[int]], str]:
 
         tok = ByteTokenizer()
         return lambda ids: tok.decode([int(i) for i in ids])
-    folder = named_tokenizer_folder(tokenizer)
-    path = folder / "tokenizer.json" if folder is not None else Path(tokenizer)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.is_file():
-        raise ConfigError(f"tokenizer {tokenizer!r} is neither a name ({', '.join(TOKENIZER_NAMES)}) nor an existing "
-                          f"tokenizer.json (looked at {path})", where="tokenizer")
+    path = tokenizer_json(tokenizer)
     from tokenizers import Tokenizer
 
     try:
@@ -45,4 +58,4 @@ def row_decoder(tokenizer: str) -> Callable[[Sequence[int]], str]:
     return lambda ids: loaded.decode([int(i) for i in ids], skip_special_tokens=True)
 
 
-__all__ = ["row_decoder"]
+__all__ = ["row_decoder", "tokenizer_json"]

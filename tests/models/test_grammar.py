@@ -77,7 +77,7 @@ def test_without_llguidance_the_error_names_the_extra(monkeypatch) -> None:
 def _allowed_texts(tokenizer: str, vocab: int, eos: int) -> tuple[set[str], Grammar]:
     from tokenizers import Tokenizer
 
-    from speceq.models.grammar import tokenizer_json
+    from speceq.models.text_decoding import tokenizer_json
 
     grammar = Grammar(SamplingParams(tokenizer=tokenizer, structured_outputs={"choice": ["cat", "dog"]}), vocab, eos)
     tok = Tokenizer.from_file(str(tokenizer_json(tokenizer)))
@@ -90,7 +90,7 @@ def test_the_bridge_reads_the_bundled_bpe_vocabulary() -> None:
     assert {"cat", "dog", "c", "d"} <= texts and all("cat".startswith(t) or "dog".startswith(t) for t in texts)
     from tokenizers import Tokenizer
 
-    from speceq.models.grammar import tokenizer_json
+    from speceq.models.text_decoding import tokenizer_json
 
     tok = Tokenizer.from_file(str(tokenizer_json("bpe")))
     cat = tok.encode("cat", add_special_tokens=False).ids
