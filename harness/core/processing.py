@@ -154,9 +154,13 @@ def grammar_cut(
     return logits.masked_fill(~history.allowed, float("-inf"))
 
 
-def min_p_cut(x: torch.Tensor, min_p: float) -> torch.Tensor:  # [..., V] logits -> [..., V] logits
-    """Drop (-inf) the tokens whose probability under softmax(x) is below ``min_p`` times the largest."""
-    if min_p <= 0.0:
+def min_p_cut(x: torch.Tensor, min_p: float | torch.Tensor) -> torch.Tensor:  # [..., V] logits -> [..., V] logits
+    """Drop (-inf) the tokens whose probability under softmax(x) is below ``min_p`` times the largest.
+
+    ``min_p``: one value (0 = off), or a tensor broadcastable to ``[..., 1]`` with one value per row
+    (a row's 0 drops nothing), as the kernel check's ragged batches carry per-request min-p.
+    """
+    if not isinstance(min_p, torch.Tensor) and min_p <= 0.0:
         return x
     probs = torch.softmax(x, dim=-1)
     cut = probs < min_p * probs.amax(dim=-1, keepdim=True)

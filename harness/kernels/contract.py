@@ -8,7 +8,8 @@ of a correct kernel's output is known exactly. Four layouts:
 - ``ragged`` (vLLM ``RejectionSampler``): flat draft ids with per-request counts and
   cumulative offsets; target LOGITS, one row per draft token plus one bonus row per request;
   optional draft probabilities (None = the one-hot path); per-request temperature (0 =
-  greedy), top-k (0 = off), top-p (1 = off).
+  greedy), top-k (0 = off), top-p (1 = off) and min-p (0 = off; checked only when the kernel
+  declares ``KernelSpec.min_p``).
 - ``padded`` (FlashInfer ``chain_speculative_sampling``): ``[batch, k]`` draft ids, processed
   draft probabilities ``[batch, k, V]`` and target probabilities ``[batch, k + 1, V]`` (the
   bonus row inside); -1 after a request's drafts when ``KernelSpec.padding`` is set.
@@ -71,7 +72,10 @@ class KernelSpec:
     d with probability p(d). lossy: the method is lossy by design (typical acceptance,
     thresholds < 1, ensemble weights): its TV to the target law is measured with a confidence
     interval and it never passes. params: the kernel applies per-request temperature / top-k /
-    top-p itself (ragged only). greedy: it handles temperature-0 rows in a mixed batch (needs
+    top-p itself (ragged only). min_p: it also applies per-request min-p (``RaggedRequest.min_p``),
+    in vLLM's order: temperature, min-p, top-k, top-p (needs params); a kernel without it gets
+    no request with min-p > 0 (the default scenarios say they skipped min-p; given scenarios with
+    min-p are refused). greedy: it handles temperature-0 rows in a mixed batch (needs
     params). uniforms: it uses the injected ``uniforms`` / ``sample_uniforms`` (then boundary
     uniforms 0 and 1 - ulp are checked). padding: padded layout only, shorter requests' draft
     ids are padded with -1. nan_rows: the kernel promises valid output (ids in [0, V), the -1
@@ -84,6 +88,7 @@ class KernelSpec:
     method: str = "standard"
     lossy: bool = False
     params: bool = False
+    min_p: bool = False
     greedy: bool = False
     uniforms: bool = False
     padding: bool = False
@@ -103,6 +108,9 @@ class KernelSpec:
         if (self.params or self.greedy) and self.layout != "ragged":
             raise ConfigError("per-request parameters and greedy rows exist in the ragged layout only "
                               "(the other layouts take processed probabilities)", where=where)
+        if self.min_p and not self.params:
+            raise ConfigError("min_p needs params=True (min-p is a per-request parameter, applied after the "
+                              "temperature)", where=f"{where}.min_p")
         if self.greedy and not self.params:
             raise ConfigError("greedy rows need params=True (temperature 0 is a per-request parameter)", where=where)
         if self.nan_rows and self.layout == "model":
@@ -136,6 +144,8 @@ class RaggedRequest:
     ``uniforms`` (acceptance, one per draft token, in [0, 1)) and ``sample_uniforms`` (the
     recovered or bonus draw, one per request) are speceq's; a kernel that draws its own uses
     ``generator`` (seeded per call) or ``seeds`` (one per request, for per-request generators).
+    ``min_p`` (float32 ``[batch]``, 0 = off) is the per-request min-p; the check fills it for every
+    call (all zeros unless the kernel declares ``KernelSpec.min_p``); None for requests built elsewhere.
     """
 
     vocab_size: int
@@ -153,6 +163,7 @@ class RaggedRequest:
     sample_uniforms: torch.Tensor  # float64 [batch]
     seeds: torch.Tensor  # int64 [batch]
     generator: torch.Generator
+    min_p: torch.Tensor | None = None  # float32 [batch]; 0 = off
 
     @property
     def batch_size(self) -> int:

@@ -8,7 +8,7 @@ probability, where the plug-in's upward bias is small -- with its upper confiden
 
 "On which requests" is found by enrichment: every predicate ``feature == value`` or
 ``feature != value`` over the template features (vocabulary, target law, draft law, draft
-count, ragged, temperature, top-k, top-p, position; the vocabulary only for invariants, since
+count, ragged, temperature, top-k, top-p, min-p, position; the vocabulary only for invariants, since
 for tests it mostly tracks a scenario's draws) splits the component's tests (or, for an
 invariant, the check's templates) into a 2 x 2 table of predicate x failed. A predicate is kept
 when it covers at least 80 % of the failures, holds for at most 70 % of all the items (it
@@ -55,7 +55,7 @@ READS = {"token": "those that reached position {i}", "bonus": "those that accept
          "length": "every request", "node": "those that reached node {i}",
          "cell": "those that reached position {i} with a prefix of the cell's row"}
 _NAMES = {"vocab": "V", "law": "target law", "draft": "draft law", "drafts": "draft count",
-          "temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "position": "position",
+          "temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p", "position": "position",
           "boundary": "boundary uniforms", "row": "prefix row", "first row": "prompt row"}
 
 
@@ -79,7 +79,7 @@ def _predicate_text(name: str, value: str, equal: bool) -> str:
     if name == "ragged":
         return "ragged drafts" if (value == "yes") == equal else "full drafts"
     label = _NAMES.get(name, name)
-    if name in ("top_k", "top_p") and value == "off":
+    if name in ("top_k", "top_p", "min_p") and value == "off":
         return f"{label} {'off' if equal else 'on'}"
     return f"{label} {'=' if equal else '!='} {value}"
 

@@ -32,7 +32,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from speceq.errors import EngineError
+from speceq.errors import ConfigError, EngineError
 from speceq.kernels.contract import Kernel, Outcome, PaddedRequest, RaggedRequest, SingleRequest
 from speceq.kernels.outcomes import Violation, as_token_array, merge, parse_call
 from speceq.kernels.scenarios import ONE_MINUS_ULP, Scenario, Template
@@ -95,6 +95,7 @@ class _Tables:
         self.temperature = np.array([t.params.temperature for t in tpls], dtype=np.float32)
         self.top_k = np.array([t.params.top_k for t in tpls], dtype=np.int64)
         self.top_p = np.array([t.params.top_p for t in tpls], dtype=np.float32)
+        self.min_p = np.array([t.params.min_p for t in tpls], dtype=np.float32)
         self.buffers = buffers if buffers is not None else RowBuffers()
         self.reuse = reuse  # hand out the rows of a repeated call without copying them again (RowBuffers)
         # per template, its target rows [n + 1, V] and draft rows [n, V] as views (the single layout clones them)
@@ -372,6 +373,7 @@ def build_ragged(tables: _Tables, scenario: Scenario, slots: np.ndarray, drafts:
         temperature=torch.from_numpy(tables.temperature[slots]).to(dev),
         top_k=torch.from_numpy(tables.top_k[slots]).to(dev),
         top_p=torch.from_numpy(tables.top_p[slots]).to(dev),
+        min_p=torch.from_numpy(tables.min_p[slots]).to(dev),
         uniforms=torch.from_numpy(u).to(dev),
         sample_uniforms=torch.from_numpy(su).to(dev),
         seeds=torch.from_numpy(rng.integers(0, 2**62, size=b)).to(dev),
@@ -636,7 +638,19 @@ def _collect_scenario(kernel: Kernel, scenario: Scenario, rng: np.random.Generat
 
 def collect(kern: Kernel, scenarios: list[Scenario] | tuple[Scenario, ...], *, seed: int = 0,
             device: str | torch.device = "cpu") -> list[ScenarioRecord]:
-    """Run the kernel over the scenarios with speceq's seeds (no statistics: torch and numpy only)."""
+    """Run the kernel over the scenarios with speceq's seeds (no statistics: torch and numpy only).
+
+    A scenario with a min-p request for a ragged kernel that does not declare ``KernelSpec.min_p`` is
+    refused (ConfigError naming the scenario and template) before any call: the kernel would
+    ignore it and its correct output would read as shifted.
+    """
+    if kern.spec.layout == "ragged" and not kern.spec.min_p:
+        for scn in scenarios:
+            for t in scn.templates:
+                if t.params.min_p > 0.0:
+                    raise ConfigError(f"template {t.name!r} of scenario {scn.name!r} has min_p = {t.params.min_p:g}, "
+                                      f"but the kernel does not declare min_p (KernelSpec(min_p=True))",
+                                      where=f"kernel {kern.name}")
     dev = torch.device(device)
     rng = np.random.default_rng([seed, 1])
     fixed_layout = kern.spec.layout == "padded"

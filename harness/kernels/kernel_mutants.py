@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from speceq.core.processing import min_p_cut
 from speceq.kernels.contract import Kernel, Outcome, RaggedRequest
 from speceq.kernels.reference_kernels import Dense, ReferenceChainKernel, reference_kernel
 
@@ -55,16 +56,37 @@ class TargetWithoutTemperature(ReferenceChainKernel):
     """The target rows at the draft positions are processed at T = 1 (the bonus row keeps T)."""
 
     def process_draft_rows(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                           top_p: torch.Tensor) -> torch.Tensor:
-        return self.process(logits, torch.ones_like(temperature), top_k, top_p)
+                           top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+        return self.process(logits, torch.ones_like(temperature), top_k, top_p, min_p)
 
 
 class TopPDraftRowsOff(ReferenceChainKernel):
     """top-p is applied to the bonus row only: the draft positions' target rows are not truncated."""
 
     def process_draft_rows(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                           top_p: torch.Tensor) -> torch.Tensor:
-        return self.process(logits, temperature, top_k, torch.ones_like(top_p))
+                           top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+        return self.process(logits, temperature, top_k, torch.ones_like(top_p), min_p)
+
+
+class MinPUntempered(ReferenceChainKernel):
+    """min-p is measured on the untempered law softmax(logits), not softmax(logits / T) (every row).
+
+    At T < 1 it keeps tokens a correct kernel drops, at T > 1 it drops tokens a correct kernel keeps.
+    """
+
+    def _untempered_cut(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                        top_p: torch.Tensor, min_p: torch.Tensor | None) -> torch.Tensor:
+        if min_p is not None and bool((min_p > 0).any()):
+            logits = min_p_cut(logits.to(torch.float32), min_p.to(torch.float32)[:, None])
+        return self.process(logits, temperature, top_k, top_p)
+
+    def process_draft_rows(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                           top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+        return self._untempered_cut(logits, temperature, top_k, top_p, min_p)
+
+    def process_bonus_rows(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                           top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+        return self._untempered_cut(logits, temperature, top_k, top_p, min_p)
 
 
 class MisalignedExpansion(ReferenceChainKernel):
@@ -213,6 +235,9 @@ MUTANTS: dict[str, KernelMutant] = {m.name: m for m in [
                  "vllm#9834, TRT-LLM PR #12588", _make(TargetWithoutTemperature, "temperature-one-side")),
     KernelMutant("top-p-one-side", "top-p on the bonus row only", "sglang#10617, vllm#42744",
                  _make(TopPDraftRowsOff, "top-p-one-side")),
+    KernelMutant("min-p-untempered", "min-p measured on the untempered law (before the temperature)",
+                 "order slip: min-p before the temperature (vLLM applies it after); vllm#42744 (min-p at verification)",
+                 _make(MinPUntempered, "min-p-untempered")),
     KernelMutant("ragged-misaligned-params", "per-request parameters expanded as if every request had k drafts",
                  "vllm#55005, vllm PR #42638, vllm-ascend#16396", _make(MisalignedExpansion, "ragged-misaligned-params")),
     KernelMutant("greedy-random-path", "greedy rows take the random path in a mixed batch",

@@ -2,7 +2,8 @@
 
 It implements the lossless methods of :mod:`speceq.kernels.laws` (standard, one-hot, exact-match,
 block) in the ragged, padded and single layouts, with vLLM's per-request processing
-(temperature, top-k, top-p; temperature 0 = greedy, argmax of the raw logits) and the injected
+(temperature, min-p, top-k, top-p in that order, min-p by :func:`speceq.core.processing.min_p_cut`;
+temperature 0 = greedy, argmax of the raw logits) and the injected
 uniforms of the request: ``uniforms`` for the acceptance tests (exact-match: for its own draw
 at each position; block: for the stop coins), ``sample_uniforms`` for the one recovered or
 bonus draw. Draws are inverse-CDF searches in float64 cumulative sums, with a fallback to the
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from speceq.core.processing import min_p_cut
 from speceq.kernels.contract import Kernel, KernelSpec, Outcome, PaddedRequest, RaggedRequest, SingleRequest
 
 
@@ -75,10 +77,15 @@ class ReferenceChainKernel:
 
     @staticmethod
     def process(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                top_p: torch.Tensor) -> torch.Tensor:
-        """float32 processed laws of logits rows with per-row parameters (temperature 0 rows: T = 1)."""
+                top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+        """float32 processed laws of logits rows with per-row parameters (temperature 0 rows: T = 1).
+
+        vLLM's order: temperature, min-p (None or 0 = off), top-k, top-p.
+        """
         t = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
         x = logits.to(torch.float32) / t[:, None]
+        if min_p is not None and bool((min_p > 0).any()):
+            x = min_p_cut(x, min_p.to(torch.float32)[:, None])
         need = (top_k > 0) | (top_p < 1.0)
         if bool(need.any()):
             idx = need.nonzero().squeeze(1)
@@ -96,12 +103,12 @@ class ReferenceChainKernel:
         return torch.softmax(x, dim=1)
 
     def process_draft_rows(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                           top_p: torch.Tensor) -> torch.Tensor:
-        return self.process(logits, temperature, top_k, top_p)
+                           top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+        return self.process(logits, temperature, top_k, top_p, min_p)
 
     def process_bonus_rows(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                           top_p: torch.Tensor) -> torch.Tensor:
-        return self.process(logits, temperature, top_k, top_p)
+                           top_p: torch.Tensor, min_p: torch.Tensor | None = None) -> torch.Tensor:
+        return self.process(logits, temperature, top_k, top_p, min_p)
 
     # ---- verification steps -------------------------------------------------------------------
     def accept_probs(self, p: torch.Tensor, q: torch.Tensor | None, d: torch.Tensor) -> torch.Tensor:
@@ -258,13 +265,16 @@ class ReferenceChainKernel:
         req_of_tok = torch.repeat_interleave(torch.arange(b, device=dev), n, output_size=req.num_tokens)
         start = (req.cu_num_draft_tokens.to(torch.int64) - n)
         pos = torch.arange(req.num_tokens, device=dev) - start[req_of_tok]
+        min_p = req.min_p if req.min_p is not None else torch.zeros_like(req.top_p)
         if req.num_tokens:
             rows = req.target_logits[req.target_logits_indices]
             p[req_of_tok, pos] = self.process_draft_rows(rows, self.expand(req.temperature, req),
-                                                         self.expand(req.top_k, req), self.expand(req.top_p, req))
+                                                         self.expand(req.top_k, req), self.expand(req.top_p, req),
+                                                         self.expand(min_p, req))
             argmax[req_of_tok, pos] = rows.argmax(dim=1)
         brows = req.target_logits[req.bonus_logits_indices]
-        p[torch.arange(b, device=dev), n] = self.process_bonus_rows(brows, req.temperature, req.top_k, req.top_p)
+        p[torch.arange(b, device=dev), n] = self.process_bonus_rows(brows, req.temperature, req.top_k, req.top_p,
+                                                                    min_p)
         argmax[torch.arange(b, device=dev), n] = brows.argmax(dim=1)
         d = torch.full((b, k), -1, dtype=torch.int64, device=dev)
         u = torch.zeros(b, k, dtype=torch.float64, device=dev)
@@ -320,13 +330,13 @@ def reference_kernel(layout: str = "ragged", method: str = "standard", *, impl: 
                      name: str = "", **spec: object) -> Kernel:
     """The reference kernel (or ``impl``, a subclass instance) as a :class:`Kernel` of ``layout``.
 
-    Ragged kernels apply per-request parameters and greedy rows; every layout takes the injected
+    Ragged kernels apply per-request parameters (min-p included) and greedy rows; every layout takes the injected
     uniforms. ``spec`` overrides KernelSpec fields (e.g. ``max_draft``, ``padding``).
     """
     core = impl or ReferenceChainKernel(method)
     fields: dict[str, object] = dict(layout=layout, method=method, uniforms=True, nan_rows=True)
     if layout == "ragged":
-        fields.update(params=True, greedy=True)
+        fields.update(params=True, min_p=True, greedy=True)
     if layout == "padded":
         fields.update(padding=True)
     fields.update(spec)

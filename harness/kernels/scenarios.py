@@ -19,13 +19,19 @@ of probability 0, -1 padding).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from speceq.kernels.contract import KernelSpec
 from speceq.kernels.families import as_float32_law, draft_law, target_logits
-from speceq.kernels.target_processing import RequestParams, cut_margins, nucleus_midpoint, processed_law
+from speceq.kernels.target_processing import (
+    RequestParams,
+    cut_margins,
+    min_p_midpoint,
+    nucleus_midpoint,
+    processed_law,
+)
 
 #: Smallest gap (nats) kept at a top-k cut or between the two largest logits of a greedy row.
 MIN_CUT_GAP = 1e-3
@@ -150,8 +156,10 @@ def build_template(spec: TemplateSpec, vocab: int, rng: np.random.Generator, *, 
         if not spec.per_position:
             rows = [rows[0]] * (spec.n_draft + 1)
         params = spec.params
+        if params.min_p > 0.0 and not params.greedy:
+            params = replace(params, min_p=min_p_midpoint(rows[0], params, params.min_p))
         if params.top_p < 1.0:
-            params = RequestParams(params.temperature, params.top_k, nucleus_midpoint(rows[0], params, params.top_p))
+            params = replace(params, top_p=nucleus_midpoint(rows[0], params, params.top_p))
         if not all(_cuts_ok(r, params) for r in rows):
             continue
         logits = np.stack(rows).astype(np.float32)
@@ -176,6 +184,7 @@ def build_template(spec: TemplateSpec, vocab: int, rng: np.random.Generator, *, 
             "temperature": "greedy" if params.greedy else f"{params.temperature:g}",
             "top_k": str(params.top_k) if params.top_k else "off",
             "top_p": "on" if params.top_p < 1.0 else "off",
+            "min_p": "on" if params.min_p > 0.0 else "off",
         }
         if spec.boundary:
             features["boundary"] = spec.boundary
@@ -207,7 +216,7 @@ def template_from_arrays(name: str, logits: np.ndarray, draft: np.ndarray, param
 def _cuts_ok(row: np.ndarray, params: RequestParams) -> bool:
     margins = cut_margins(row, params)
     return (margins.get("top_k", np.inf) >= MIN_CUT_GAP and margins.get("argmax", np.inf) >= MIN_CUT_GAP
-            and margins.get("top_p", np.inf) >= MIN_TOP_P_MARGIN)
+            and margins.get("min_p", np.inf) >= MIN_CUT_GAP and margins.get("top_p", np.inf) >= MIN_TOP_P_MARGIN)
 
 
 def scenario(name: str, vocab: int, specs: Sequence[TemplateSpec], rng: np.random.Generator, *,
@@ -261,6 +270,16 @@ def default_scenarios(spec: KernelSpec, *, scale: float = 1.0, seed: int = 0) ->
         mixed += [TemplateSpec(f, r, n, prm) for (f, r, n, prm) in with_params]
     else:
         skipped.append("per-request temperature / top-k / top-p (the kernel does not apply them)")
+    if spec.min_p:
+        with_min_p = [
+            ("zipf", "overlap", k, RequestParams(0.7, min_p=0.1)), ("zipf", "sharp", 2, RequestParams(1.5, min_p=0.05)),
+            ("peaked", "overlap", k, RequestParams(1.0, min_p=0.02)),
+            ("zipf", "overlap", 1, RequestParams(0.8, top_k=20, top_p=0.9, min_p=0.05)),
+        ]
+        min_p_counts = _ks(spec, [n for _, _, n, _ in with_min_p])
+        mixed += [TemplateSpec(f, r, n, prm) for (f, r, _, prm), n in zip(with_min_p, min_p_counts)]
+    else:
+        skipped.append("per-request min-p (the kernel does not declare min_p)")
     if spec.greedy:
         mixed += [TemplateSpec("zipf", "overlap", k, RequestParams(0.0)), TemplateSpec("peaked", "sharp", 1,
                                                                                         RequestParams(0.0))]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from kernel_support import quick_scenarios
 
-from speceq.errors import EngineError
+from speceq.errors import ConfigError, EngineError
 from speceq.kernels import Kernel, KernelSpec, check
 from speceq.kernels.kernel_mutants import LOSSLESS, MUTANTS, make
 from speceq.kernels.reference_kernels import ReferenceChainKernel, reference_kernel
@@ -24,7 +24,7 @@ def test_the_reference_kernel_is_equivalent_in_every_layout(layout: str) -> None
 
 @pytest.mark.parametrize("name", ["residual-from-target", "bonus-from-draft", "greedy-random-path",
                                   "inclusive-accept", "last-tile-fallback", "padding-as-index",
-                                  "nan-row-emits-vocab-size"])
+                                  "nan-row-emits-vocab-size", "min-p-untempered"])
 def test_gallery_mutants_are_shifted_at_a_small_budget(name: str) -> None:
     k = make(name)
     r = check(k, scenarios=quick_scenarios(k.spec, 0.1), solo=False)
@@ -144,3 +144,25 @@ def test_device_is_a_parameter() -> None:
     k = reference_kernel("padded")
     r = check(k, scenarios=quick_scenarios(k.spec, 0.05), device=torch.device("cpu"))
     assert r.device == "cpu" and np.isfinite(r.seconds)
+
+
+def test_min_p_untempered_is_shifted_on_the_min_p_requests_only() -> None:
+    """#45 item 2: min-p measured before the temperature moves exactly the requests with min-p on and T != 1."""
+    k = make("min-p-untempered")
+    r = check(k, scenarios=quick_scenarios(k.spec, 0.1)[:1], solo=False)
+    assert r.verdict == "shifted", r.summary()
+    failed = {t.template for t in r.rejected}
+    assert failed and all("min_p" in name for name in failed), failed
+    assert any("min-p on" in " ".join(f.predicates) for f in r.findings), r.summary()
+
+
+def test_a_ragged_kernel_without_min_p_keeps_working_and_is_refused_min_p_requests() -> None:
+    """A kernel that does not declare min_p gets no min-p request (the scenario says so) and passes; handed
+    scenarios with min-p, the check refuses them by name before any call (it would ignore them)."""
+    ref = reference_kernel("ragged")
+    plain = Kernel(ref.fn, KernelSpec(**{**{f: getattr(ref.spec, f) for f in ref.spec.__slots__}, "min_p": False}))
+    scs = quick_scenarios(plain.spec, 0.1)[:1]
+    assert any("min-p" in s for s in scs[0].skipped)
+    assert check(plain, scenarios=scs).verdict == "equivalent"
+    with pytest.raises(ConfigError, match="min_p = .*does not declare min_p"):
+        check(plain, scenarios=quick_scenarios(ref.spec, 0.1)[:1])

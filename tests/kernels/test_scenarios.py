@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from speceq.errors import ConfigError
 from speceq.kernels import KernelSpec, default_scenarios
 from speceq.kernels.scenarios import MAX_CELLS_PER_CALL, MIN_CUT_GAP, MIN_TOP_P_MARGIN
 from speceq.kernels.target_processing import cut_margins
@@ -48,3 +50,29 @@ def test_scenarios_are_reproducible() -> None:
     b = default_scenarios(spec, scale=0.05, seed=3)[0]
     assert [t.name for t in a.templates] == [t.name for t in b.templates]
     assert all(np.array_equal(x.logits, y.logits) for x, y in zip(a.templates, b.templates))
+
+
+def test_min_p_requests_only_for_kernels_that_declare_min_p() -> None:
+    """#45 item 2: a ragged kernel declaring min_p gets per-request min-p (different values, mixed with other
+    parameters, every cut unambiguous); one that does not gets none, and the scenario says it skipped them."""
+    with_min_p = default_scenarios(KernelSpec(layout="ragged", params=True, min_p=True, max_draft=3), scale=0.05)
+    tpls = [t for s in with_min_p for t in s.templates]
+    values = {round(t.params.min_p, 6) for t in tpls if t.params.min_p > 0}
+    assert len(values) >= 3 and any(t.params.min_p == 0 for t in with_min_p[0].templates)
+    assert any(t.params.min_p > 0 and t.params.temperature not in (0.0, 1.0) for t in tpls)
+    for t in tpls:
+        if t.params.min_p > 0:
+            assert t.features["min_p"] == "on"
+            assert all(cut_margins(row, t.params)["min_p"] >= MIN_CUT_GAP for row in t.logits)
+            assert (t.law == 0).any()
+    assert not any("min-p" in s for sc in with_min_p for s in sc.skipped)
+    without = default_scenarios(KernelSpec(layout="ragged", params=True, max_draft=3), scale=0.05)
+    assert all(t.params.min_p == 0 for s in without for t in s.templates)
+    assert any("min-p" in s for s in without[0].skipped)
+
+
+def test_min_p_needs_params() -> None:
+    with pytest.raises(ConfigError, match="min_p needs params=True"):
+        KernelSpec(layout="ragged", min_p=True)
+    with pytest.raises(ConfigError, match="ragged layout only"):
+        KernelSpec(layout="padded", params=True, min_p=True)

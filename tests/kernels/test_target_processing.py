@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speceq.kernels.target_processing import RequestParams, cut_margins, nucleus_midpoint, processed_law
+from speceq.kernels.target_processing import RequestParams, cut_margins, min_p_midpoint, nucleus_midpoint, processed_law
 
 
 def test_temperature_top_k_top_p() -> None:
@@ -48,3 +48,43 @@ def test_nucleus_midpoint_makes_the_cut_unambiguous() -> None:
 def test_greedy_margin() -> None:
     logits = np.array([1.0, 1.0 + 1e-5, 0.0], dtype=np.float32)
     assert cut_margins(logits, RequestParams(temperature=0.0))["argmax"] == pytest.approx(1e-5, rel=0.2)
+
+
+@pytest.mark.parametrize("params", [RequestParams(0.7, min_p=0.1), RequestParams(1.5, min_p=0.05),
+                                    RequestParams(0.8, top_k=20, top_p=0.9, min_p=0.05)])
+def test_min_p_law_is_core_processing_in_the_vllm_order(params: RequestParams) -> None:
+    """#45 item 2: the kernel check's exact law with min-p is speceq.core.processing's ``vllm`` law
+    (temperature, min-p, top-k, top-p), and min-p really cuts tokens a law without it keeps."""
+    import torch
+
+    from speceq.core.params import SamplingParams
+    from speceq.core.processing import process_logits
+
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal(61) * 2.0).astype(np.float32)
+    law = processed_law(logits, params)
+    core = process_logits(torch.from_numpy(logits), SamplingParams(temperature=params.temperature, top_k=params.top_k,
+                                                                   top_p=params.top_p, min_p=params.min_p))
+    np.testing.assert_allclose(law, core.double().numpy(), atol=1e-6)
+    without = processed_law(logits, RequestParams(params.temperature, params.top_k, params.top_p))
+    assert (law == 0).sum() > (without == 0).sum()
+    # measured on the tempered law: a token survives iff p / max p >= min_p at temperature T
+    t = logits.astype(np.float64) / params.temperature
+    ratio = np.exp(t - t.max())
+    assert not np.any(law[ratio < params.min_p * (1 - 1e-6)])
+
+
+def test_min_p_midpoint_gives_an_unambiguous_cut() -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal(61).astype(np.float32) * 2
+    prm = RequestParams(0.7, min_p=0.1)
+    min_p = min_p_midpoint(logits, prm, 0.1)
+    assert 0.01 < min_p < 1.0
+    margins = cut_margins(logits, RequestParams(0.7, min_p=min_p))
+    assert margins["min_p"] > 1e-3
+    # halfway in log space between two tempered ratios: the cut keeps the tokens whose ratio is above it
+    t = logits.astype(np.float64) / 0.7
+    ratios = np.sort(np.exp(t - t.max()))[::-1]
+    m = int(np.sum(ratios >= min_p))
+    assert ratios[m - 1] > min_p > ratios[m]
+    assert np.count_nonzero(processed_law(logits, RequestParams(0.7, min_p=min_p))) == m
