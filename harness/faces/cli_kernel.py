@@ -21,7 +21,7 @@ from speceq.core.defaults import DEFAULT_ALPHA
 
 HELP = "check a speculative-decoding verification kernel against its exact output laws"
 
-_SPEC_FLAGS = ("layout", "method", "lossy", "params", "greedy", "uniforms", "padding", "nan_rows", "max_draft",
+_SPEC_FLAGS = ("layout", "method", "lossy", "params", "min_p", "greedy", "uniforms", "padding", "nan_rows", "max_draft",
                "max_vocab")
 
 
@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--lossy")
     g.add_argument("--lossy", action="store_true", default=None, help="the method is lossy by design: measure its TV")
     g.add_argument("--params", action="store_true", default=None, help="it applies per-request temperature/top-k/top-p")
+    g.add_argument("--min-p", dest="min_p", action="store_true", default=None,
+                   help="it also applies per-request min-p, after the temperature (with --params)")
     g.add_argument("--greedy", action="store_true", default=None, help="it handles temperature-0 rows (with --params)")
     g.add_argument("--uniforms", action="store_true", default=None, help="it uses the injected uniforms")
     g.add_argument("--padding", action="store_true", default=None, help="padded layout: -1 after shorter drafts")

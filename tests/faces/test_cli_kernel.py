@@ -69,3 +69,30 @@ def test_drafter_check_refuses_options_it_cannot_honour(extra: list[str], capsys
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     assert main(argv) == 2
     assert "speceq: error:" in capsys.readouterr().err
+
+
+
+IGNORES_MIN_P = """
+from dataclasses import replace
+
+from speceq.kernels import kernel
+from speceq.kernels.reference_kernels import reference_kernel
+
+_ref = reference_kernel("ragged", "standard")
+
+
+@kernel(layout="ragged", method="standard", params=True, greedy=True)
+def ignores_min_p(req):
+    return _ref(replace(req, min_p=None))
+"""
+
+
+def test_min_p_flag_sends_min_p_requests(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A kernel that ignores min-p passes until --min-p declares that it applies min-p; then it is caught."""
+    path = tmp_path / "ignores_min_p.py"
+    path.write_text(IGNORES_MIN_P)
+    argv = ["kernel", f"{path}:ignores_min_p", "--scale", "0.1", "--no-solo"]
+    assert main(argv) == 0
+    assert "min-p" not in capsys.readouterr().out.split("equivalent", 1)[0]
+    assert main([*argv, "--min-p"]) == 1
+    assert "min-p on" in capsys.readouterr().out
