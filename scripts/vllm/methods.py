@@ -11,6 +11,11 @@ servers, not eight), into one audit folder whose baseline samples every method s
 methods' matrices are joined into one (``audit.json``, ``audit.md``, ``audit.html``), where a
 method whose server did not start is a row of ``not run`` cells carrying vLLM's error.
 
+A method server that dies during its audit (a request that crashes vLLM's engine) is restarted
+and the audit resumed without the setting it died in (finished cells are reused from the store):
+that setting's cells that did not finish are ``not run`` with vLLM's error from the server's log
+("the vLLM server died during this cell: ..."), and the other settings still run.
+
 Writes into ``--out`` (default ``speceq-out/vllm-methods``): ``methods.json`` (per method: its
 speculative config, ``started`` or ``refused``, vLLM's error line, start-up seconds, port, server
 log), ``servers.json`` (a ``speceq audit openai --servers`` file of the plain server and every
@@ -193,6 +198,52 @@ def join_audits(parts: list[Any], refused: list[MethodOutcome], order: list[str]
     return replace(first, methods=tuple(methods), cells=tuple(cells), wall_s=sum(p.wall_s for p in parts))
 
 
+def server_healthy(port: int, timeout_s: float = 5.0) -> bool:
+    """Whether the server on ``port`` answers ``GET /health`` with 200 (a dead engine's server does not)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def killing_cell(part: Any) -> Any:
+    """The cell a server died in: the first ``not run`` cell of ``part`` (cells run in matrix order, so the
+    cells after it could not reach the dead server), or None when every cell finished."""
+    from speceq.pipeline.audit import NOT_RUN
+
+    return next((c for c in part.cells if c.status == NOT_RUN), None)
+
+
+def combine_after_deaths(parts: list[Any], deaths: dict[str, tuple[str, str]]) -> Any:
+    """One method's matrix from its audits before and after server restarts.
+
+    ``parts``: the audits in the order they ran (the first has every setting; each later one the
+    settings left); ``deaths``: setting -> (the shape of the cell the server died in, vLLM's error).
+    Each cell is the latest audit's that has it; a cell of a setting the server died in that did
+    not finish is ``not run`` with the error.
+    """
+    from dataclasses import replace
+
+    from speceq.pipeline.audit import NOT_RUN
+
+    first = parts[0]
+    latest = {(c.setting, c.shape): c for p in parts for c in p.cells}
+    cells = []
+    for s, _ in first.settings:
+        for h, _ in first.shapes:
+            cell = latest[(s, h)]
+            if s in deaths and cell.status == NOT_RUN:
+                shape, error = deaths[s]
+                where = "this cell" if h == shape else f"the {s} · {shape} cell (not retried)"
+                cell = replace(cell, reason=f"the vLLM server died during {where}: {error}")
+            cells.append(cell)
+    return replace(first, cells=tuple(cells), wall_s=sum(p.wall_s for p in parts))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of this script."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -266,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(outcome)
             try:
                 if spgid is not None and args.audit:
-                    audit_one(args, out, audit_dir, plain_url, plain_model, outcome, row)
+                    spgid = audit_with_restarts(args, out, audit_dir, plain_url, plain_model, outcome, row, plan,
+                                                env, spgid)
             finally:
                 if spgid is not None:
                     stop_server(spgid)
@@ -311,16 +363,58 @@ def earlier_audit(audit_dir: Path, method: str) -> Any:
     return load_audit(path) if path.is_file() else None
 
 
+def audit_with_restarts(args: argparse.Namespace, out: Path, audit_dir: Path, plain_url: str, plain_model: str,
+                        outcome: MethodOutcome, method: str, plan: MethodPlan, env: dict[str, str],
+                        spgid: int) -> int | None:
+    """Audit ``method``; when its server dies in a cell, restart it and resume without that setting.
+
+    Returns the process group of the server still up (None when a restart failed). The method's
+    matrix (``audit-<method>.json``) is the combination of its audits (:func:`combine_after_deaths`).
+    """
+    settings = [x.strip() for x in args.settings.split(",") if x.strip()]
+    parts: list[Any] = []
+    deaths: dict[str, tuple[str, str]] = {}
+    while settings:
+        part = audit_one(args, out, audit_dir, plain_url, plain_model, outcome, method, settings=settings)
+        if part is None:
+            break
+        parts.append(part)
+        cell = killing_cell(part)
+        if cell is None or server_healthy(outcome.port):
+            break
+        log = Path(outcome.log)
+        error = error_line(log.read_text(errors="replace")) if log.is_file() else "no log"
+        deaths[cell.setting] = (cell.shape, error)
+        settings = [x for x in settings if x != cell.setting]
+        print(f"== {method}: the server died in {cell.setting} · {cell.shape}: {error}", file=sys.stderr)
+        stop_server(spgid)
+        if not settings:
+            spgid = None
+            break
+        spgid, secs = start_server(plan.model_dir, outcome.port, plan.config,
+                                   {**env, "SPECEQ_VLLM_PATCH_EXPAND": "1" if args.patch_expand else "0"})
+        if spgid is None:
+            print(f"!! {method}: the server did not restart; the settings left stay not run", file=sys.stderr)
+            break
+        print(f"== {method}: restarted after {secs:.0f} s for {', '.join(settings)}", file=sys.stderr)
+    if len(parts) > 1 or deaths:
+        combined = combine_after_deaths(parts, deaths)
+        (audit_dir / f"audit-{method}.json").write_text(combined.to_json() + "\n", encoding="utf-8")
+    return spgid
+
+
 def audit_one(args: argparse.Namespace, out: Path, audit_dir: Path, plain_url: str, plain_model: str,
-              outcome: MethodOutcome, method: str) -> None:
-    """``speceq audit openai`` of the plain server and ``method``'s into the shared audit folder; its matrix
-    is kept as ``audit-<method>.json`` (none when the audit wrote no matrix)."""
+              outcome: MethodOutcome, method: str, settings: list[str] | None = None) -> Any:
+    """``speceq audit openai`` of the plain server and ``method``'s into the shared audit folder (``settings``:
+    default ``--settings``); its matrix is returned and kept as ``audit-<method>.json`` (None when the audit
+    wrote no matrix)."""
     from speceq.pipeline.audit import AUDIT_JSON, load_audit
 
     servers = out / f"servers-{method}.json"
     write_json(servers, servers_document(plain_url, plain_model, [outcome]))
+    setting_list = ",".join(settings) if settings else args.settings
     cmd = [sys.executable, "-m", "speceq.faces.cli", "audit", "openai", "--servers", str(servers), "--out",
-           str(audit_dir), "--settings", args.settings, "--shapes", args.shapes, "--samples", str(args.samples),
+           str(audit_dir), "--settings", setting_list, "--shapes", args.shapes, "--samples", str(args.samples),
            "--chunk-size", str(args.chunk_size)]
     print(f"== audit of {method}: {' '.join(cmd[1:])}", file=sys.stderr)
     (audit_dir / AUDIT_JSON).unlink(missing_ok=True)  # never mistake the previous method's matrix for this one's
@@ -328,9 +422,11 @@ def audit_one(args: argparse.Namespace, out: Path, audit_dir: Path, plain_url: s
     t0 = time.monotonic()
     rc = subprocess.run(cmd, check=False).returncode
     print(f"   audit of {method}: exit {rc} after {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    if (audit_dir / AUDIT_JSON).is_file():
-        part = load_audit(audit_dir / AUDIT_JSON)
-        (audit_dir / f"audit-{method}.json").write_text(part.to_json() + "\n", encoding="utf-8")
+    if not (audit_dir / AUDIT_JSON).is_file():
+        return None
+    part = load_audit(audit_dir / AUDIT_JSON)
+    (audit_dir / f"audit-{method}.json").write_text(part.to_json() + "\n", encoding="utf-8")
+    return part
 
 
 def write_json(path: Path, doc: Any) -> None:

@@ -157,6 +157,39 @@ def test_join_audits_keeps_every_cell_and_lists_refused_methods_with_vllms_error
     assert AuditResult.from_json(joined.to_json()) == joined
 
 
+def test_a_server_that_died_leaves_its_setting_not_run_with_vllms_error_and_the_rest_rerun(methods) -> None:
+    from speceq.pipeline.audit import NOT_RUN, RAN, AuditCell, AuditResult
+
+    settings = (("t1", "T = 1"), ("topk10", "top-k"), ("long64", "64 tokens"))
+    shapes = (("single", "one"), ("ragged-b4", "four"))
+
+    def cell(s: str, h: str, ran: bool) -> AuditCell:
+        if ran:
+            return AuditCell(method="ngram", setting=s, shape=h, status=RAN, verdict="inconclusive", tv_estimate=0.1,
+                             tv_upper_bound=0.3)
+        return AuditCell(method="ngram", setting=s, shape=h, status=NOT_RUN, reason="cannot reach the server")
+
+    def audit(sets, ran) -> AuditResult:
+        cells = tuple(cell(s, h, (s, h) in ran) for s, _ in sets for h, _ in shapes)
+        return AuditResult(family="openai", world="byte", baseline="openai", methods=("ngram",), settings=sets,
+                           shapes=shapes, cells=cells, samples=200, seed=0, alpha=0.001, tolerance=0.15, wall_s=5.0)
+
+    first = audit(settings, {("t1", "single"), ("t1", "ragged-b4")})  # died in topk10 · single
+    assert methods.killing_cell(first).setting == "topk10" and methods.killing_cell(first).shape == "single"
+    second = audit((settings[2],), {("long64", "single"), ("long64", "ragged-b4")})
+    assert methods.killing_cell(second) is None
+    error = "RuntimeError: max(): Expected reduction dim to be specified for input.numel() == 0."
+    combined = methods.combine_after_deaths([first, second], {"topk10": ("single", error)})
+    assert combined.settings == settings and combined.wall_s == 10.0
+    status = {(c.setting, c.shape): c.status for c in combined.cells}
+    assert status == {(s, h): NOT_RUN if s == "topk10" else RAN for s, _ in settings for h, _ in shapes}
+    killed = combined.cell("ngram", "topk10", "single")
+    assert killed.reason == f"the vLLM server died during this cell: {error}"
+    other = combined.cell("ngram", "topk10", "ragged-b4")
+    assert other.reason.startswith("the vLLM server died during the topk10 · single cell (not retried)")
+    assert AuditResult.from_json(combined.to_json()) == combined
+
+
 def test_servers_file_names_the_plain_server_and_the_methods_that_started(methods) -> None:
     started = methods.MethodOutcome("eagle", {}, "/t", "started", port=18404)
     refused = methods.MethodOutcome("suffix", {}, "/t", "refused", "ImportError: x", port=18403)
