@@ -251,3 +251,88 @@ def test_a_cases_seed_gives_the_same_rows_whatever_the_run_seed(tmp_path: Path) 
     first = rows(1234, 1)
     assert len(first) == 32 and first == rows(1234, 2)
     assert first != rows(4321, 1)
+
+
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A model cache of the test's own (SPECEQ_CACHE) for the mtp and gemma4 worlds' tiny models."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECEQ_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["hf-early-exit", "hf-dflash", "hf-prompt-lookup", "hf-universal", "hf-mtp",
+                                  "hf-multi-token"])
+def test_every_path_with_the_fields_is_not_shifted(path: str, model_cache: Any, tmp_path: Path) -> None:
+    """Each other hf-* path against hf-sample of its own target, min_p, repetition_penalty and logit_bias together,
+    400 samples (hf-universal in id order and hf-multi-token with draft_law=argmax: as transformers runs them
+    they are shifted without any field). About 4 minutes in all on the shared 2-core machine."""
+    from speceq.models.mtp import mtp_model_folder
+    from speceq.models.multi_token import gemma4_folders
+
+    options = {"hf-universal": {"vocab_order": "id"}, "hf-multi-token": {"draft_law": "argmax"}}.get(path, {})
+    candidate = resolve_engine(path, options=options)
+    target = {"hf-mtp": lambda: str(mtp_model_folder()), "hf-multi-token": lambda: str(gemma4_folders()[0])}
+    baseline = HFSampleEngine(target[path]()) if path in target else resolve_engine("hf-sample")
+    params = replace(WORLD_FIELDS, ignore_eos=path in target)  # the tiny random worlds end rows at once otherwise
+    result = field_run(baseline, candidate, tmp_path, 400, params)
+    assert result.verdict != "shifted", result.reason
+
+
+def test_universal_drafts_bias_the_wrong_token(tmp_path: Path) -> None:
+    """A transformers finding (5.25.0): with the draft's head pruned, universal speculative decoding hands the draft
+    the call's own processors (``UniversalSpeculativeDecodingGenerator.get_candidates`` replaces them only when the
+    translator has its own, generation/candidate_generator.py:964-965), built for target token ids, while the
+    pruned head's index i is the i-th shared draft token (:741-748), not target token i. So the draft biases the
+    wrong token: a -100 bias on the token it drafts most leaves its drafts of it as they were, and lands on another.
+    The output law stays exact (the draft's q is the law it sampled, the verifier biases the right token): only
+    acceptance is lost. Measured: '(' drafted 61 times in 405 drafts with the bias, as often as without it."""
+    import contextlib
+    from collections import Counter
+
+    from transformers.generation.candidate_generator import AssistantVocabTranslatorCache
+
+    engine = resolve_engine("hf-universal", options={"vocab_order": "id"})
+
+    def drafts(params: SamplingParams) -> tuple[list[int], Any]:
+        seen: list[int] = []
+        counting = engine._counting
+
+        @contextlib.contextmanager
+        def spying() -> Any:
+            with counting() as counts:
+                inner = engine.target._get_candidate_generator
+
+                def wrapped(*args: Any, **kwargs: Any) -> Any:
+                    gen = inner(*args, **kwargs)
+                    get = gen.get_candidates
+
+                    def spied(input_ids: Any, **kw: Any) -> Any:
+                        ids, logits = get(input_ids, **kw)
+                        seen.extend(ids[0, input_ids.shape[1]:].tolist())
+                        return ids, logits
+
+                    gen.get_candidates = spied
+                    return gen
+
+                engine.target._get_candidate_generator = wrapped
+                yield counts
+
+        engine._counting = spying
+        try:
+            batch = engine.sample(SampleRequest(prompts=(CODE_PROMPT,), params=params, n=20, seed=1))
+        finally:
+            del engine._counting
+        return seen, batch
+
+    plain, _ = drafts(SamplingParams(temperature=1.0, max_new_tokens=8, ignore_eos=True))
+    token = Counter(plain).most_common(1)[0][0]
+    biased, batch = drafts(SamplingParams(temperature=1.0, max_new_tokens=8, ignore_eos=True,
+                                          logit_bias={token: -100.0}, processing="hf"))
+    assert token not in batch.tokens  # the verifier applies the bias
+    assert biased.count(token) >= 20 and biased.count(token) >= plain.count(token) // 2  # the draft does not
+    translator = AssistantVocabTranslatorCache.get_translator(engine.target_tokenizer, engine.draft_tokenizer,
+                                                              engine.vocab_size)
+    draft_id = int(translator.assistant_overlap_token_ids[token])  # pruned index ``token`` is this draft token ...
+    assert int(translator._assistant_to_target_input_ids[draft_id]) != token  # ... another target token
