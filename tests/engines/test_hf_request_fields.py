@@ -336,3 +336,23 @@ def test_universal_drafts_bias_the_wrong_token(tmp_path: Path) -> None:
                                                               engine.vocab_size)
     draft_id = int(translator.assistant_overlap_token_ids[token])  # pruned index ``token`` is this draft token ...
     assert int(translator._assistant_to_target_input_ids[draft_id]) != token  # ... another target token
+
+
+def test_a_pair_of_an_hf_engine_and_a_vllm_order_engine_takes_no_case_with_a_field(hf_sample, tmp_path: Path) -> None:
+    """The processing order is the case's, shared by baseline, candidate and oracle: paired with an engine that
+    applies min_p in the vllm order only (as the openai engine does), hf-sample refuses the vllm-order case and the
+    other engine the hf-order one, each naming the case, the field and the engine; without a field they run."""
+
+    class VllmOnly(HFSampleEngine):
+        sampling_fields = {"min_p": ("vllm",)}
+
+    vllm_only = VllmOnly(name="vllm-only")
+    engines = {"baseline": hf_sample, "candidate": vllm_only}
+    config = RunConfig(samples=20, seed=0, workers=1, oracle=False, out_dir=tmp_path / "o", progress=False)
+    for order, who in (("vllm", "the baseline engine 'hf-sample'"), ("hf", "the candidate engine 'vllm-only'")):
+        case = Case(case_id=order, prompt_ids=CODE_PROMPT, params=SamplingParams(max_new_tokens=2, min_p=0.1,
+                                                                                 processing=order))
+        with pytest.raises(ConfigError, match=f"case '{order}'.min_p: {who} applies min_p only in the processing"):
+            run(config, [case], engines=engines)
+    plain = Case(case_id="plain", prompt_ids=CODE_PROMPT, params=SamplingParams(max_new_tokens=2, processing="hf"))
+    assert run(config, [plain], engines=engines).cases[0].case_id == "plain"
