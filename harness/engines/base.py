@@ -128,10 +128,19 @@ def sampling_fields(engine: Any) -> Mapping[str, tuple[str, ...]]:
     return dict(declared) if isinstance(declared, Mapping) else {}
 
 
+def refused_field_reasons(engine: Any) -> Mapping[str, str]:
+    """Why ``engine`` cannot apply some request fields: field -> reason, from its optional ``refused_fields``
+    attribute (a mapping), quoted in the refusal of :func:`check_sampling_support`; empty when it has none."""
+    declared = getattr(engine, "refused_fields", None)
+    return dict(declared) if isinstance(declared, Mapping) else {}
+
+
 def check_sampling_support(engine: Any, params: SamplingParams, case_id: str, *, role: str | None = None) -> None:
     """ConfigError naming the case, the field and the engine when ``engine`` cannot apply a field ``params``
-    sets (in ``params.processing``'s order). Called before any sampling."""
+    sets (in ``params.processing``'s order), with the engine's reason when it gives one
+    (:func:`refused_field_reasons`). Called before any sampling."""
     declared = sampling_fields(engine)
+    reasons = refused_field_reasons(engine)
     name = getattr(engine, "name", type(engine).__name__)
     who = f"the {role} engine {name!r}" if role else f"engine {name!r}"
     for field_name in params.extra_fields:
@@ -141,6 +150,9 @@ def check_sampling_support(engine: Any, params: SamplingParams, case_id: str, *,
         if orders:
             msg = (f"{who} applies {field_name} only in the processing order(s) {', '.join(map(repr, orders))}, "
                    f"not {params.processing!r}: set 'processing' or use another engine")
+        elif field_name in reasons:
+            msg = (f"{who} cannot apply {field_name} ({reasons[field_name]}): drop the field from this case or use "
+                   "an engine that applies it")
         else:
             msg = (f"{who} cannot apply {field_name} (it declares no such sampling field), so its rows would "
                    "silently ignore it: drop the field from this case or use an engine that applies it")

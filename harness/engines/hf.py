@@ -12,8 +12,12 @@ Parameter mapping (every field is passed explicitly; transformers 5.24 fills an 
 with 50 from ``GenerationConfig._get_default_generation_params``, so ``top_k=0`` is always sent):
 temperature -> ``temperature`` (0 -> ``do_sample=False``, greedy), top_k -> ``top_k`` (0 = off),
 top_p -> ``top_p``, max_new_tokens -> ``max_new_tokens``; ``ignore_eos`` -> ``suppress_tokens=[eos]``
-plus ``min_new_tokens=max_new_tokens``. Penalties, min-p, typical-p, epsilon/eta cut-offs are set to
-their neutral values.
+plus ``min_new_tokens=max_new_tokens``. The request fields transformers has (:data:`GENERATE_FIELDS`):
+min_p -> ``min_p``, repetition_penalty -> ``repetition_penalty`` (over prompt and generated tokens; the
+left padding skipped), logit_bias -> single-token ``sequence_bias``, in the ``hf`` processing order only;
+an engine declares them (``sampling_fields``) when its path applies them at every verified position, and
+refuses the others with the reason (``refused_fields``). Typical-p, epsilon/eta cut-offs and the rest are
+set to their neutral values.
 
 Processing compared with :func:`speceq.core.processing.process_logits` (checked by
 ``tests/engines/test_hf.py``). transformers applies ``SuppressTokens`` (EOS -> -inf) before the
@@ -47,11 +51,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speceq.core.params import SamplingParams
+from speceq.core.params import PROFILES, SamplingParams
 from speceq.engines._batching import check_prompts
 from speceq.engines._options import as_int
 from speceq.engines._prefill import remember_prefills
@@ -79,16 +83,56 @@ def _model_label(spec: Any, model: Any) -> str:
     return f"in-memory {type(model).__name__}"
 
 
+#: The request fields generate() applies through its own arguments, each with the argument it becomes.
+#: transformers applies them in the ``hf`` processing order (SequenceBias, RepetitionPenalty, then the
+#: Temperature, TopK, TopP and MinP warpers) only, so that is the order an engine declares them in.
+GENERATE_FIELDS: Mapping[str, str] = {
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "logit_bias": "sequence_bias",
+}
+#: What an ``hf-*`` engine whose path has been checked to apply generate()'s processors at every position it
+#: verifies declares as its ``sampling_fields`` (:func:`speceq.engines.base.sampling_fields`): the fields of
+#: :data:`GENERATE_FIELDS` in the ``hf`` order, and ``seed`` (a row depends only on its request seed, so the
+#: rows of a case's own seed repeat) in every order.
+HF_SAMPLING_FIELDS: Mapping[str, tuple[str, ...]] = {**{name: ("hf",) for name in GENERATE_FIELDS}, "seed": PROFILES}
+#: Why the ``hf-*`` engines refuse the other request fields (quoted in the refusal,
+#: :func:`speceq.engines.base.check_sampling_support`).
+HF_REFUSED_FIELDS: Mapping[str, str] = {
+    "presence_penalty": "transformers' generate() has no presence penalty",
+    "frequency_penalty": "transformers' generate() has no frequency penalty",
+    "structured_outputs": "transformers' generate() has no grammar constraint",
+    "stop": "transformers' stop_strings end a row when a stop string ends the prompt and row together (a stop "
+            "string across the prompt's end stops it), speceq's stop only when the row's own text contains it, "
+            "so the rows would end elsewhere",
+    "include_stop_str_in_output": "it qualifies stop, which transformers cannot apply as speceq defines it",
+}
+
+
 def generation_kwargs(params: SamplingParams, *, eos_token_id: int | None, pad_token_id: int) -> dict[str, Any]:
-    """Keyword arguments of ``generate()`` that reproduce ``params`` exactly (every field explicit)."""
+    """Keyword arguments of ``generate()`` that reproduce ``params`` exactly (every field explicit).
+
+    The request fields of :data:`GENERATE_FIELDS` become their generate() arguments (``logit_bias``
+    as single-token ``sequence_bias``); any other field, or one of them outside the ``hf`` order, is
+    a ConfigError naming it (transformers would sample without it).
+    """
+    for name in params.extra_fields:
+        if name == "seed":  # not a generate() argument: the engine seeds each call from the request seed
+            continue
+        if name not in GENERATE_FIELDS or params.processing != "hf":
+            why = ("transformers' generate() has no such argument" if name not in GENERATE_FIELDS
+                   else f"transformers applies it in the 'hf' processing order only, not {params.processing!r}")
+            raise ConfigError(f"generate() cannot apply {name}: {why}", where=name)
     kw: dict[str, Any] = {
         "max_new_tokens": params.max_new_tokens,
         "num_beams": 1,
         "num_return_sequences": 1,
-        "repetition_penalty": 1.0,
+        "repetition_penalty": float(params.repetition_penalty),
+        "sequence_bias": {(int(t),): float(b) for t, b in params.logit_bias} or None,
         "no_repeat_ngram_size": 0,
         "bad_words_ids": None,
-        "min_p": None,
+        # transformers adds MinP whenever min_p is not None (0.0 included); None keeps it out
+        "min_p": float(params.min_p) if params.min_p > 0.0 else None,
         "top_h": None,
         "typical_p": 1.0,
         "epsilon_cutoff": 0.0,
@@ -131,6 +175,10 @@ class _HFEngine:
     #: Remember the target's forwards across rows (engines/_prefill.py); off for the paths whose
     #: rows have not been checked identical with it (tests/engines/test_hf_prefill.py).
     _remember_forwards = True
+    #: The request fields this engine applies (:func:`speceq.engines.base.sampling_fields`): none unless
+    #: its path has been checked to apply generate()'s processors at every position it verifies.
+    sampling_fields: Mapping[str, tuple[str, ...]] = {}
+    refused_fields: Mapping[str, str] = HF_REFUSED_FIELDS
 
     def __init__(self, target: Any, *, name: str, device: str, dtype: str, eos_token_id: Any) -> None:
         import torch
@@ -168,6 +216,13 @@ class _HFEngine:
         }
 
     def _kwargs(self, params: SamplingParams) -> dict[str, Any]:
+        """generate()'s keywords for ``params``; a request field this engine does not declare is a ConfigError
+        naming the field and the engine (a run refuses it earlier, naming the case too)."""
+        for name in params.extra_fields:
+            if params.processing not in self.sampling_fields.get(name, ()):
+                applies = ", ".join(f"{f} ({'/'.join(o)})" for f, o in self.sampling_fields.items())
+                raise ConfigError(f"engine {self.name!r} cannot apply {name} in the {params.processing!r} processing "
+                                  f"order; it applies {applies or 'no request field'}", where=name)
         return generation_kwargs(params, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id)
 
     @contextlib.contextmanager
@@ -190,7 +245,13 @@ class _HFEngine:
 
 
 class HFSampleEngine(_HFEngine):
-    """Plain ``generate(do_sample=True)`` of the target, ``request.batch_size`` rows per call (left padded)."""
+    """Plain ``generate(do_sample=True)`` of the target, ``request.batch_size`` rows per call (left padded).
+
+    Applies min_p, repetition_penalty and logit_bias (:data:`GENERATE_FIELDS`) in the ``hf`` order;
+    transformers' repetition penalty skips the left padding (``prompt_ignore_length``).
+    """
+
+    sampling_fields = HF_SAMPLING_FIELDS
 
     def __init__(
         self,
@@ -382,6 +443,11 @@ class HFAssistedEngine(_RowLoopEngine):
     of the draft's confidences; ``describe()`` says whether it can.
     """
 
+    #: transformers hands the draft a copy of the call's generation config and processors (both sides
+    #: process), and processes the target's logits at every verified position with that position's own
+    #: prefix (``_assisted_decoding``), the draft's q being its processed scores.
+    sampling_fields = HF_SAMPLING_FIELDS
+
     def __init__(
         self,
         target: Any = None,
@@ -440,6 +506,10 @@ class HFAssistedEngine(_RowLoopEngine):
 
 class HFPromptLookupEngine(_RowLoopEngine):
     """``generate(prompt_lookup_num_tokens=k, do_sample=True)``: n-gram drafts from the context."""
+
+    #: Drafts carry no law; transformers samples each verified position from the target's processed law
+    #: given that position's own prefix and keeps drafts while they match.
+    sampling_fields = HF_SAMPLING_FIELDS
 
     def __init__(
         self,

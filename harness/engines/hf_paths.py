@@ -49,7 +49,7 @@ from typing import Any
 
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest
-from speceq.engines.hf import HFAssistedEngine, _model_label, _RowLoopEngine
+from speceq.engines.hf import HF_SAMPLING_FIELDS, HFAssistedEngine, _model_label, _RowLoopEngine
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import load_causal_lm
 
@@ -69,6 +69,10 @@ class HFEarlyExitEngine(_RowLoopEngine):
     """
 
     _limitation = "transformers runs early-exit self-speculation at batch size 1 only; rows run one by one"
+
+    #: An assisted-generation path (``EarlyExitCandidateGenerator`` is an ``AssistedCandidateGenerator``): the draft
+    #: and every verified position processed, each with its own prefix.
+    sampling_fields = HF_SAMPLING_FIELDS
 
     def __init__(
         self,
@@ -212,6 +216,9 @@ class HFUniversalEngine(_RowLoopEngine):
                 where="draft",
             )
         self.shared_strings, self.draft_only_strings = shared, draft_only
+        # In ``tokenizer`` order a seed's rows change from one process to the next, so a case's seed is not honoured
+        self.sampling_fields = {name: orders for name, orders in HF_SAMPLING_FIELDS.items()
+                                if name != "seed" or self.vocab_order == "id"}
         loaded = draft_spec if isinstance(draft_spec, (str, Path)) else copy.deepcopy(draft_spec)
         # not ``.draft``: the oracle scores an engine's ``.draft`` in the target's vocabulary, this one has its own
         self.assistant = load_causal_lm(loaded, role="draft", device=self.device, dtype=self.dtype)
@@ -330,6 +337,10 @@ class HFMTPEngine(_RowLoopEngine):
 
     _limitation = "transformers runs MTP speculation at batch size 1 only; rows run one by one"
 
+    #: ``MTPCandidateGenerator`` hands the call's processors to the MTP layers' drafting; the verifier processes
+    #: every position with its own prefix.
+    sampling_fields = HF_SAMPLING_FIELDS
+
     def __init__(
         self,
         target: Any = None,
@@ -382,6 +393,10 @@ class HFDFlashEngine(_RowLoopEngine):
     _remember_forwards = False  # not checked with remembered forwards (engines/_prefill.py)
 
     _limitation = "transformers runs DFlash speculation at batch size 1 only; rows run one by one"
+
+    #: ``DFlashTokenCandidateGenerator`` processes each drafted position with the drafts before it and returns the
+    #: processed logits as q; the verifier processes every position with its own prefix.
+    sampling_fields = HF_SAMPLING_FIELDS
 
     def __init__(
         self,
@@ -456,6 +471,12 @@ class HFMultiTokenEngine(_RowLoopEngine):
     _remember_forwards = False  # not checked with remembered forwards (engines/_prefill.py)
 
     _limitation = "transformers runs multi-token assisted generation at batch size 1 only; rows run one by one"
+
+    #: transformers builds ``SinglePositionMultiTokenCandidateGenerator`` without the call's processors
+    #: (generation/utils.py:1356 in 5.25.0): its drafts are the raw argmax and its q the raw assistant logits; the
+    #: verifier processes every position with its own prefix. With ``draft_law=argmax`` (q the drafts' own law)
+    #: the fields are applied exactly; as transformers runs it the path is shifted with or without them.
+    sampling_fields = HF_SAMPLING_FIELDS
 
     def __init__(
         self,
