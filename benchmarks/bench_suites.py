@@ -15,6 +15,11 @@ Usage::
     python benchmarks/bench_suites.py                 # 3000 vs 500: the goal's budgets
     python benchmarks/bench_suites.py --scale 0.2     # 600 vs 100
     python benchmarks/bench_suites.py --xdist 2       # the suites on two pytest-xdist processes
+    python benchmarks/bench_suites.py --workers 2     # both sides on 2 worker processes, whatever the load
+
+Both sides use the same worker-process default (``--workers auto`` of ``speceq run``, the suites'
+``--speceq-workers``), which on a machine whose CPUs other jobs keep busy is 1: each run and each
+check then samples in its own process. ``--workers N`` gives both sides N worker processes instead.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None, help="keep the output folders and logs here")
     parser.add_argument("--xdist", type=int, default=0,
                         help="run the suites on N pytest-xdist processes (-n N; default 0: one process)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="worker processes of both sides (speceq run --workers N, the suites' --speceq-workers=N; "
+                             "default 0: their default, auto)")
     args = parser.parse_args(argv)
     run_samples = max(1, round(3000 * args.scale))
     suite_samples = max(1, round(500 * args.scale))
@@ -56,12 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"speceq run --samples {run_samples} vs the suites at --speceq-samples={suite_samples}; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; folders in {root}", flush=True)
     run_cmd = [sys.executable, "-m", "speceq", "run", "--samples", str(run_samples), "--out", str(root / "run"),
-               "--fresh", "--no-progress"]
+               "--fresh", "--no-progress"] + (["--workers", str(args.workers)] if args.workers else [])
     wall_r, cpu_r, code_r = timed(run_cmd, env, root / "run.log")
     print(f"speceq run: {wall_r:.1f} s wall, {cpu_r:.1f} s CPU, exit {code_r}; load {os.getloadavg()[0]:.2f}",
           flush=True)
     suite_cmd = [sys.executable, "-m", "pytest", "--pyargs", "speceq.suites", "-q", "-p", "no:cacheprovider",
                  f"--speceq-samples={suite_samples}", f"--speceq-store={root / 'store'}", "--durations=8"]
+    suite_cmd += [f"--speceq-workers={args.workers}"] if args.workers else []
     suite_cmd += ["-n", str(args.xdist)] if args.xdist else ["-p", "no:xdist"]
     wall_s, cpu_s, code_s = timed(suite_cmd, {**env, "SPECEQ_TORCH_THREADS": "1"}, root / "suites.log")
     print(f"suites: {wall_s:.1f} s wall, {cpu_s:.1f} s CPU, exit {code_s}; load {os.getloadavg()[0]:.2f}", flush=True)

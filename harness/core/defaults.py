@@ -29,6 +29,11 @@ SUPPORT_MARGIN_NATS: the numerics margin Delta of the support hard failure on th
     top-k edge moved by the numerics) is boundary evidence, counted in a note, not a flagged row
     (:class:`speceq.pipeline.analysis.NumericsMargin`); with equal numerics the comparison keeps the
     exact rule.
+DEFAULT_WORKERS: local worker processes that sample chunks and score them (``speceq run --workers``,
+    ``--speceq-workers`` of the pytest plugin). None: auto, one per CPU that other processes leave at
+    least a quarter idle right now, at most one per chunk to sample
+    (:func:`speceq.pipeline.collect.auto_workers`); 1: everything in the calling process. The Python
+    API's ``RunConfig.workers`` stays 1 (a library call starts no processes unless asked).
 DEFAULT_CHUNK_TIMEOUT_S: seconds one chunk may take to sample before the run stops with an engine
     error naming the engine, case and slice (``--chunk-timeout``; serial and local worker-process
     collection). None: no limit, since a chunk's time depends on the engine and the chunk size.
@@ -59,6 +64,7 @@ DEFAULT_TOLERANCE = 0.15
 PYTEST_TOLERANCE = 0.05
 DEFAULT_ALPHA = 1e-3
 DEFAULT_CHUNK_TIMEOUT_S: float | None = None
+DEFAULT_WORKERS: int | None = None
 STOP_GRACE_S = 5.0
 ORACLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 CERTIFICATES = ("tv", "pit-law")

@@ -47,6 +47,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         DEFAULT_CHUNK_TIMEOUT_S,
         DEFAULT_SAMPLES,
         DEFAULT_TOLERANCE,
+        DEFAULT_WORKERS,
         NEAR_TIE_NATS,
         NUMERICS_TOLERANCE,
         ORACLE_DTYPES,
@@ -85,7 +86,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads (default: $SPECEQ_TORCH_THREADS, else 1)")
     # ----- parallel collection (executors: speceq.pipeline.collect; docs/how-to/scale.md) -----
     g = p.add_argument_group("parallel collection")
-    g.add_argument("--workers", type=_workers_arg, default=None, metavar="N|auto",
+    g.add_argument("--workers", type=_workers_arg, default=DEFAULT_WORKERS, metavar="N|auto",
                    help="local worker processes sampling chunks and scoring them with the oracle (1: in this "
                         "process). Default: auto, one per CPU that other processes leave at least a quarter idle "
                         "right now (measured over 0.25 s), at most one per chunk to sample; with --executor ray: tasks in "

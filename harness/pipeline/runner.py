@@ -35,6 +35,7 @@ from speceq.pipeline.checks import (
     check_sample_sizes,
     check_sampling_fields,
 )
+from speceq.pipeline.collect.pool import WorkerPool
 from speceq.pipeline.collect.session import ExecutorSession
 from speceq.pipeline.config import PROVENANCE_FILE, RESULT_FILE, RunConfig
 from speceq.pipeline.control_arm import check_control, numerics_warning
@@ -138,14 +139,16 @@ def finish(config: RunConfig, result: RunResult) -> None:
 
 
 def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engine] | None = None,
-        oracle: Oracle | None = None) -> RunResult:
+        oracle: Oracle | None = None, pool: WorkerPool | None = None) -> RunResult:
     """Prepare, run the loop (fixed-size, or sequential when ``config.sequential``) and finish; return the result.
 
     ``engines`` ({"baseline": ..., "candidate": ...}, and ``"control"`` when ``config.numerics_control``
     is set) replaces resolving the specs of ``config`` (for library use and tests); the specs are still recorded. ``oracle`` replaces
     building the oracle of ``config`` (which must have the oracle on): several runs of one
     process can share one, e.g. a :class:`speceq.oracles.memo.RememberingOracle`; it scores in
-    this process, not in worker processes.
+    this process, not in worker processes. ``pool``: local worker processes the caller keeps across
+    runs (:class:`speceq.pipeline.collect.pool.WorkerPool`, which then decides how many a run uses,
+    instead of ``config.workers``); the run uses them and leaves them running.
     """
     check_cases(cases)
     if oracle is not None and not config.oracle:
@@ -155,7 +158,7 @@ def run(config: RunConfig, cases: Sequence[Case], *, engines: Mapping[str, Engin
     loop: RunLoop = SequentialLoop() if config.sequential else FixedSizeLoop()
     specs = None if engines is not None else engine_specs(config)
     with ExecutorSession(executor=config.executor, workers=config.workers, ray_address=config.ray_address,
-                         threads=config.threads, engines=engines, specs=specs) as session:
+                         threads=config.threads, engines=engines, specs=specs, pool=pool) as session:
         session.prestart(pending=loop.first_round(config, cases))  # workers load engines while this process does
         prepared = prepare(config, cases, engines, loop, session, specs, oracle)
         result = loop.run(prepared)

@@ -15,6 +15,9 @@ a rerun with ``--speceq-store`` reuses them. Each case's chunk folders are links
 session's shared folders (:mod:`speceq.pipeline.sharing`: one per engine identity, case and
 seed), so a check whose baseline (or candidate) samples another check of the session already
 drew reuses them, and one oracle per distinct oracle scores each row once for the session.
+Chunks are sampled on the session's worker processes (``--speceq-workers``, default auto as
+``speceq run``; :attr:`EquivalenceSession.pool`), started once and kept across checks; the shared
+oracle scores in the pytest process.
 """
 
 from __future__ import annotations
@@ -210,7 +213,8 @@ class EquivalenceChecker:
             samples=self.samples if samples is None else samples,
             alpha=self.settings.alpha if alpha is None else alpha,
             tolerance=self.settings.tolerance if tolerance is None else tolerance,
-            numerics_tolerance=self.settings.numerics_tolerance, seed=run_seed, threads=self.settings.threads, out_dir=out_dir, resume=True, progress=False,
+            numerics_tolerance=self.settings.numerics_tolerance, seed=run_seed, threads=self.settings.threads,
+            workers=self.settings.workers, out_dir=out_dir, resume=True, progress=False,
             near_tie_nats=self.settings.near_tie(), support_margin_nats=self.settings.support_margin(),
             sequential=self.settings.sequential if sequential is None else sequential,
             numerics_control=control,
@@ -223,7 +227,7 @@ class EquivalenceChecker:
 
             share_case_chunks(self._shared, config, engines, case_list)  # baseline and candidate; the control its own
             shared_oracle = self._session.shelf.oracle_for(config, engines)
-        result = run_equivalence(config, case_list, engines=engines, oracle=shared_oracle)
+        result = run_equivalence(config, case_list, engines=engines, oracle=shared_oracle, pool=self._session.pool)
         if config.sequential:
             self.note(f"speceq check {index + 1}: sequential mode (anytime-valid, stops each case once decided)")
             for c in result.cases:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from speceq.core.defaults import DEFAULT_ALPHA, NUMERICS_TOLERANCE, PYTEST_TOLERANCE
+from speceq.core.defaults import DEFAULT_ALPHA, DEFAULT_WORKERS, NUMERICS_TOLERANCE, PYTEST_TOLERANCE
 
 #: What ``--speceq-inconclusive`` may say: fail the test, skip it, or let it pass. The default
 #: is skip: an inconclusive check found no shift (a shift fails the test) but could not
@@ -195,6 +195,17 @@ def _positive_number(text: str) -> float:
     return value
 
 
+def _workers(text: str) -> int | None:
+    """``auto`` (None) or a count of worker processes >= 1."""
+    value = str(text).strip().lower()
+    if value == "auto":
+        return None
+    try:
+        return _int_at_least(1)(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}") from None
+
+
 def _text(text: str) -> str:
     value = str(text).strip()
     if not value:
@@ -262,6 +273,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
                help="run seed of every check; chunk seeds derive from it and the case ids."),
     OptionSpec(name="threads", default=None, convert=_int_at_least(1), metavar="N",
                help="torch threads (None: $SPECEQ_TORCH_THREADS, else 1)."),
+    OptionSpec(name="workers", default=DEFAULT_WORKERS, convert=_workers, metavar="N|auto",
+               default_text="auto, as `speceq run --workers` (speceq.core.defaults.DEFAULT_WORKERS)",
+               help="local worker processes sampling each check's chunks, started once and kept for the "
+                    "session (None or auto: as `speceq run`, one per CPU that other processes leave at least "
+                    "a quarter idle, measured per check; under pytest-xdist auto is capped at the CPUs "
+                    "divided by the number of xdist processes; 1: every check samples in the pytest process). "
+                    "Same samples and verdicts whatever the count."),
     OptionSpec(name="store", default=None, convert=_text, metavar="DIR",
                help="keep every check's samples under DIR and reuse them on reruns "
                     "(None: a temporary folder of the session)."),
@@ -341,6 +359,7 @@ class Settings:
     numerics_control: str | None = None  # None: no control; "auto" or a URL (RunConfig.numerics_control)
     kernel_scale: float = 1.0
     kernel_device: str = "cpu"
+    workers: int | None = DEFAULT_WORKERS  # None: auto (see WorkerPool)
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def budget(self) -> int:
@@ -364,7 +383,8 @@ class Settings:
         oracle = self.oracle if self.oracle in ("on", "off") else f"model {self.oracle}"
         return (f"speceq: baseline={self.baseline} candidate={self.candidate} oracle={oracle} "
                 f"samples={self.budget()} ({self.sources.get('samples', 'default')}) alpha={self.alpha:g} "
-                f"tolerance={self.tolerance:g} seed={self.seed} inconclusive={self.inconclusive}"
+                f"tolerance={self.tolerance:g} seed={self.seed} inconclusive={self.inconclusive} "
+                f"workers={'auto' if self.workers is None else self.workers}"
                 + (" sequential=on (anytime-valid: cases stop once decided)" if self.sequential else "")
                 + (f" numerics_control={self.numerics_control}" if self.numerics_control else ""))
 

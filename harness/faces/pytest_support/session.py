@@ -54,6 +54,17 @@ class CheckRecord:
         return cls(str(d["nodeid"]), int(d["index"]), RunResult.from_dict(dict(d["result"])), d.get("store"))
 
 
+def xdist_share(config: pytest.Config) -> int | None:
+    """In a pytest-xdist worker: the usable CPUs divided by the number of xdist processes (at least 1),
+    the most worker processes auto gives each of its checks; None outside xdist (no cap)."""
+    count = getattr(config, "workerinput", {}).get("workercount")
+    if count is None:
+        return None
+    from speceq.pipeline.collect import usable_cpus
+
+    return max(1, usable_cpus() // max(1, int(count)))
+
+
 def _engine_key(spec: str, options: Mapping[str, Any]) -> tuple[str, str]:
     return spec, json.dumps(dict(options), sort_keys=True, default=repr)
 
@@ -126,6 +137,7 @@ class EquivalenceSession:
         self._engine_errors: dict[tuple[str, str], str] = {}
         self._shelf: Any = None
         self._shared_root: Path | None = None
+        self._pool: Any = None
 
     @property
     def shelf(self) -> Any:
@@ -149,6 +161,29 @@ class EquivalenceSession:
             else:
                 self._shared_root = tmp_path_factory.mktemp(f"speceq-{name}", numbered=True)
         return self._shared_root
+
+    @property
+    def pool(self) -> Any:
+        """The session's worker processes (a ``WorkerPool`` of pipeline/collect/pool.py, built on first use).
+
+        ``--speceq-workers`` (default: auto, as ``speceq run``) sets the count per check; the processes
+        start at the first check that uses them and serve every later one until the session ends.
+        Under pytest-xdist, which already runs tests in parallel, auto is capped at
+        :func:`xdist_share` worker processes per xdist process, so the session does not start more
+        processes than there are CPUs.
+        """
+        if self._pool is None:
+            from speceq.pipeline.collect.pool import WorkerPool
+
+            self._pool = WorkerPool(workers=self.settings.workers, threads=self.settings.threads,
+                                    limit=xdist_share(self.config))
+        return self._pool
+
+    def close_pool(self) -> None:
+        """Stop the session's worker processes (at the end of the session)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     @property
     def is_worker(self) -> bool:
@@ -175,6 +210,7 @@ class EquivalenceSession:
                                                                  options=dict(options))
             if engine is None:
                 engine = resolve_engine(spec, options=dict(options))
+                self.pool.know(engine, spec, options)  # worker processes rebuild it from the spec
         except SpeceqError as e:
             self._engine_errors[key] = f"speceq: cannot build the {role} engine {spec!r}: {e}"
             pytest.fail(self._engine_errors[key], pytrace=False)
@@ -202,6 +238,7 @@ class EquivalenceSession:
             self.kernel_records.extend(json.loads(kernels))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.close_pool()
         if self.is_worker:
             self.config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(  # type: ignore[attr-defined]
                 [r.to_json() for r in self.records], allow_nan=True)

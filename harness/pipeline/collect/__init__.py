@@ -143,14 +143,16 @@ def engine_recipes(engines: Mapping[str, Engine], specs: Mapping[str, tuple[str,
                    ) -> dict[str, EngineRecipe] | str:
     """Per role, how a worker rebuilds the engine, or the reason one cannot.
 
-    ``specs`` (role -> (spec, options)): the engines were resolved from these, so workers
-    resolve them again (nothing heavy is pickled). None: the engines were handed over as
-    objects; they are pickled, and an object that cannot be pickled is the reason returned.
+    ``specs`` (role -> (spec, options)): the engines of these roles were resolved from them, so
+    workers resolve them again (nothing heavy is pickled). The other roles' engines (all of
+    them when ``specs`` is None) were handed over as objects; they are pickled, and an object
+    that cannot be pickled is the reason returned.
     """
-    if specs is not None:
-        return {role: recipe_from_spec(_absolute_spec(spec), dict(options)) for role, (spec, options) in specs.items()}
-    recipes: dict[str, EngineRecipe] = {}
+    recipes: dict[str, EngineRecipe] = {role: recipe_from_spec(_absolute_spec(spec), dict(options))
+                                        for role, (spec, options) in (specs or {}).items()}
     for role, engine in engines.items():
+        if role in recipes:
+            continue
         got = recipe_from_object(engine)
         if isinstance(got, str):
             return (f"the {role} engine {getattr(engine, 'name', role)!r} was given as a Python object that cannot "

@@ -40,7 +40,13 @@ from typing import Any, Protocol
 from speceq.core.defaults import STOP_GRACE_S
 from speceq.engines.base import Engine, SampleBatch
 from speceq.errors import EngineError
-from speceq.pipeline.collect.sampling import EngineRecipe, decode_error, item_case_id, sample_chunk
+from speceq.pipeline.collect.sampling import (
+    RECIPES_MESSAGE,
+    EngineRecipe,
+    decode_error,
+    item_case_id,
+    sample_chunk,
+)
 
 #: Times a chunk is tried when the process sampling it dies (exit, kill, out of memory).
 MAX_ATTEMPTS = 3
@@ -171,6 +177,7 @@ class ProcessExecutor:
         self.threads = threads
         self.notify = notify
         self.description = f"{workers} worker processes, {threads} torch thread(s) each"
+        self.started = 0  # worker processes started so far (replacements of dead ones included)
         self._keep = False
         self._pool: list[_Worker] = []
 
@@ -189,6 +196,21 @@ class ProcessExecutor:
         while len(self._pool) < self.workers:
             self._pool.append(self._spawn())
 
+    def use_recipes(self, recipes: Mapping[str, EngineRecipe]) -> None:
+        """Sample with ``recipes`` from now on, in the running workers too (a kept pool serving another run).
+
+        Each worker builds an engine once per recipe and keeps it, so switching back costs nothing.
+        """
+        recipes = dict(recipes)
+        if recipes == self.recipes:
+            return
+        self.recipes = recipes
+        for w in self._pool:
+            try:
+                w.send.send((RECIPES_MESSAGE, recipes))
+            except OSError:  # died while idle: its pipe answers EOF when it is handed a chunk
+                pass
+
     def _spawn(self) -> _Worker:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
@@ -203,6 +225,7 @@ class ProcessExecutor:
             os.close(from_child_w)
         worker = _Worker(process, Connection(to_child_w, readable=False), Connection(from_child_r, writable=False))
         worker.send.send((self.recipes, self.threads))
+        self.started += 1
         return worker
 
     def run(self, chunks: Sequence[Any], on_start: OnStart, on_result: OnResult, stop: StopFlag, *,

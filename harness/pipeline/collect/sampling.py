@@ -7,7 +7,8 @@ Only the driver validates and stores what a worker returns.
 
 Transport, not storage: recipes, chunks and results travel between the driver and the
 workers it started (private pipes, or Ray's object store) serialised with multiprocessing's
-pickler, as every Python process pool does. Nothing pickled is ever written to or read from
+pickler, as every Python process pool does (an engine object inside its recipe with plain
+:mod:`pickle`, see :func:`recipe_from_object`). Nothing pickled is ever written to or read from
 a file: the store stays ``.npz`` (``allow_pickle=False``) and JSON. Errors come back as text
 and are raised again as the same speceq error class.
 """
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from speceq import errors
@@ -44,7 +45,7 @@ class EngineRecipe:
 
     def build(self) -> Engine:
         if self.pickled is not None:
-            return ForkingPickler.loads(self.pickled)
+            return pickle.loads(self.pickled)
         from speceq.engines.registry import resolve_engine
 
         return resolve_engine(self.spec, options=dict(self.options))
@@ -55,18 +56,26 @@ def recipe_from_spec(spec: str, options: dict[str, Any]) -> EngineRecipe:
 
 
 def recipe_from_object(engine: Engine) -> EngineRecipe | str:
-    """A pickled-object recipe, or the reason the engine cannot be sent to a worker."""
+    """A pickled-object recipe, or the reason the engine cannot be sent to a worker.
+
+    Plain :mod:`pickle`, not multiprocessing's pickler: that one sends a torch tensor as a handle to
+    this process's shared memory, which a worker started as a plain subprocess cannot open
+    (``AuthenticationError``); plain pickle copies the tensors' data.
+    """
     from speceq.pipeline.collect.code_identity import code_target
 
     if getattr(code_target(engine), "__module__", None) == "__main__":
         return "it is defined in the __main__ script, which a worker process does not import"
     try:
-        data = bytes(ForkingPickler.dumps(engine))
-        ForkingPickler.loads(data)
+        data = pickle.dumps(engine, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
     except Exception as e:  # pickling runs arbitrary __reduce__ code of third-party engines
         return f"{type(e).__name__}: {e}"
     return EngineRecipe(pickled=data)
 
+
+#: First item of the message that gives a running worker new recipes (a kept pool serving its next run).
+RECIPES_MESSAGE = "recipes"
 
 _ENGINES: dict[str, Engine] = {}  # per worker process: recipe digest -> engine
 

@@ -3,7 +3,8 @@
 :class:`ExecutorSession` picks the executor the first time work is handed to it (with the count
 of items then pending, as :func:`speceq.pipeline.collect.choose_executor` wants) and keeps a parallel
 executor's workers up until the session closes, so engines and models are loaded once per
-worker. :meth:`ExecutorSession.prefetch_scores` starts scoring the oracle requests the analysis
+worker. Given a :class:`~speceq.pipeline.collect.pool.WorkerPool` (workers its caller keeps across
+runs, as a pytest session does), it takes the pool's workers instead and leaves them running. :meth:`ExecutorSession.prefetch_scores` starts scoring the oracle requests the analysis
 will make on worker processes, in a background thread of the driver, and returns the
 :class:`~speceq.pipeline.collect.oracle_tasks.PrefetchedOracle` the analysis uses: its ``score`` waits
 for a request's parts, so the driver analyses case 1 while the workers score case 2.
@@ -28,6 +29,7 @@ from speceq.pipeline.collect.oracle_tasks import (
     oracle_recipe,
     plan_score_tasks,
 )
+from speceq.pipeline.collect.pool import WorkerPool
 
 #: One oracle ``score`` request of the analysis: (case id, prompts, rows, sampling parameters).
 ScoreRequest = tuple[str, Sequence[Sequence[int]], SampleBatch, SamplingParams]
@@ -42,10 +44,12 @@ class ExecutorSession:
 
     def __init__(self, *, executor: str, workers: int | None, ray_address: str | None, threads: int | None,
                  engines: Mapping[str, Engine] | None, specs: Mapping[str, tuple[str, Mapping[str, Any]]] | None,
-                 notify: Callable[[str], None] | None = None) -> None:
+                 notify: Callable[[str], None] | None = None, pool: WorkerPool | None = None) -> None:
         self._choice = {"executor": executor, "workers": workers, "ray_address": ray_address, "threads": threads,
                         "engines": engines, "specs": specs, "notify": notify}
+        self._pool = pool if executor == "local" else None  # workers kept by the caller across runs
         self._open: Executor | None = None
+        self._borrowed = False  # _open is the pool's: left running at close
         self._thread: threading.Thread | None = None
         self._stop = _Stop()
 
@@ -67,7 +71,8 @@ class ExecutorSession:
         loads its own, instead of after. ``pending``: the chunks the run plans (an upper
         bound of those still to sample).
         """
-        if self._open is not None or self._choice["specs"] is None or self._choice["executor"] != "local":
+        if (self._open is not None or self._pool is not None or self._choice["specs"] is None
+                or self._choice["executor"] != "local"):
             return
         chosen = choose_executor(pending=pending, **{**self._choice, "engines": self._choice["engines"] or {}})
         if isinstance(chosen, ProcessExecutor):
@@ -79,6 +84,11 @@ class ExecutorSession:
         """The run's executor for ``pending`` items: the open parallel one, else a fresh choice."""
         if self._open is not None:
             return self._open
+        if self._pool is not None:
+            chosen = self._pool.executor(self._choice["engines"] or {}, self._choice["specs"], pending)
+            if not isinstance(chosen, SerialExecutor):
+                self._open, self._borrowed = chosen, True
+            return chosen
         chosen = choose_executor(pending=pending, **self._choice)
         if not isinstance(chosen, SerialExecutor):
             chosen.__enter__()  # type: ignore[attr-defined]
@@ -96,9 +106,9 @@ class ExecutorSession:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._open is not None:
+        if self._open is not None and not self._borrowed:
             self._open.__exit__(None, None, None)  # type: ignore[attr-defined]
-            self._open = None
+        self._open, self._borrowed = None, False
 
     def prefetch_scores(self, oracle: Oracle, requests: Sequence[ScoreRequest], *, target: ModelSource,
                         draft: ModelSource | None) -> Oracle:

@@ -5,7 +5,8 @@ Started by :class:`~speceq.pipeline.collect.executors.ProcessExecutor` as a plai
 need no ``if __name__ == "__main__"`` guard. Protocol over the two pipes (pickled
 messages): first ``(recipes, threads)``, answered with ``("ready", None)`` once the engines are
 built (the driver's chunk timeout counts from then, not through start-up), then chunks or oracle
-scoring tasks; each is answered with ``("ok", (batch or scores, seconds))`` or ``("error", ...)``,
+scoring tasks, or ``("recipes", recipes)`` (no answer: the recipes of the chunks that follow, when a
+pool kept across runs serves another run; engines are built on first use and kept); each task is answered with ``("ok", (batch or scores, seconds))`` or ``("error", ...)``,
 after any number of ``("rows", done)`` messages while a chunk runs (rows its engine reports
 done, :mod:`speceq.engines.row_progress`; at most one a second); ``None`` ends the worker.
 """
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> int:
     except EOFError:
         return 0
     apply_worker_threads(threads)
-    from speceq.pipeline.collect.sampling import engine_for
+    from speceq.pipeline.collect.sampling import RECIPES_MESSAGE, engine_for
 
     for recipe in recipes.values():  # load now, while the driver loads its own: the first chunk finds them ready
         try:
@@ -55,6 +56,9 @@ def main(argv: list[str]) -> int:
             return 0
         if chunk is None:
             return 0
+        if isinstance(chunk, tuple) and chunk and chunk[0] == RECIPES_MESSAGE:
+            recipes = chunk[1]
+            continue
         writer.send(run_task(chunk, recipes, rows))
 
 

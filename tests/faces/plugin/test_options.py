@@ -6,7 +6,7 @@ import argparse
 import re
 
 import pytest
-from plugin_support import TOY
+from plugin_support import INI, TOY
 
 from speceq.faces.plugin import SESSION_KEY
 from speceq.faces.pytest_support.options import OPTION_BY_NAME, OPTIONS, BuiltinDefault, Settings, default_samples
@@ -49,10 +49,12 @@ def test_help_lists_every_option_in_one_group_with_defaults(project: pytest.Pyte
 
 
 def test_builtin_defaults(project: pytest.Pytester) -> None:
+    project.makeini(INI.replace("speceq_workers = 1\n", ""))  # the inner projects' ini pins the workers
     s = settings_of(project)
     assert (s.baseline, s.candidate, s.oracle, s.budget(), s.alpha, s.tolerance, s.seed, s.inconclusive) == (
         "baseline", "reference", "on", default_samples(), 1e-3, 0.05, 0, "skip")
     assert s.store is None and s.report is None and s.threads is None and s.numerics_tolerance == 0.01
+    assert s.workers is None  # auto, as `speceq run`
     assert set(s.sources.values()) == {"default"}
 
 
@@ -79,6 +81,7 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
         speceq_kernel_scale = 0.5
         speceq_kernel_device = cpu
         speceq_numerics_tolerance = 0.03
+        speceq_workers = 3
     """)
     s = settings_of(project)
     assert (s.baseline, s.candidate, s.oracle, s.samples, s.alpha, s.tolerance, s.seed, s.threads, s.inconclusive) == (
@@ -86,6 +89,7 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
     assert s.candidate_options == {"name": "from-ini"} and s.near_tie() == 0.01 and s.support_margin() == 2.5
     assert s.store == project.path / "stored" and s.report == project.path / "out" / "r.html"  # ini-relative
     assert (s.kernel_scale, s.kernel_device, s.numerics_tolerance, s.numerics_control) == (0.5, "cpu", 0.03, "auto")
+    assert s.workers == 3
     assert set(s.sources.values()) == {"ini"}, {k: v for k, v in s.sources.items() if v != "ini"}
 
     s = settings_of(project, "--speceq-samples=7", "--speceq-alpha=0.05", "--speceq-inconclusive=fail",
@@ -168,7 +172,9 @@ def test_builtin_default_shows_its_value_and_is_not_converted() -> None:
 
 def test_report_header_only_when_configured(project: pytest.Pytester) -> None:
     project.makepyfile("def test_nothing():\n    pass\n")
+    project.makeini(INI.replace("speceq_workers = 1\n", ""))  # nothing configured
     assert "speceq:" not in project.runpytest().stdout.str()
-    header = "speceq: baseline=toy_engines:baseline_engine candidate=*oracle=off*"
+    header = "speceq: baseline=toy_engines:baseline_engine candidate=*oracle=off*workers=auto*"
     project.runpytest(*TOY).stdout.fnmatch_lines([header])
+    project.runpytest(*TOY, "--speceq-workers=2").stdout.fnmatch_lines(["speceq: *workers=2*"])
 

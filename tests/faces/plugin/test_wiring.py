@@ -8,7 +8,7 @@ names the entry point instead (pytest loads ``-p`` names as entry points too).
 from __future__ import annotations
 
 import pytest
-from plugin_support import REPO
+from plugin_support import INI, REPO
 
 USES_FIXTURE = """
 def test_uses_fixture(speceq, request):
@@ -46,6 +46,7 @@ def test_registered_once(project: pytest.Pytester, monkeypatch: pytest.MonkeyPat
 
 
 def test_blocking_the_plugin_is_respected(project: pytest.Pytester) -> None:
+    project.makeini(INI.replace("speceq_workers = 1\n", ""))  # without the plugin its ini option is unknown
     project.makepyfile(test_wired=USES_FIXTURE)
     result = project.runpytest("-p", "no:speceq")
     result.assert_outcomes(errors=1)
