@@ -303,15 +303,14 @@ def top_p_keep(
     The mask equals that of the full sort, bit for bit, at a fraction of its cost on a large
     vocabulary (a sort of 64 x 49 152 probabilities takes ~0.26 s of CPU, ``topk`` of 257
     ~0.01 s): on CPU, each row first takes its ``k + 1`` largest probabilities
-    (:data:`TOP_P_CANDIDATES`), which are the sort's first ``k + 1`` values (and the row's total
-    mass is summed once for both paths). Their prefix sums
-    are the sort's (CPU ``cumsum`` accumulates sequentially, so a prefix does not depend on
-    what follows it), and when the ``k + 1``-th is dropped the kept positions are a prefix of
-    length L <= k (the mass from a position never increases down the ranking). When the L-th
-    and L+1-th values differ, the kept tokens are exactly those >= the L-th value, whatever the
-    order of ties. A row whose cut falls inside a tie (the tie order decides which tied tokens
-    stay) or whose nucleus is longer tries the next ``k``, then the full sort of ``key``.
-    Other devices sort the whole row.
+    (:data:`TOP_P_CANDIDATES`), which are the sort's first ``k + 1`` values whatever the order
+    of ties. Their prefix sums are the sort's (CPU ``cumsum`` accumulates sequentially, so a
+    prefix does not depend on what follows it; the row's total is summed once for both paths),
+    and when the ``k + 1``-th is dropped the kept positions are a prefix of length L <= k (the
+    mass from a position never increases down the ranking). When the L-th and L+1-th values
+    differ, the kept tokens are exactly those >= the L-th value. A row whose cut falls inside a
+    tie (the tie order decides which tied tokens stay) or whose nucleus is longer tries the
+    next ``k``, then the full sort of ``key``. Other devices sort the whole row.
     """
     shape = probs.shape
     flat = probs.reshape(-1, shape[-1])
