@@ -29,16 +29,19 @@ The steps:
 - ``temperature`` T: logits / T.
 - ``min_p``: tokens whose probability is below ``min_p`` times the largest one are dropped
   (a ratio, so it is the same before or after a truncation that keeps the largest token).
-- ``top_k`` (> 0): keep the k largest logits (ties at the k-th value to the lowest ids).
-- ``top_p`` (< 1): sort the remaining probabilities descending (ties by token id), keep
-  the shortest prefix whose mass reaches ``top_p`` (a token is kept when the mass strictly
-  before it is < top_p), renormalise.
+- ``top_k`` (> 0): keep every logit >= the k-th largest (all the tokens tied with the k-th
+  value stay, so more than k may), as vLLM's sampler and transformers' ``TopKLogitsWarper`` do.
+- ``top_p`` (< 1): rank the remaining probabilities descending, keep the shortest prefix whose
+  mass reaches ``top_p`` (a token is kept when the mass from it to the end of the ranking is
+  > 1 - top_p, i.e. the mass strictly before it is < top_p; the most likely token always),
+  renormalise. Tied tokens are ranked as the libraries rank them (:func:`top_p_keep`): in the
+  reverse of ``torch.sort(logits)`` (ascending, not stable), so when a tie straddles the cut
+  the same tied tokens are kept as in vLLM and transformers running on the same torch build.
 
 The penalties depend on the row's own history: :class:`TokenHistory` holds, per row (and per
 position when a verifier scores several positions at once), which tokens its prompt holds
-and how often each token was generated so far. Transformers keeps ties at the top-k and
-top-p boundaries differently (all tied tokens); with distinct logits the ``hf`` order equals
-transformers' processors (tested to 1e-6).
+and how often each token was generated so far. The ``hf`` order equals transformers'
+processors, ties included (tested to 1e-6).
 """
 
 from __future__ import annotations
@@ -155,7 +158,10 @@ def grammar_cut(
 
 
 def min_p_cut(x: torch.Tensor, min_p: float | torch.Tensor) -> torch.Tensor:  # [..., V] logits -> [..., V] logits
-    """Drop (-inf) the tokens whose probability under softmax(x) is below ``min_p`` times the largest.
+    """Drop (-inf) the tokens whose probability under softmax(x) is strictly below ``min_p`` times the largest.
+
+    As vLLM's ``MinPLogitsProcessor`` and transformers' ``MinPLogitsWarper`` (``probs < min_p * max``):
+    tokens tied at the threshold, and every token tied with the largest, are kept.
 
     ``min_p``: one value (0 = off), or a tensor broadcastable to ``[..., 1]`` with one value per row
     (a row's 0 drops nothing), as the kernel check's ragged batches carry per-request min-p.
@@ -163,24 +169,29 @@ def min_p_cut(x: torch.Tensor, min_p: float | torch.Tensor) -> torch.Tensor:  # 
     if not isinstance(min_p, torch.Tensor) and min_p <= 0.0:
         return x
     probs = torch.softmax(x, dim=-1)
-    cut = probs < min_p * probs.amax(dim=-1, keepdim=True)
+    cut = probs < min_p * probs.amax(dim=-1, keepdim=True)  # strictly below: a token at the threshold stays
     return x.masked_fill(cut, float("-inf"))
 
 
 def top_k_cut(x: torch.Tensor, top_k: int) -> torch.Tensor:  # [..., V] logits -> [..., V] logits
-    """Keep the ``top_k`` largest logits (ties at the k-th value to the lowest ids); 0 = off."""
+    """Keep every logit >= the ``top_k``-th largest; 0 = off.
+
+    Tokens tied with the k-th value all stay (more than k tokens may remain), as in vLLM's
+    sampler (``logits < kth_value`` masked) and transformers' ``TopKLogitsWarper``.
+    """
     if not 0 < top_k < x.shape[-1]:
         return x
-    # stable descending sort: equal logits keep ascending-id order
-    order = torch.sort(x, dim=-1, descending=True, stable=True).indices
-    return x.scatter(-1, order[..., top_k:], float("-inf"))
+    kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+    return x.masked_fill(x < kth, float("-inf"))
 
 
-def top_p_cut(probs: torch.Tensor, top_p: float) -> torch.Tensor:  # [..., V] probabilities -> renormalised
-    """Keep the nucleus of mass ``top_p`` (:func:`top_p_keep`) and renormalise; 1 = off."""
+def top_p_cut(
+    probs: torch.Tensor, top_p: float, key: torch.Tensor | None = None, processing: str = "vllm"
+) -> torch.Tensor:  # [..., V] probabilities -> renormalised
+    """Keep the nucleus of mass ``top_p`` (:func:`top_p_keep`, ties ranked by ``key``) and renormalise; 1 = off."""
     if top_p >= 1.0:
         return probs
-    keep = top_p_keep(probs, top_p)
+    keep = top_p_keep(probs, top_p, key, processing)
     probs = torch.where(keep, probs, torch.zeros_like(probs))
     return probs / probs.sum(dim=-1, keepdim=True)
 
@@ -209,64 +220,123 @@ def process_logits(
         return torch.zeros_like(x).scatter_(-1, idx, 1.0)
     x = x / params.temperature
     if params.processing == "hf":  # transformers: TopK, TopP, then MinP
-        probs = top_p_cut(torch.softmax(top_k_cut(x, params.top_k), dim=-1), params.top_p)
+        x = top_k_cut(x, params.top_k)  # TopPLogitsWarper sorts these (top-k's cut at -inf)
+        probs = top_p_cut(torch.softmax(x, dim=-1), params.top_p, key=x, processing="hf")
         if params.min_p > 0.0:
             probs = torch.where(probs < params.min_p * probs.amax(dim=-1, keepdim=True), torch.zeros_like(probs), probs)
             probs = probs / probs.sum(dim=-1, keepdim=True)
         return probs
-    x = top_k_cut(min_p_cut(x, params.min_p), params.top_k)
-    return top_p_cut(torch.softmax(x, dim=-1), params.top_p)
+    x = min_p_cut(x, params.min_p)  # vLLM's sampler sorts these, then applies top-k and top-p in that order
+    return top_p_cut(torch.softmax(top_k_cut(x, params.top_k), dim=-1), params.top_p, key=x, processing="vllm")
 
 
 #: Candidate counts :func:`top_p_keep` tries (on CPU) before sorting a whole vocabulary.
 TOP_P_CANDIDATES = (256, 4096)
 
 
-def _top_p_keep_sorted(probs: torch.Tensor, top_p: float) -> torch.Tensor:  # [rows, V] -> [rows, V] bool
-    """The top-p rule by a stable sort of every row (descending, ties by ascending token id)."""
-    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-    return torch.zeros_like(mass_before, dtype=torch.bool).scatter(-1, order, mass_before < top_p)
+def top_p_threshold(top_p: float, processing: str = "vllm") -> float:
+    """The float32 value the library compares a token's cumulative mass with (the token goes when the mass is <= it).
+
+    vLLM holds top_p in a float32 tensor and computes ``1 - p`` in float32; transformers compares
+    with the Python float ``1 - top_p``, which torch casts to float32. The two differ by up to one
+    float32 step (0.95: 0.0500000119 and 0.0500000007).
+    """
+    if processing == "vllm":
+        return float(1.0 - torch.tensor(top_p, dtype=torch.float32))
+    if processing == "hf":
+        return float(torch.tensor(1.0 - top_p, dtype=torch.float32))
+    raise ConfigError(f"unknown processing order {processing!r}; expected 'vllm' or 'hf'", where="top_p_threshold")
 
 
-def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:  # [..., V] -> [..., V] bool
-    """Which tokens top-p keeps: those whose mass ranked strictly before them is < ``top_p``.
+def _mass_from(v: torch.Tensor, total: torch.Tensor) -> torch.Tensor:  # [rows, n] descending, [rows, 1] -> [rows, n]
+    """The mass from each position to the end of the ranking, itself included: ``total`` less the mass strictly
+    before it (float64; never increasing down the ranking)."""
+    c = torch.cumsum(v.double(), dim=-1)
+    return total - torch.cat([torch.zeros_like(c[:, :1]), c[:, :-1]], dim=-1)
 
-    The same mask as a stable descending sort of the whole row, bit for bit, at a fraction of
-    its cost on a large vocabulary (a stable sort of 64 x 49 152 probabilities takes ~0.26 s of
-    CPU, ``topk`` of 257 ~0.01 s): on CPU, each row first takes its ``k + 1`` largest
-    probabilities (:data:`TOP_P_CANDIDATES`), ordered as the stable sort orders them. Their
-    prefix sums are the sort's first ``k + 1`` (CPU ``cumsum`` accumulates sequentially, so a
-    prefix does not depend on what follows it), and when the mass before the ``k + 1``-th
-    reaches ``top_p`` every later token is dropped too (the mass before a token never decreases
-    down the ranking, and rounding is monotone). A row whose ``k``-th and ``k + 1``-th
-    probabilities tie (the candidates might not be the sort's first ``k``), or whose nucleus
-    is longer, tries the next ``k``, then the whole sort. Other devices sort the whole row.
+
+def _inside(v: torch.Tensor, total: torch.Tensor, threshold: float) -> torch.Tensor:  # [rows, n] -> [rows, n] bool
+    """The positions of a descending ranking that top-p keeps: mass from them, rounded to float32 as the libraries'
+    cumulative sums are, above ``threshold`` (:func:`top_p_threshold`); the first one always, as the libraries do."""
+    inside = _mass_from(v, total).float() > threshold
+    inside[:, 0] = True
+    return inside
+
+
+def _top_p_keep_sorted(
+    probs: torch.Tensor, threshold: float, key: torch.Tensor, total: torch.Tensor
+) -> torch.Tensor:  # [rows, V] -> [rows, V] bool
+    """The top-p rule by a full sort of every row: descending probability, ties in reverse ``torch.sort(key)`` order."""
+    order = torch.sort(key, dim=-1).indices.flip(-1)  # the libraries' ascending sort, read from its end
+    v = probs.gather(-1, order)
+    if v.shape[-1] > 1 and not bool((v[:, 1:] <= v[:, :-1]).all()):
+        # key and probabilities rank two tokens differently (rounding): rank by probability, key order within ties
+        v, perm = torch.sort(v, dim=-1, descending=True, stable=True)
+        order = order.gather(-1, perm)
+    return torch.zeros_like(v, dtype=torch.bool).scatter(-1, order, _inside(v, total, threshold))
+
+
+def top_p_keep(
+    probs: torch.Tensor, top_p: float, key: torch.Tensor | None = None, processing: str = "vllm"
+) -> torch.Tensor:  # [..., V] -> [..., V] bool
+    """Which tokens top-p keeps: those whose mass from them to the end of the ranking (their own included) is
+    > ``1 - top_p`` (with probabilities summing to 1: the mass ranked strictly before them is < ``top_p``).
+
+    The libraries' rule, as vLLM's sampler and transformers' ``TopPLogitsWarper`` compute it: sort
+    the logits ascending, and drop tokens from the front while the cumulative mass is <= 1 - top_p
+    (the last token always stays). Measuring the mass from the tail (accumulated in float64,
+    rounded to float32 as their cumulative sums are) against their float32 ``1 - top_p``
+    (:func:`top_p_threshold` of ``processing``) keeps speceq's cut within float rounding of
+    theirs even when a row's float32 probabilities sum to 1 +- 1e-6, and on it when a mass
+    falls exactly on the threshold.
+
+    The ranking: descending probability; tied tokens in the reverse of ``torch.sort(key)``
+    (ascending, not stable: the libraries' call), so the tied tokens that sort puts last are
+    kept first. ``key`` (``[..., V]``, ordered as ``probs``): the logits the library sorts (vLLM:
+    after min-p, before top-k; transformers: after top-k); default ``probs``. The tie order
+    matters only when a tie straddles the cut (equal probabilities kept and dropped). Torch does
+    not document the order of ties in an unstable sort; on CPU it is deterministic for given
+    values (and not id order beyond 16 tokens), so the same call on the same values reproduces
+    it. With another torch build, or on another device, the libraries may order ties
+    differently (and vLLM's CUDA sampler is a Triton kernel with its own tie handling).
+
+    The mask equals that of the full sort, bit for bit, at a fraction of its cost on a large
+    vocabulary (a sort of 64 x 49 152 probabilities takes ~0.26 s of CPU, ``topk`` of 257
+    ~0.01 s): on CPU, each row first takes its ``k + 1`` largest probabilities
+    (:data:`TOP_P_CANDIDATES`), which are the sort's first ``k + 1`` values whatever the order
+    of ties. Their prefix sums are the sort's (CPU ``cumsum`` accumulates sequentially, so a
+    prefix does not depend on what follows it; the row's total is summed once for both paths),
+    and when the ``k + 1``-th is dropped the kept positions are a prefix of length L <= k (the
+    mass from a position never increases down the ranking). When the L-th and L+1-th values
+    differ, the kept tokens are exactly those >= the L-th value. A row whose cut falls inside a
+    tie (the tie order decides which tied tokens stay) or whose nucleus is longer tries the
+    next ``k``, then the full sort of ``key``. Other devices sort the whole row.
     """
     shape = probs.shape
     flat = probs.reshape(-1, shape[-1])
+    keys = flat if key is None else key.expand(shape).reshape(-1, shape[-1])
+    total = flat.double().sum(dim=-1, keepdim=True)  # [rows, 1]: the same for both paths
+    threshold = top_p_threshold(top_p, processing)
     vocab = flat.shape[-1]
     if flat.device.type != "cpu" or flat.shape[0] == 0:
-        return _top_p_keep_sorted(flat, top_p).reshape(shape)
+        return _top_p_keep_sorted(flat, threshold, keys, total).reshape(shape)
     keep = torch.zeros_like(flat, dtype=torch.bool)
     todo = torch.arange(flat.shape[0])
     for k in TOP_P_CANDIDATES:
         if k + 1 >= vocab or len(todo) == 0:
             break
         rows = flat[todo]
-        idx = torch.topk(rows, k + 1, dim=-1).indices.sort(dim=-1).values  # ascending ids
-        vals = rows.gather(-1, idx)
-        v_sorted, order = torch.sort(vals, dim=-1, descending=True, stable=True)  # ties: lower id first
-        ids = idx.gather(-1, order)
-        mass_before = torch.cumsum(v_sorted, dim=-1) - v_sorted
-        decided = (mass_before[:, k] >= top_p) & (v_sorted[:, k - 1] > v_sorted[:, k])
+        v = torch.topk(rows, k + 1, dim=-1).values  # descending: the full sort's first k + 1 values
+        inside = _inside(v, total[todo], threshold)
+        kept = inside.sum(dim=-1, keepdim=True)  # L >= 1: the kept positions are the first L
+        last = v.gather(-1, (kept - 1).clamp(max=k))
+        after = v.gather(-1, kept.clamp(max=k))
+        decided = ~inside[:, k] & (last[:, 0] > after[:, 0])  # the cut inside the candidates, not across a tie
         if bool(decided.any()):
-            part = torch.zeros_like(rows[decided], dtype=torch.bool)
-            part.scatter_(-1, ids[decided, :k], mass_before[decided, :k] < top_p)
-            keep[todo[decided]] = part
+            keep[todo[decided]] = rows[decided] >= last[decided]
         todo = todo[~decided]
     if len(todo):
-        keep[todo] = _top_p_keep_sorted(flat[todo], top_p)
+        keep[todo] = _top_p_keep_sorted(flat[todo], threshold, keys[todo], total[todo])
     return keep.reshape(shape)
 
 

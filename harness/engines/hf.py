@@ -21,16 +21,15 @@ set to their neutral values.
 
 Processing compared with :func:`speceq.core.processing.process_logits` (checked by
 ``tests/engines/test_hf.py``). transformers applies ``SuppressTokens`` (EOS -> -inf) before the
-warpers, then ``Temperature -> TopK -> TopP``, the same order as ours, and its top-p keeps a token
-when the mass of the tokens ranked strictly above it is < top_p (it removes tokens whose ascending
-cumulative mass is <= 1 - top_p), the same rule. Boundary differences:
+warpers, then ``Temperature -> TopK -> TopP``, the same order as ours, and its top-p removes tokens
+whose ascending cumulative mass is <= 1 - top_p, the same rule. At the boundaries:
 
-- top-k ties: transformers keeps *every* token whose logit equals the k-th largest (so it may keep
-  more than k); ours keeps exactly k, ties broken towards the lowest token id.
-- top-p ties and rounding: transformers sorts with an unstable sort and evaluates ``1 - top_p``
-  against a cumulative sum from the least likely end; ours uses a stable sort (ties by token id)
-  and a cumulative sum from the most likely end. Only exact probability ties at the cut, or a cut
-  within float32 rounding (~1e-7) of ``top_p``, can keep a different set.
+- top-k ties: both keep *every* token whose logit equals the k-th largest (so more than k may stay).
+- top-p ties: both rank tied tokens as transformers' unstable ``torch.sort`` of the logits puts them
+  (:func:`speceq.core.processing.top_p_keep`), the same on CPU with the same torch build.
+- top-p rounding: transformers sums its float32 probabilities from the least likely end, ours in
+  float64 from the most likely end against the row's total, so only a cut within float32 rounding
+  (~1e-7) of ``1 - top_p`` can keep a different set.
 - ``min_tokens_to_keep`` is 1 in both (the most likely token always survives top-p).
 - greedy: both take the first maximal logit.
 

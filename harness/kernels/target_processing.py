@@ -95,7 +95,8 @@ def cut_margins(logits: np.ndarray, params: RequestParams) -> dict[str, float]:
     """How far each cut is from being ambiguous (larger is safer).
 
     ``top_k``: gap between the k-th and (k+1)-th largest scaled logits; ``top_p``: distance of
-    top_p from the nearest cumulative mass in descending order; ``min_p``: distance (nats) of
+    top_p from the nearest cumulative mass in descending order (0 when equal probabilities
+    straddle the cut: libraries keep different tied tokens); ``min_p``: distance (nats) of
     log(min_p) from the nearest tempered log-probability ratio to the most likely token;
     ``argmax``: gap between the two largest raw logits (greedy rows).
     """
@@ -110,8 +111,12 @@ def cut_margins(logits: np.ndarray, params: RequestParams) -> dict[str, float]:
         out["top_k"] = float(s[params.top_k - 1] - s[params.top_k])
     if params.top_p < 1.0:
         p = softmax64(_scaled(x, params))
-        cum = np.cumsum(np.sort(p)[::-1])
+        desc = np.sort(p)[::-1]
+        cum = np.cumsum(desc)
         out["top_p"] = float(np.min(np.abs(cum - params.top_p)))
+        kept = int(np.sum(cum - desc < params.top_p))
+        if kept < desc.size and desc[kept - 1] == desc[kept]:
+            out["top_p"] = 0.0  # a tie across the cut: which tied tokens stay is an implementation's tie order
     if params.min_p > 0.0:
         t = _tempered(x, params)
         out["min_p"] = float(np.min(np.abs((t - np.max(t)) - np.log(params.min_p))))

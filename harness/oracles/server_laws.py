@@ -11,11 +11,16 @@ vocabulary):
 - K >= V (``prompt_logprobs=-1``, vLLM ``--max-logprobs -1`` or >= V): the whole raw law; any
   processing, every field exact;
 - greedy (T = 0): the argmax, K >= 2;
-- top_k = k > 0 at any T > 0 when the top-K holds k tokens besides a masked EOS: processing
+- top_k = k > 0 at any T > 0 when the top-K holds k + 1 tokens besides a masked EOS: processing
   keeps only known tokens and renormalises over them (raw log-probabilities differ from the
-  logits by one constant per position, which softmax and top-k ignore);
+  logits by one constant per position, which softmax and top-k ignore). Top-k keeps every
+  token tied with the k-th, so the (k + 1)-th must show that no token outside the top-K ties
+  with it; a position where the k-th ties with the last known value is refused;
 - T = 1 with top_p < 1 and no top_k, when the known tokens' mass reaches top_p at that position
   (the nucleus lies inside the top-K);
+- with top_p (either case above), a position where equal probabilities straddle the nucleus cut
+  is refused: which tied tokens stay follows the server's sort of the whole vocabulary
+  (:func:`speceq.core.processing.top_p_keep`), which the top-K does not determine;
 - T = 1, no top_k, top_p = 1 (a plain sampler): only the top-K of the law is known. The emitted
   token's probability is exact (the server returns it whatever its rank), the ranking is
   coarsened (:mod:`speceq.stats.coarse_pit`), and the moments of log p over the whole law are
@@ -77,11 +82,12 @@ def law_kind(params: SamplingParams, top_logprobs: int, vocab_size: int, *, wher
         return "full"
     extra = 1 if params.ignore_eos else 0
     if 0 < params.top_k < vocab_size:
-        if top_logprobs < params.top_k + extra:
+        if top_logprobs < params.top_k + 1 + extra:
             raise ConfigError(
-                f"top_k={params.top_k}{' with ignore_eos' if extra else ''} needs the top {params.top_k + extra} raw "
-                f"log-probabilities per position but the server oracle asks for {top_logprobs}: pass "
-                f"--oracle-top-logprobs {params.top_k + extra} or more, or {need}", where=where)
+                f"top_k={params.top_k}{' with ignore_eos' if extra else ''} needs the top {params.top_k + 1 + extra} raw "
+                f"log-probabilities per position (one past the k-th shows whether a token outside them ties with it) "
+                f"but the server oracle asks for {top_logprobs}: pass --oracle-top-logprobs {params.top_k + 1 + extra} "
+                f"or more, or {need}", where=where)
         return "full"
     if params.temperature != 1.0:
         raise ConfigError(
@@ -108,6 +114,44 @@ def _renormaliser(top: RawTop, params: SamplingParams, eos: int | None, where: s
     return float(np.log1p(-min(p_eos, 1.0 - 1e-16)))
 
 
+#: Mass (float64) within which a nucleus cut counts as possibly elsewhere: float32 rounding of the processed law.
+_CUT_SLACK = 1e-6
+
+
+def _tie_at_nucleus_cut(p: np.ndarray, top_p: float) -> bool:
+    """Whether equal probabilities (``p``: float64, descending) straddle the nucleus cut, or may (within _CUT_SLACK)."""
+    before = np.cumsum(p) - p
+    low = max(1, int(np.sum(before < top_p - _CUT_SLACK)))
+    high = max(1, int(np.sum(before < top_p + _CUT_SLACK)))
+    return any(n < p.size and p[n - 1] == p[n] for n in range(low, high + 1))
+
+
+def _check_ties(top: RawTop, params: SamplingParams, vocab_size: int, eos: int | None, where: str) -> None:
+    """Refuse a position whose processed law the top-K does not determine because of ties (module docstring)."""
+    if params.greedy or top.ids.size >= vocab_size or not (0 < params.top_k < vocab_size):
+        return
+    masked = params.ignore_eos and eos is not None
+    logp = np.sort(top.logp[top.ids != eos] if masked else top.logp)[::-1]
+    if logp.size <= params.top_k:
+        raise ConfigError(f"top_k={params.top_k}: the server returned only {top.ids.size} raw log-probabilities here "
+                          f"(at least {params.top_k + 1}{' besides the EOS' if masked else ''} are needed)", where=where)
+    kth = logp[params.top_k - 1]
+    if kth == top.logp.min():
+        raise ConfigError(
+            f"top_k={params.top_k}: the k-th largest raw log-probability here ties with the last of the top "
+            f"{top.ids.size} the server returned, so tokens outside them may tie with it (top-k keeps every tied "
+            "token); raise --oracle-top-logprobs or ask for the whole vocabulary (--oracle-top-logprobs all)",
+            where=where)
+    if params.top_p < 1.0:
+        z = logp[logp >= kth] / params.temperature
+        p = np.exp(z - z.max())
+        if _tie_at_nucleus_cut(p / p.sum(), params.top_p):
+            raise ConfigError(
+                f"top_p={params.top_p:g}: equal probabilities straddle the nucleus cut here, and which of them the "
+                "server keeps follows its sort of the whole vocabulary; ask for the whole vocabulary "
+                "(--oracle-top-logprobs all)", where=where)
+
+
 def dense_logits(tops: list[RawTop], params: SamplingParams, vocab_size: int, eos: int | None,
                  wheres: list[str]) -> torch.Tensor:
     """Logits [n, V] whose :func:`process_logits` under ``params`` is each position's exact processed law.
@@ -115,12 +159,14 @@ def dense_logits(tops: list[RawTop], params: SamplingParams, vocab_size: int, eo
     Unknown tokens get -inf: exact when the law is "full" (see :func:`law_kind`). For T = 1 with
     top_p and no top_k the nucleus is cut here (over the known tokens, renormalised by the EOS
     mass when masked) and the caller must process with top_p = 1 (see :func:`processing_params`).
+    A position whose law the top-K does not determine because of ties is refused (ConfigError).
     """
     out = torch.full((len(tops), vocab_size), float("-inf"), dtype=torch.float32)
     nucleus = not params.greedy and params.top_p < 1.0 and not (0 < params.top_k < vocab_size) and \
         len(tops) > 0 and tops[0].ids.size < vocab_size
     for i, top in enumerate(tops):
         ids, logp = top.ids, top.logp
+        _check_ties(top, params, vocab_size, eos, wheres[i])
         if nucleus:
             log_z = _renormaliser(top, params, eos, wheres[i])
             keep = np.ones(ids.size, dtype=bool) if not (params.ignore_eos and eos is not None) else ids != eos
@@ -132,6 +178,15 @@ def dense_logits(tops: list[RawTop], params: SamplingParams, vocab_size: int, eo
                     f"top_p={params.top_p:g}: the top {top.ids.size} raw log-probabilities hold mass "
                     f"{float(probs.sum()):.4g} < top_p here, so the nucleus is not known; raise "
                     "--oracle-top-logprobs or ask for the whole vocabulary (--oracle-top-logprobs all)", where=wheres[i])
+            order = np.argsort(-logp, kind="stable")
+            if _tie_at_nucleus_cut(np.exp(logp[order] - log_z), params.top_p) or \
+                    int((before < params.top_p + _CUT_SLACK).sum()) >= ids.size:
+                raise ConfigError(
+                    f"top_p={params.top_p:g}: equal probabilities straddle the nucleus cut here, or the cut falls on "
+                    f"the last of the top {top.ids.size} raw log-probabilities (tokens outside them may tie with it); "
+                    "which tied tokens the server keeps follows its sort of the whole vocabulary: raise "
+                    "--oracle-top-logprobs or ask for the whole vocabulary (--oracle-top-logprobs all)",
+                    where=wheres[i])
             kept = (before < params.top_p).numpy()
             ids, logp = ids[kept], logp[kept]
         out[i, torch.as_tensor(ids)] = torch.as_tensor(logp, dtype=torch.float32)

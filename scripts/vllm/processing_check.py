@@ -20,14 +20,20 @@ The batches: one per field (only that field varies across the requests), one wit
 varied per request, one mixing greedy and random requests. Agreement is the largest absolute
 difference of probabilities over the vocabulary (to ``--tol``, default 1e-6), reported per field.
 
+``--logits bfloat16`` rounds the random logits to bfloat16 values, as a bfloat16 model's are, so
+tokens tie at the top-k, top-p and min-p cuts and the tie rules are compared too.
+
 ``--mutant NAME`` replaces the speceq side with a copy of the ``vllm`` order carrying one
-deliberate error (two steps swapped, a penalty over the wrong history); ``--self-test`` runs every
-mutant and requires each to be caught, so the check is shown able to fail.
+deliberate error (two steps swapped, a penalty over the wrong history, a different tie rule);
+``--self-test`` runs every mutant and requires each to be caught, so the check is shown able to
+fail. The tie-rule mutants (:data:`TIE_MUTANTS`) differ only where logits tie: the self-test runs
+them on bfloat16 logits whatever ``--logits`` says.
 
 Exit codes: 0 agreement (or, with --self-test, every mutant caught); 1 disagreement (or a
 mutant not caught); 2 error.
 
     .venv-vllm/bin/python scripts/vllm/processing_check.py              # exit 0: agreement
+    .venv-vllm/bin/python scripts/vllm/processing_check.py --logits bfloat16  # exit 0: agreement, ties
     .venv-vllm/bin/python scripts/vllm/processing_check.py --self-test  # exit 0: every mutant caught
 """
 
@@ -57,7 +63,11 @@ MUTANTS = {
     "repetition-outputs-only": "repetition penalty over the generated tokens only (prompt ignored)",
     "history-one-late": "the penalty history misses the last generated token",
     "presence-over-prompt": "presence penalty counts prompt tokens too",
+    "topk-exactly-k": "top-k keeps exactly k tokens (ties at the k-th value to the lowest ids)",
+    "topp-ties-by-id": "top-p ranks tied tokens by token id (a stable sort), not in the order of vLLM's sort",
 }
+#: Mutants that differ from the profile only where logits tie (run on bfloat16 logits by the self-test).
+TIE_MUTANTS = ("topk-exactly-k", "topp-ties-by-id")
 
 
 def request_params(field: str, row: int, vocab: int, rng, logits_row, speceq_params):
@@ -183,10 +193,23 @@ def mutant_law(name: str, logits, params, history):
     else:
         x = min_p_cut(x / params.temperature, params.min_p)
     if name == "topp-before-topk":
-        probs = top_p_cut(torch.softmax(x, dim=-1), params.top_p)
+        probs = top_p_cut(torch.softmax(x, dim=-1), params.top_p, key=x)
         x = top_k_cut(torch.log(probs), params.top_k)
         return torch.softmax(x, dim=-1)
-    return top_p_cut(torch.softmax(top_k_cut(x, params.top_k), dim=-1), params.top_p)
+    if name == "topk-exactly-k":
+        y = x
+        if 0 < params.top_k < x.shape[-1]:
+            order = torch.sort(x, dim=-1, descending=True, stable=True).indices
+            y = x.scatter(-1, order[..., params.top_k:], float("-inf"))
+        return top_p_cut(torch.softmax(y, dim=-1), params.top_p, key=x)
+    probs = torch.softmax(top_k_cut(x, params.top_k), dim=-1)
+    if name == "topp-ties-by-id" and params.top_p < 1.0:
+        ranked, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(
+            -1, order, torch.cumsum(ranked, dim=-1) - ranked < params.top_p)
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+        return probs / probs.sum(dim=-1, keepdim=True)
+    return top_p_cut(probs, params.top_p, key=x)
 
 
 def speceq_law(logits, params, prompt, output, vocab: int, mutant: str | None):
@@ -276,10 +299,13 @@ def main() -> int:
         missed = []
         out = {}
         for name, what in MUTANTS.items():
-            report = run(args.seed, args.tol, name, verbose=False, logit_dtype=args.logits)
+            dtype = "bfloat16" if name in TIE_MUTANTS else args.logits
+            report = run(args.seed, args.tol, name, verbose=False, logit_dtype=dtype)
             caught = [f for f, r in report.items() if not r["agree"]]
-            out[name] = {"what": what, "caught_by": caught, "max_abs_diff": max(r["max_abs_diff"] for r in report.values())}
-            print(f"{'caught' if caught else 'MISSED'} mutant {name} ({what}): by {', '.join(caught) or 'nothing'}")
+            out[name] = {"what": what, "logits": dtype, "caught_by": caught,
+                         "max_abs_diff": max(r["max_abs_diff"] for r in report.values())}
+            print(f"{'caught' if caught else 'MISSED'} mutant {name} ({what}; {dtype} logits):"
+                  f" by {', '.join(caught) or 'nothing'}")
             if not caught:
                 missed.append(name)
         if args.json:

@@ -39,8 +39,10 @@ def test_top_k_keeps_the_k_largest() -> None:
     check(process_logits(logits_of(1, 2, 4, 3), SamplingParams(top_k=2)), [0, 0, 4 / 7, 3 / 7])
 
 
-def test_top_k_ties_go_to_the_lowest_ids() -> None:
-    check(process_logits(logits_of(2, 1, 2, 2), SamplingParams(top_k=2)), [0.5, 0, 0.5, 0])
+def test_top_k_keeps_every_token_tied_with_the_kth() -> None:
+    # the 2nd largest logit is tied three ways: all three stay, as in vLLM and transformers
+    check(process_logits(logits_of(2, 1, 2, 2), SamplingParams(top_k=2)), [1 / 3, 0, 1 / 3, 1 / 3])
+    check(process_logits(logits_of(2, 1, 2, 2), SamplingParams(top_k=2, processing="hf")), [1 / 3, 0, 1 / 3, 1 / 3])
 
 
 def test_top_k_at_or_above_vocab_is_off() -> None:
@@ -55,9 +57,10 @@ def test_top_p_keeps_the_shortest_prefix_reaching_p() -> None:
     check(process_logits(logits, SamplingParams(top_p=0.4)), [0, 1, 0, 0])
 
 
-def test_top_p_ties_go_to_the_lowest_ids() -> None:
-    # four equal tokens: mass before is 0, .25, .5, .75 in id order; top_p=0.5 keeps two
-    check(process_logits(logits_of(1, 1, 1, 1), SamplingParams(top_p=0.5)), [0.5, 0.5, 0, 0])
+def test_top_p_ties_are_ranked_as_the_libraries_sort_them() -> None:
+    # four equal tokens, top_p=0.5 keeps two: the libraries sort ascending (ids 0..3 for four
+    # equal values) and drop from the front, so the highest ids stay
+    check(process_logits(logits_of(1, 1, 1, 1), SamplingParams(top_p=0.5)), [0, 0, 0.5, 0.5])
 
 
 def test_order_is_temperature_then_top_k_then_top_p() -> None:
@@ -117,16 +120,32 @@ def test_sample_from_one_hot_returns_that_token(token: int) -> None:
     assert (sample_from_probs(probs, torch.Generator().manual_seed(0)) == token).all()
 
 
-def _top_p_by_full_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """The top-p rule written out: stable descending sort of the whole row, keep mass-before < top_p."""
-    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-    return torch.zeros_like(mass_before, dtype=torch.bool).scatter(-1, order, mass_before < top_p)
+def _top_p_by_full_sort(probs: torch.Tensor, top_p: float, key: torch.Tensor | None = None) -> torch.Tensor:
+    """The top-p rule written out: rank by the reverse of the libraries' ascending sort of ``key`` (default the
+    probabilities), keep a token while the mass from it to the end of the ranking (float64, then float32) is
+    > vLLM's float32 1 - top_p."""
+    key = probs if key is None else key
+    order = torch.sort(key, dim=-1).indices.flip(-1)
+    v = probs.gather(-1, order).double()
+    assert bool((v[:, 1:] <= v[:, :-1]).all())  # the key ranks as the probabilities do
+    c = torch.cumsum(v, dim=-1)
+    mass_from = probs.double().sum(dim=-1, keepdim=True) - torch.cat([torch.zeros_like(c[:, :1]), c[:, :-1]], dim=-1)
+    inside = mass_from.float() > 1.0 - torch.tensor(top_p, dtype=torch.float32)
+    inside[:, 0] = True
+    return torch.zeros_like(inside).scatter(-1, order, inside)
+
+
+def _transformers_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The tokens transformers' TopPLogitsWarper keeps ([rows, V] bool)."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    return torch.isfinite(TopPLogitsWarper(top_p)(None, logits.clone()))
 
 
 @pytest.mark.parametrize("top_p", [0.3, 0.9, 0.99, 0.9999])
 def test_top_p_keep_equals_the_full_sort_bit_for_bit(top_p: float) -> None:
-    """The candidate shortcut (topk, then the whole sort for long nuclei) keeps exactly the full sort's tokens."""
+    """The candidate shortcut (topk, then the whole sort for long nuclei or a tie across the cut) keeps exactly
+    the full sort's tokens."""
     from speceq.core.processing import top_p_keep
 
     g = torch.Generator().manual_seed(0)
@@ -134,13 +153,35 @@ def test_top_p_keep_equals_the_full_sort_bit_for_bit(top_p: float) -> None:
     peaked = torch.randn(24, vocab, generator=g) * 4.0  # short nuclei: decided by the 257 candidates
     flat = torch.randn(8, vocab, generator=g) * 0.5  # nuclei of thousands of tokens: 4 097, then the sort
     tied = torch.round(torch.randn(16, vocab, generator=g) * 2.0) * 1.5  # few distinct values: ties everywhere
-    for logits in (peaked, flat, tied):
+    bf16 = (torch.randn(16, vocab, generator=g) * 3.0).to(torch.bfloat16).float()  # a bfloat16 model's ties
+    for logits in (peaked, flat, tied, bf16):
         probs = torch.softmax(logits, dim=-1)
         assert torch.equal(top_p_keep(probs, top_p), _top_p_by_full_sort(probs, top_p))
+        assert torch.equal(top_p_keep(probs, top_p, logits), _top_p_by_full_sort(probs, top_p, logits))
+
+
+@pytest.mark.parametrize("top_p", [0.2, 0.5, 0.8, 0.95])
+def test_top_p_keep_on_tied_logits_equals_transformers(top_p: float) -> None:
+    """bfloat16-rounded logits (ties at the cut) and coarse ones: the same tokens as transformers' TopPLogitsWarper,
+    which sorts the same logits; ranking ties by lowest id instead would differ (the case is not vacuous)."""
+    from speceq.core.processing import top_p_keep
+
+    g = torch.Generator().manual_seed(3)
+    by_lowest_id_differs = 0
+    for vocab, logits in ((1000, (torch.randn(16, 1000, generator=g) * 2.0).to(torch.bfloat16).float()),
+                          (40, torch.round(torch.randn(16, 40, generator=g) * 2.0) / 2.0)):
+        probs = torch.softmax(logits, dim=-1)
+        keep = top_p_keep(probs, top_p, logits)
+        assert torch.equal(keep, _transformers_top_p(logits, top_p)), vocab
+        stable = torch.sort(probs, dim=-1, descending=True, stable=True)  # ties by lowest id
+        lowest_first = torch.zeros_like(keep).scatter(
+            -1, stable.indices, torch.cumsum(stable.values, dim=-1) - stable.values < top_p)
+        by_lowest_id_differs += int(not torch.equal(keep, lowest_first))
+    assert by_lowest_id_differs > 0
 
 
 def test_top_p_keep_ties_at_the_candidate_boundary() -> None:
-    """Tokens tied at the 256th / 257th largest probability: the kept ones are the lowest ids, as in the full sort."""
+    """300 tokens tied at the 256th / 257th largest probability: the full sort's tokens and transformers'."""
     from speceq.core.processing import top_p_keep
 
     vocab = 5_000
@@ -149,7 +190,8 @@ def test_top_p_keep_ties_at_the_candidate_boundary() -> None:
     logits[0, 7] = 1.0
     probs = torch.softmax(logits, dim=-1)
     for top_p in (0.5, 0.8, 0.95):
-        keep = top_p_keep(probs, top_p)
-        assert torch.equal(keep, _top_p_by_full_sort(probs, top_p))
+        keep = top_p_keep(probs, top_p, logits)
+        assert torch.equal(keep, _top_p_by_full_sort(probs, top_p, logits))
+        assert torch.equal(keep, _transformers_top_p(logits, top_p))
         kept = keep[0].nonzero().flatten().tolist()
-        assert kept[0] == 7 and kept[1:] == list(range(1000, 1000 + len(kept) - 1))
+        assert kept[0] == 7 and all(1000 <= t < 1300 for t in kept[1:]) and 1 < len(kept) < 301

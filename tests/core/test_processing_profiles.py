@@ -4,8 +4,12 @@
   Temperature, TopK, TopP, MinP), run on the same logits and the row's prompt + generated ids.
 - ``vllm``: vLLM is not installed in this environment, so against a transcription, written
   here, of the formulas vLLM's V1 sampler documents (``apply_penalties`` with its bin counts and
-  masks, the logit-bias and min-p logits processors, then temperature, top-k and top-p). The test
-  against vLLM's own sampler functions belongs to the vLLM job's environment and is not written yet.
+  masks, the logit-bias and min-p logits processors, then temperature, and top-k / top-p as
+  ``apply_top_k_only`` and ``apply_top_k_top_p_pytorch`` compute them). The check against vLLM's own
+  sampler runs in the vLLM job's environment (``scripts/vllm/processing_check.py``).
+
+Both on distinct logits and on tied ones (values on a coarse grid, as a bfloat16 model's are),
+so the tie rules at the top-k, top-p and min-p cuts are compared too.
 """
 
 from __future__ import annotations
@@ -41,6 +45,14 @@ def rows(seed: int, n: int = 6) -> tuple[torch.Tensor, list[list[int]], list[lis
     return logits, prompts, outputs
 
 
+def tied_rows(seed: int, n: int = 6) -> tuple[torch.Tensor, list[list[int]], list[list[int]]]:
+    """As :func:`rows`, with the logits on a grid of 0.25 (few distinct values: ties at every cut).
+
+    V = 40 > 16 tokens, so torch's unstable sort does not keep tied tokens in id order here."""
+    logits, prompts, outputs = rows(seed, n)
+    return torch.round(logits * 4.0) / 4.0, prompts, outputs
+
+
 HF_CASES = [
     {"repetition_penalty": 1.3},
     {"repetition_penalty": 0.7, "temperature": 0.8},
@@ -51,11 +63,20 @@ HF_CASES = [
 ]
 
 
-@pytest.mark.parametrize("fields", HF_CASES)
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_hf_order_equals_transformers_processors(fields: dict, seed: int) -> None:
-    params = SamplingParams(processing="hf", **fields)
-    logits, prompts, outputs = rows(seed)
+#: Cases whose cuts land inside ties on :func:`tied_rows`.
+TIED_CASES = [
+    {"top_k": 5},
+    {"top_k": 12, "temperature": 0.7},
+    {"top_p": 0.5},
+    {"top_p": 0.8, "temperature": 1.3},
+    {"top_k": 15, "top_p": 0.7},
+    {"min_p": 1.0},  # keeps exactly the tokens tied with the largest
+    {"min_p": 0.1, "top_k": 10, "top_p": 0.9},
+]
+
+
+def transformers_law(params: SamplingParams, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """transformers' processors for ``params`` on one row ``[1, V]`` of logits, after ``ids`` (prompt + generated)."""
     procs = LogitsProcessorList()
     if params.logit_bias:
         procs.append(SequenceBiasLogitsProcessor(sequence_bias=[[[t], b] for t, b in params.logit_bias]))
@@ -68,18 +89,58 @@ def test_hf_order_equals_transformers_processors(fields: dict, seed: int) -> Non
         procs.append(TopPLogitsWarper(params.top_p))
     if params.min_p:
         procs.append(MinPLogitsWarper(params.min_p))
+    return torch.softmax(procs(ids, logits.clone()), dim=-1)
+
+
+@pytest.mark.parametrize("fields", HF_CASES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hf_order_equals_transformers_processors(fields: dict, seed: int) -> None:
+    params = SamplingParams(processing="hf", **fields)
+    logits, prompts, outputs = rows(seed)
     history = token_history(prompts, outputs, V)
     for r in range(len(prompts)):
         ids = torch.tensor([prompts[r] + outputs[r]])  # generate()'s input_ids: prompt then generated
-        theirs = torch.softmax(procs(ids, logits[r : r + 1].clone()), dim=-1)[0]
+        theirs = transformers_law(params, logits[r : r + 1], ids)[0]
         ours = process_logits(logits[r], params, history=TokenHistory(history.prompt_mask[r], history.output_counts[r]))
         torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("fields", TIED_CASES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hf_order_on_tied_logits_equals_transformers_processors(fields: dict, seed: int) -> None:
+    """Ties at the k-th value all stay; tied tokens at the nucleus edge are the ones transformers keeps."""
+    params = SamplingParams(processing="hf", **fields)
+    logits, _, _ = tied_rows(seed)
+    theirs = torch.cat([transformers_law(params, logits[r : r + 1], torch.tensor([[0]])) for r in range(len(logits))])
+    torch.testing.assert_close(process_logits(logits, params), theirs, atol=1e-6, rtol=0)
+
+
+def test_tied_rows_put_ties_across_the_cuts() -> None:
+    """The tied cases are not vacuous: keeping exactly k, or ranking nucleus ties by lowest id, changes the law."""
+    exactly_k = lowest_id_nucleus = 0
+    for seed in (0, 1, 2):
+        logits, _, _ = tied_rows(seed)
+        for fields in TIED_CASES:
+            params = SamplingParams(**fields)
+            x = logits / params.temperature
+            if params.top_k:
+                kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
+                exactly_k += int(((x >= kth).sum(dim=-1) > params.top_k).any())
+            if params.top_p < 1.0 and not params.top_k and not params.min_p:
+                law = process_logits(logits, params)
+                probs = torch.softmax(x, dim=-1)
+                stable = torch.sort(probs, dim=-1, descending=True, stable=True)  # ties by lowest id
+                keep = torch.cumsum(stable.values, dim=-1) - stable.values < params.top_p
+                lowest = torch.zeros_like(keep).scatter(-1, stable.indices, keep)
+                lowest_id_nucleus += int(not torch.equal(law > 0, lowest))
+    assert exactly_k > 0 and lowest_id_nucleus > 0
 
 
 def vllm_transcription(logits: torch.Tensor, params: SamplingParams, prompts: list[list[int]],
                        outputs: list[list[int]]) -> torch.Tensor:
     """vLLM V1's documented sampling path, transcribed: logits processors (logit bias), apply_penalties,
-    temperature, min-p (probs < min_p * max prob -> -inf), top-k, top-p; then softmax."""
+    temperature, min-p (probs < min_p * max prob -> -inf), top-k (logits < the k-th largest -> -inf) and top-p
+    (ascending sort, drop while the cumulative mass is <= 1 - p, the last kept); then softmax."""
     num_seqs, vocab = logits.shape
     x = logits.clone().float()
     for r in range(num_seqs):  # LogitBiasLogitsProcessor: logits[req, token] += bias
@@ -108,15 +169,18 @@ def vllm_transcription(logits: torch.Tensor, params: SamplingParams, prompts: li
         probability_values = torch.softmax(x, dim=-1)
         adjusted_min_p = torch.amax(probability_values, dim=-1, keepdim=True) * params.min_p
         x[probability_values < adjusted_min_p] = -math.inf
-    if params.top_k:
+    k = params.top_k if 0 < params.top_k < vocab else vocab  # off = the vocabulary size, as vLLM fills it
+    if params.top_p < 1.0:  # apply_top_k_top_p_pytorch: one ascending sort (not stable), top-k then top-p on it
+        logits_sort, logits_idx = x.sort(dim=-1, descending=False)
+        kth = logits_sort.gather(1, torch.full((num_seqs, 1), vocab - k))
+        logits_sort = logits_sort.masked_fill(logits_sort < kth, -math.inf)
+        probs_sum = torch.cumsum(logits_sort.softmax(dim=-1), dim=-1)
+        top_p_mask = probs_sum <= 1 - torch.full((num_seqs, 1), params.top_p, dtype=torch.float32)
+        top_p_mask[:, -1] = False  # at least one
+        x = x.scatter(-1, logits_idx, logits_sort.masked_fill(top_p_mask, -math.inf))
+    elif params.top_k:  # apply_top_k_only: every logit below the k-th largest
         kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
         x = x.masked_fill(x < kth, -math.inf)
-    if params.top_p < 1.0:
-        sorted_x, idx = torch.sort(x, dim=-1, descending=False)
-        cum = sorted_x.softmax(dim=-1).cumsum(dim=-1)
-        remove = cum <= 1 - params.top_p
-        remove[:, -1] = False
-        x = x.scatter(-1, idx, sorted_x.masked_fill(remove, -math.inf))
     return torch.softmax(x, dim=-1)
 
 
@@ -142,6 +206,30 @@ def test_vllm_order_equals_the_transcribed_v1_sampler(fields: dict, seed: int) -
     logits, prompts, outputs = rows(seed)
     ours = process_logits(logits, params, history=token_history(prompts, outputs, V))
     torch.testing.assert_close(ours, vllm_transcription(logits, params, prompts, outputs), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("fields", TIED_CASES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vllm_order_on_tied_logits_equals_the_transcribed_v1_sampler(fields: dict, seed: int) -> None:
+    params = SamplingParams(**fields)
+    logits, prompts, outputs = tied_rows(seed)
+    ours = process_logits(logits, params, history=token_history(prompts, outputs, V))
+    torch.testing.assert_close(ours, vllm_transcription(logits, params, prompts, outputs), atol=1e-6, rtol=0)
+
+
+def test_a_mass_on_the_nucleus_cut_is_decided_as_each_library_decides_it() -> None:
+    """Masses 0.5, 0.3, 0.15, 0.05: the ascending cumulative mass 0.2 sits on 1 - 0.8. In float32 vLLM's 1 - p is
+    just below 0.2 (the 0.15 token stays) and transformers' float32(1 - p) is 0.2 itself (it goes)."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    for top_p in (0.5, 0.8, 0.95):
+        vllm = process_logits(logits, SamplingParams(top_p=top_p))
+        torch.testing.assert_close(vllm, vllm_transcription(logits, SamplingParams(top_p=top_p), [[]], [[]]),
+                                   atol=1e-6, rtol=0)
+        hf = process_logits(logits, SamplingParams(top_p=top_p, processing="hf"))
+        torch.testing.assert_close(hf, transformers_law(SamplingParams(top_p=top_p), logits, torch.tensor([[0]])),
+                                   atol=1e-6, rtol=0)
+    assert int((process_logits(logits, SamplingParams(top_p=0.8)) > 0).sum()) == 3
+    assert int((process_logits(logits, SamplingParams(top_p=0.8, processing="hf")) > 0).sum()) == 2
 
 
 def test_the_orders_differ_where_the_libraries_do() -> None:

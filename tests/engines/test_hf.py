@@ -195,16 +195,24 @@ def test_hf_processing_matches_process_logits(target: LlamaForCausalLM, params: 
         assert truncated > 0  # the truncation really bit
 
 
-def test_documented_boundary_differences() -> None:
-    """Ties at the top-k cut: transformers keeps all tied tokens, process_logits exactly k (lowest ids)."""
+@pytest.mark.parametrize("processing", ["hf", "vllm"])
+def test_boundaries_agree_with_transformers(processing: str) -> None:
+    """Ties at the top-k cut: transformers and process_logits keep every tied token; at the top-p cut the same tied
+    tokens; without ties the same kept set (mass strictly before a token < top_p), in the ``hf`` order even where a
+    mass falls on the cut (vLLM's float32 ``1 - top_p`` differs there: tests/core/test_processing_profiles.py)."""
     logits = torch.tensor([[3.0, 1.0, 2.0, 2.0, 2.0, 0.0]])
     theirs = TopKLogitsWarper(top_k=2)(None, logits.clone()).isfinite()
-    ours = process_logits(logits, SamplingParams(top_k=2)) > 0
+    ours = process_logits(logits, SamplingParams(top_k=2, processing=processing)) > 0
     assert theirs.tolist() == [[True, False, True, True, True, False]]
-    assert ours.tolist() == [[True, False, True, False, False, False]]
-    # top-p without ties: the same kept set (mass strictly before a token < top_p)
+    assert torch.equal(ours, theirs)
+    tied = torch.tensor([[0.0] * 20 + [1.0]])  # 20 tied tokens (more than 16: torch's sort is not stable)
+    for top_p in (0.3, 0.5, 0.8):
+        theirs = TopPLogitsWarper(top_p=top_p)(None, tied.clone()).isfinite()
+        ours = process_logits(tied, SamplingParams(top_p=top_p, processing=processing)) > 0
+        assert torch.equal(theirs, ours), top_p
+        assert 1 < int(ours.sum()) < 21  # the cut falls inside the tie
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    for top_p in (0.5, 0.51, 0.8, 0.81, 0.95, 0.96):
+    for top_p in (0.5, 0.51, 0.8, 0.81, 0.95, 0.96) if processing == "hf" else (0.51, 0.81, 0.96):
         theirs = TopPLogitsWarper(top_p=top_p)(None, logits.clone()).isfinite()
-        ours = process_logits(logits, SamplingParams(top_p=top_p)) > 0
+        ours = process_logits(logits, SamplingParams(top_p=top_p, processing=processing)) > 0
         assert torch.equal(theirs, ours), top_p

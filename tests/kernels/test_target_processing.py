@@ -45,6 +45,13 @@ def test_nucleus_midpoint_makes_the_cut_unambiguous() -> None:
     assert cut_margins(logits, RequestParams(top_k=5))["top_k"] > 0
 
 
+def test_a_tie_across_the_nucleus_cut_has_no_margin() -> None:
+    """Four equal tokens and top_p = 0.5 (0.1 from every cumulative mass): which three stay is a tie order."""
+    logits = np.log(np.array([0.05, 0.2, 0.2, 0.15, 0.2, 0.2], dtype=np.float32))
+    assert cut_margins(logits, RequestParams(top_p=0.5))["top_p"] == 0.0
+    assert cut_margins(logits, RequestParams(top_p=0.9))["top_p"] > 0.04  # the cut between 0.15 and 0.05
+
+
 def test_greedy_margin() -> None:
     logits = np.array([1.0, 1.0 + 1e-5, 0.0], dtype=np.float32)
     assert cut_margins(logits, RequestParams(temperature=0.0))["argmax"] == pytest.approx(1e-5, rel=0.2)

@@ -15,12 +15,14 @@ from fake_logprob_server import serve_logprobs
 
 from speceq import stats
 from speceq.core.params import SamplingParams
+from speceq.core.processing import process_logits
 from speceq.engines.base import SampleRequest
 from speceq.engines.baseline import BaselineEngine
 from speceq.errors import ConfigError
 from speceq.models import EOS_ID, VOCAB_SIZE, ByteTokenizer
 from speceq.oracles.hf import TargetOracle
 from speceq.oracles.server import ServerOracle
+from speceq.oracles.server_laws import RawTop, dense_logits
 
 PROMPTS = tuple(tuple(ByteTokenizer().encode(t)) for t in ("def add(", "import ", "for i in "))
 FIELDS = ("prob", "cdf_before", "argmax_prob", "logp", "logp_mean", "logp_var", "raw_top2_margin")
@@ -87,7 +89,7 @@ def test_whole_vocabulary_equals_target_oracle(engine, target, server, params) -
 
 EXACT_WITH_TOP20 = [
     SamplingParams(temperature=0.7, top_k=5, max_new_tokens=6),
-    SamplingParams(top_k=19, max_new_tokens=6, ignore_eos=True),
+    SamplingParams(top_k=18, max_new_tokens=6, ignore_eos=True),
     SamplingParams(top_p=0.3, max_new_tokens=6),
     SamplingParams(temperature=0.0, max_new_tokens=6, ignore_eos=True),
 ]
@@ -145,8 +147,9 @@ def test_coarsened_pit_uniform_under_h0_and_rejects_a_shift(engine, server) -> N
 
 @pytest.mark.parametrize(("params", "top", "match"), [
     (SamplingParams(temperature=0.7, max_new_tokens=4), 20, "temperature=0.7 without top_k"),
-    (SamplingParams(top_k=30, max_new_tokens=4), 20, "top_k=30 needs the top 30"),
-    (SamplingParams(top_k=20, max_new_tokens=4, ignore_eos=True), 20, "top_k=20 with ignore_eos needs the top 21"),
+    (SamplingParams(top_k=30, max_new_tokens=4), 20, "top_k=30 needs the top 31"),
+    (SamplingParams(top_k=20, max_new_tokens=4), 20, "top_k=20 needs the top 21"),
+    (SamplingParams(top_k=19, max_new_tokens=4, ignore_eos=True), 20, "top_k=19 with ignore_eos needs the top 21"),
 ])
 def test_refuses_what_top_k_cannot_give(server, params, top, match) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -162,6 +165,31 @@ def test_refuses_uncovered_nucleus_and_unknown_eos_mass(engine, server) -> None:
     batch = sample(engine, params, 5)
     with pytest.raises(ConfigError, match=r"ignore_eos at temperature 1 without top_k: the EOS \(257\)"):
         oracle(server, 2).score(PROMPTS, batch, params)
+
+
+def _top(logp: list[float]) -> RawTop:
+    """A position's top list (ids 0..K-1, descending raw log-probabilities)."""
+    return RawTop(ids=np.arange(len(logp)), logp=np.asarray(logp, dtype=np.float64), token=0, token_logp=logp[0])
+
+
+def test_refuses_a_position_whose_ties_the_top_k_does_not_determine() -> None:
+    """Top-k keeps every token tied with the k-th and top-p keeps tied tokens in the server's sort order: a position
+    where the top-K cannot tell which tokens stay is refused, one where it can is exact."""
+    V = 50
+    tied_kth = _top([-0.5, -1.0, -2.0, -2.0])  # top_k=3: the 3rd ties with the last known, more may follow
+    with pytest.raises(ConfigError, match=r"top_k=3: the k-th largest raw log-probability here ties with the last"):
+        dense_logits([tied_kth], SamplingParams(top_k=3), V, None, ["row 0 position 0"])
+    ok = dense_logits([_top([-0.5, -1.0, -2.0, -2.0, -3.0])], SamplingParams(top_k=3), V, None, ["p"])
+    assert int((process_logits(ok, SamplingParams(top_k=3)) > 0).sum()) == 4  # both tied tokens kept
+    straddle = _top([0.0, -1.0, -1.0, -1.0, -5.0])  # within top_k=4 the cut of top_p=0.6 falls inside the tie
+    with pytest.raises(ConfigError, match=r"top_p=0.6: equal probabilities straddle the nucleus cut"):
+        dense_logits([straddle], SamplingParams(top_k=4, top_p=0.6), V, None, ["row 1 position 2"])
+    dense_logits([straddle], SamplingParams(top_k=4, top_p=0.3), V, None, ["p"])  # the cut after the first: exact
+    nucleus = _top(list(np.log([0.3, 0.2, 0.2, 0.2, 0.05])))  # top_p alone at T = 1: the cut inside the 0.2s
+    with pytest.raises(ConfigError, match=r"top_p=0.6: equal probabilities straddle the nucleus cut here, or"):
+        dense_logits([nucleus], SamplingParams(top_p=0.6), V, None, ["row 2 position 0"])
+    law = dense_logits([nucleus], SamplingParams(top_p=0.25), V, None, ["p"])
+    assert torch.isfinite(law[0]).sum() == 1
 
 
 def test_server_limit_is_a_config_error(engine) -> None:
