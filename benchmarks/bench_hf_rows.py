@@ -8,20 +8,26 @@ script builds each engine twice, with the memo off ("before") and on ("after"), 
 same request (batch 1, one SmolLM2 chat case) with each, and prints CPU and wall seconds per
 row, their ratios, and whether the two sampled identical rows (exit status 1 if not).
 CPU time (``time.process_time``, 1 torch thread) is what is compared: a shared machine
-disturbs wall time far more.
+disturbs wall time far more. ``--breakdown`` then samples the request once more with the memo on
+and splits its CPU time into the target's forwards, the draft's forwards (both as computed, the
+remembered ones excluded), the memo's own bookkeeping, the token draws (``torch.multinomial``) and
+everything else (``generate()``'s own Python, the logits processors, the speculative acceptance step).
 
 Needs ``speceq smollm2 prepare``. Usage::
 
     python benchmarks/bench_hf_rows.py                       # hf-sample and hf-assisted, 24 rows, 2 and 6 tokens
     python benchmarks/bench_hf_rows.py --rows 50 --tokens 6 --engines hf-assisted
+    python benchmarks/bench_hf_rows.py --tokens 6 --engines hf-assisted --breakdown   # where a row's time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=[2, 6], help="max_new_tokens values (default 2 6)")
     parser.add_argument("--engines", nargs="+", default=["hf-sample", "hf-assisted"], choices=["hf-sample", "hf-assisted"])
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also split the remembering engine's CPU time: forwards of target and draft, memo, rest")
     args = parser.parse_args(argv)
 
     import torch
@@ -71,9 +79,76 @@ def main(argv: list[str] | None = None) -> int:
             ok &= same
             print(f"{name:<12} {tokens:>6} {cpu_b / args.rows:>19.3f} {cpu_a / args.rows:>18.3f} {cpu_b / cpu_a:>8.2f}x "
                   f"{wall_b / wall_a:>9.2f}x {before.lengths.mean():>8.2f} {same}", flush=True)
+    if args.breakdown:
+        for name in args.engines:
+            for tokens in args.tokens:
+                params = SamplingParams(temperature=1.0, max_new_tokens=tokens)
+                request = SampleRequest(prompts=(case.prompt_ids,), params=params, n=args.rows, seed=args.seed,
+                                        batch_size=1)
+                breakdown(name, tokens, makers[name], request)
     os.environ.pop(ENV_SWITCH, None)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     return 0 if ok else 1
+
+
+def _timed(model: Any, seconds: dict[str, float], calls: dict[str, int], label: str) -> None:
+    """Wrap ``model.forward`` (on the instance) so that its CPU seconds and calls add up under ``label``."""
+    inner = model.forward
+
+    @functools.wraps(inner)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            seconds[label] = seconds.get(label, 0.0) + time.process_time() - started
+            calls[label] = calls.get(label, 0) + 1
+
+    model.forward = forward
+
+
+def breakdown(name: str, tokens: int, make: Any, request: Any) -> None:
+    """Sample ``request`` with the memo on and print where the CPU time went (shares of the whole call)."""
+    from speceq.engines._prefill import ENV_SWITCH, remember_prefills
+
+    os.environ[ENV_SWITCH] = "0"  # built plain, then: timer on the computed forward, memo, timer around the memo
+    engine = make()
+    os.environ[ENV_SWITCH] = "1"
+    seconds: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    models = {"target": engine.target, **({"draft": engine.draft} if hasattr(engine, "draft") else {})}
+    for label, model in models.items():
+        _timed(model, seconds, calls, f"{label} computed")
+        remember_prefills(model)
+        _timed(model, seconds, calls, f"{label} asked")
+    import torch
+
+    multinomial = torch.multinomial  # transformers draws every token with it: timed the same way
+
+    def timed_multinomial(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return multinomial(*args, **kwargs)
+        finally:
+            seconds["draws"] = seconds.get("draws", 0.0) + time.process_time() - started
+            calls["draws"] = calls.get("draws", 0) + 1
+
+    torch.multinomial = timed_multinomial
+    try:
+        started = time.process_time()
+        engine.sample(request)
+        total = time.process_time() - started
+    finally:
+        torch.multinomial = multinomial
+    computed = sum(seconds.get(f"{label} computed", 0.0) for label in models)
+    asked = sum(seconds.get(f"{label} asked", 0.0) for label in models)
+    parts = [f"{label} forwards {100 * seconds.get(f'{label} computed', 0.0) / total:.1f}% "
+             f"({calls.get(f'{label} computed', 0)} of {calls.get(f'{label} asked', 0)} computed)" for label in models]
+    print(f"breakdown {name} {tokens} tokens, {total / request.n:.3f} CPU s/row: {', '.join(parts)}, "
+          f"memo bookkeeping {100 * (asked - computed) / total:.1f}%, "
+          f"torch.multinomial {100 * seconds.get('draws', 0.0) / total:.1f}% ({calls.get('draws', 0)} draws), "
+          f"the rest (generate()'s own Python, processors, acceptance) "
+          f"{100 * (total - asked - seconds.get('draws', 0.0)) / total:.1f}%", flush=True)
 
 
 if __name__ == "__main__":
