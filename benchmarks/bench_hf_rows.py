@@ -27,6 +27,7 @@ import functools
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -85,18 +86,17 @@ def main(argv: list[str] | None = None) -> int:
                 params = SamplingParams(temperature=1.0, max_new_tokens=tokens)
                 request = SampleRequest(prompts=(case.prompt_ids,), params=params, n=args.rows, seed=args.seed,
                                         batch_size=1)
-                breakdown(name, tokens, makers[name], request)
+                print(measure_breakdown(makers[name], request).line(name, tokens), flush=True)
     os.environ.pop(ENV_SWITCH, None)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     return 0 if ok else 1
 
 
-def _timed(model: Any, seconds: dict[str, float], calls: dict[str, int], label: str) -> None:
-    """Wrap ``model.forward`` (on the instance) so that its CPU seconds and calls add up under ``label``."""
-    inner = model.forward
+def _timer(inner: Any, seconds: dict[str, float], calls: dict[str, int], label: str) -> Any:
+    """``inner`` wrapped so that its CPU seconds and calls add up under ``label`` (same signature)."""
 
     @functools.wraps(inner)
-    def forward(*args: Any, **kwargs: Any) -> Any:
+    def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.process_time()
         try:
             return inner(*args, **kwargs)
@@ -104,51 +104,93 @@ def _timed(model: Any, seconds: dict[str, float], calls: dict[str, int], label: 
             seconds[label] = seconds.get(label, 0.0) + time.process_time() - started
             calls[label] = calls.get(label, 0) + 1
 
-    model.forward = forward
+    return timed
 
 
-def breakdown(name: str, tokens: int, make: Any, request: Any) -> None:
-    """Sample ``request`` with the memo on and print where the CPU time went (shares of the whole call)."""
-    from speceq.engines._prefill import ENV_SWITCH, remember_prefills
+def _timed(model: Any, seconds: dict[str, float], calls: dict[str, int], label: str) -> None:
+    """Time ``model.forward`` (on the instance) under ``label``."""
+    model.forward = _timer(model.forward, seconds, calls, label)
 
-    os.environ[ENV_SWITCH] = "0"  # built plain, then: timer on the computed forward, memo, timer around the memo
-    engine = make()
-    os.environ[ENV_SWITCH] = "1"
-    seconds: dict[str, float] = {}
-    calls: dict[str, int] = {}
-    models = {"target": engine.target, **({"draft": engine.draft} if hasattr(engine, "draft") else {})}
-    for label, model in models.items():
-        _timed(model, seconds, calls, f"{label} computed")
-        remember_prefills(model)
-        _timed(model, seconds, calls, f"{label} asked")
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where one ``sample()`` call of a remembering engine spent its CPU seconds (``time.process_time``).
+
+    ``forward_s``: per model (``target``, ``draft``), the seconds of the forwards it computed;
+    ``computed`` / ``asked``: how many forwards it computed / was asked for (the rest the memo
+    answered); ``memo_s``: the memo's own seconds around them; ``draws_s`` / ``draws``: the seconds and
+    calls of ``torch.multinomial``; ``rest_s``: everything else in the call.
+    """
+
+    rows: int
+    total_s: float
+    forward_s: dict[str, float]
+    computed: dict[str, int]
+    asked: dict[str, int]
+    memo_s: float
+    draws_s: float
+    draws: int
+
+    @property
+    def rest_s(self) -> float:
+        return self.total_s - sum(self.forward_s.values()) - self.memo_s - self.draws_s
+
+    def line(self, name: str, tokens: int) -> str:
+        """One printed line: CPU seconds per row and each part's share of the call, in %."""
+        def pct(seconds: float) -> str:
+            return f"{100 * seconds / self.total_s:.1f}%"
+
+        parts = [f"{label} forwards {pct(s)} ({self.computed[label]} of {self.asked[label]} computed)"
+                 for label, s in self.forward_s.items()]
+        return (f"breakdown {name} {tokens} tokens, {self.total_s / self.rows:.3f} CPU s/row: {', '.join(parts)}, "
+                f"memo bookkeeping {pct(self.memo_s)}, torch.multinomial {pct(self.draws_s)} ({self.draws} draws), "
+                f"the rest (generate()'s own Python, processors, acceptance) {pct(self.rest_s)}")
+
+
+def measure_breakdown(make: Any, request: Any) -> Breakdown:
+    """Build an engine with ``make()`` and sample ``request`` with the memo on, timing its parts (see Breakdown).
+
+    The engine is built with the memo off, then each model's forward gets a timer, the memo, and a
+    second timer around the memo: the inner timer sees the forwards computed, the outer one every
+    forward asked for. ``torch.multinomial`` is timed the same way for the call's duration.
+    """
     import torch
 
-    multinomial = torch.multinomial  # transformers draws every token with it: timed the same way
+    from speceq.engines._prefill import ENV_SWITCH, remember_prefills
 
-    def timed_multinomial(*args: Any, **kwargs: Any) -> Any:
-        started = time.process_time()
-        try:
-            return multinomial(*args, **kwargs)
-        finally:
-            seconds["draws"] = seconds.get("draws", 0.0) + time.process_time() - started
-            calls["draws"] = calls.get("draws", 0) + 1
-
-    torch.multinomial = timed_multinomial
+    before = os.environ.get(ENV_SWITCH)
+    os.environ[ENV_SWITCH] = "0"
     try:
-        started = time.process_time()
-        engine.sample(request)
-        total = time.process_time() - started
+        engine = make()
+        os.environ[ENV_SWITCH] = "1"
+        seconds: dict[str, float] = {}
+        calls: dict[str, int] = {}
+        models = {"target": engine.target, **({"draft": engine.draft} if hasattr(engine, "draft") else {})}
+        for label, model in models.items():
+            _timed(model, seconds, calls, f"{label} computed")
+            if remember_prefills(model) is None:
+                raise RuntimeError(f"{label}: the memo did not wrap the model")
+            _timed(model, seconds, calls, f"{label} asked")
+        multinomial = torch.multinomial  # transformers draws every token with it
+        torch.multinomial = _timer(multinomial, seconds, calls, "draws")
+        try:
+            started = time.process_time()
+            engine.sample(request)
+            total = time.process_time() - started
+        finally:
+            torch.multinomial = multinomial
     finally:
-        torch.multinomial = multinomial
-    computed = sum(seconds.get(f"{label} computed", 0.0) for label in models)
-    asked = sum(seconds.get(f"{label} asked", 0.0) for label in models)
-    parts = [f"{label} forwards {100 * seconds.get(f'{label} computed', 0.0) / total:.1f}% "
-             f"({calls.get(f'{label} computed', 0)} of {calls.get(f'{label} asked', 0)} computed)" for label in models]
-    print(f"breakdown {name} {tokens} tokens, {total / request.n:.3f} CPU s/row: {', '.join(parts)}, "
-          f"memo bookkeeping {100 * (asked - computed) / total:.1f}%, "
-          f"torch.multinomial {100 * seconds.get('draws', 0.0) / total:.1f}% ({calls.get('draws', 0)} draws), "
-          f"the rest (generate()'s own Python, processors, acceptance) "
-          f"{100 * (total - asked - seconds.get('draws', 0.0)) / total:.1f}%", flush=True)
+        if before is None:
+            os.environ.pop(ENV_SWITCH, None)
+        else:
+            os.environ[ENV_SWITCH] = before
+    forward_s = {label: seconds.get(f"{label} computed", 0.0) for label in models}
+    asked_s = sum(seconds.get(f"{label} asked", 0.0) for label in models)
+    return Breakdown(rows=int(request.n), total_s=total, forward_s=forward_s,
+                     computed={label: calls.get(f"{label} computed", 0) for label in models},
+                     asked={label: calls.get(f"{label} asked", 0) for label in models},
+                     memo_s=asked_s - sum(forward_s.values()), draws_s=seconds.get("draws", 0.0),
+                     draws=calls.get("draws", 0))
 
 
 if __name__ == "__main__":
