@@ -60,13 +60,37 @@ def _key_part(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
+def _weight_addresses(model: Any) -> tuple[int, ...]:
+    """The data address of every weight tensor under ``model`` (a module holding a tied weight lists it again).
+
+    The same identities as ``p.data_ptr() for p in model.parameters()``, read from the module
+    dictionaries in a plain loop: ``parameters()`` also builds every parameter's dotted name and a set
+    of seen tensors, about 1.1 ms per forward on SmolLM2 (397 modules, 272 tensors), where this walk
+    takes about 0.3 ms; the memo asks at every forward.
+    """
+    addresses: list[int] = []
+    add = addresses.append
+    stack = [model]
+    while stack:
+        module = stack.pop()
+        if module is None:  # a submodule slot registered empty
+            continue
+        for weight in module._parameters.values():
+            if weight is not None:
+                add(weight.data_ptr())
+        children = module._modules
+        if children:
+            stack.extend(children.values())
+    return tuple(addresses)
+
+
 def _model_state(model: Any) -> tuple[str, tuple[int, ...]]:
     """What else a forward depends on: the model's config (transformers' early exit lowers
     ``num_hidden_layers`` for the draft's forward) and which weight tensors it holds (an assistant
     whose head transformers prunes in place gets new ones)."""
     config = getattr(model, "config", None)
-    return repr(sorted(vars(config).items(), key=lambda kv: kv[0])) if config is not None else "", tuple(
-        p.data_ptr() for p in model.parameters())
+    return repr(sorted(vars(config).items(), key=lambda kv: kv[0])) if config is not None else "", _weight_addresses(
+        model)
 
 
 class PrefillMemo:

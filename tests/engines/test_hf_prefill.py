@@ -106,3 +106,56 @@ def test_key_holds_the_config_early_exit_forward_is_not_answered_with_the_full_o
         again = model(input_ids=ids, cache=DynamicCache(config=model.config)).logits
     assert torch.equal(short, expected) and not torch.equal(short, full)
     assert torch.equal(again, full) and memo.hits == 1
+
+
+def test_bundled_byte_world_assisted_rows_identical_to_the_unremembered_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """hf-assisted and hf-sample on the bundled byte target and draft, one row per call: the rows, lengths and
+    acceptance counts with remembered forwards equal those of the plain path (SPECEQ_HF_PREFILL_MEMO=0) bit for
+    bit, and the memo did answer forwards of both models (draft prefills, repeated steps, crops)."""
+    from speceq.models import ByteTokenizer
+    from speceq.models.prompts import DEFAULT_PROMPTS
+
+    prompts = tuple(tuple(ByteTokenizer().encode(DEFAULT_PROMPTS[i])) for i in (0, 4))
+    params = SamplingParams(temperature=1.0, max_new_tokens=6)
+    request = SampleRequest(prompts=prompts, params=params, n=16, seed=3, batch_size=1)
+    makers = {"hf-assisted": lambda: HFAssistedEngine(), "hf-sample": lambda: HFSampleEngine()}
+    engines = {}
+    for name, make in makers.items():
+        monkeypatch.setenv(ENV_SWITCH, "0")
+        plain = make().sample(request)
+        monkeypatch.setenv(ENV_SWITCH, "1")
+        engines[name] = engine = make()
+        got = engine.sample(request)
+        np.testing.assert_array_equal(got.tokens, plain.tokens, err_msg=name)
+        np.testing.assert_array_equal(got.lengths, plain.lengths, err_msg=name)
+        assert (got.drafted_tokens, got.accepted_tokens, got.verify_steps) == (
+            plain.drafted_tokens, plain.accepted_tokens, plain.verify_steps), name
+    sample_memo = engines["hf-sample"].target._speceq_prefill_memo
+    assert sample_memo.hits > 0 and sample_memo.misses > 0  # prefills and repeated steps; rows still diverge
+    assisted = engines["hf-assisted"]
+    assert assisted.draft._speceq_prefill_memo.hits > 0  # the draft's prompt prefill, remembered across rows
+    again = assisted.sample(request)
+    assert 0 < again.accepted_tokens < again.drafted_tokens  # rejections happened, so the caches were cropped
+
+
+def test_weight_addresses_are_the_parameters_and_a_replaced_head_is_not_answered_from_memory() -> None:
+    """The memo's key holds the identity of every weight tensor (read by a plain walk of the modules): a model
+    whose head gets a new weight tensor is computed again, and gives what a fresh model with that head gives."""
+    from speceq.engines._prefill import _weight_addresses
+
+    model, reference = tiny_llama(4), tiny_llama(4)
+    addresses = _weight_addresses(model)
+    assert set(addresses) == {p.data_ptr() for p in model.parameters()}
+    assert len(addresses) >= len(list(model.parameters()))
+    memo = remember_prefills(model)
+    assert isinstance(memo, PrefillMemo)
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.inference_mode():
+        first = model(input_ids=ids, cache=DynamicCache(config=model.config)).logits
+        new_head = torch.nn.Parameter(model.lm_head.weight.detach().clone() * -1.0)
+        model.lm_head.weight = new_head
+        reference.lm_head.weight = torch.nn.Parameter(new_head.detach().clone())
+        second = model(input_ids=ids, cache=DynamicCache(config=model.config)).logits
+        expected = reference(input_ids=ids, cache=DynamicCache(config=reference.config)).logits
+    assert memo.hits == 0 and memo.misses == 2
+    assert torch.equal(second, expected) and not torch.equal(second, first)
