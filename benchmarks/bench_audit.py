@@ -138,12 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-size", type=int, default=250, help="samples per stored chunk, both sides")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--settings", default=",".join(SETTINGS), help="audit settings (comma-separated)")
-    ap.add_argument("--out", default=None, help="work folder (default: a temporary one, removed unless --keep)")
+    ap.add_argument("--out", default=None, help="a new work folder (default: a temporary one, removed unless --keep)")
     ap.add_argument("--keep", action="store_true", help="keep the audit's and the alone runs' folders")
     ap.add_argument("--json", default=None, metavar="FILE", help="write every figure to FILE")
     args = ap.parse_args(argv)
 
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="speceq-bench-audit-"))
+    if work.is_dir() and any(work.iterdir()):  # a rerun would resume the audit's cells: no time measured
+        print(f"{work} is not empty: give a new --out (an audit there would resume, not run)", file=sys.stderr)
+        return 2
     work.mkdir(parents=True, exist_ok=True)
     speceq = [sys.executable, "-m", "speceq"]
     budget = ["--samples", str(args.samples), "--chunk-size", str(args.chunk_size), "--seed", str(args.seed)]
