@@ -4,13 +4,14 @@
 chunk size, seed) for both sides:
 
 1. **the audit**: ``speceq audit transformers`` at the settings t1, t07-p09, topk10 and greedy and
-   the shape ``single`` (its default world ``byte``, every method of the family), timed wall clock;
+   the shape ``single`` (every method of the family, each in its own model world: one audit per
+   world, joined), timed wall clock;
 2. **each cell alone**: for every cell the audit ran, ``speceq run`` of that method on that cell's
    cases file (the one the audit wrote) with the same samples, chunk size and seed, in a fresh
    output folder, ``--workers 1`` as the audit's cells, timed wall clock (process start, model
    loads and report included: what a user pays to run the cell by itself);
-3. **the shared work** of each setting: what every one of the setting's cells does when it runs
-   alone and the audit does once. Baseline sampling: the sampling seconds ``speceq`` stores in each
+3. **the shared work** of each setting (in each world: a world's audit has its own baseline and
+   oracle): what every one of the setting's cells does when it runs alone and the audit does once. Baseline sampling: the sampling seconds ``speceq`` stores in each
    baseline chunk (``wall_time_s``, the engine's own clock) of the alone runs, averaged over the
    setting's cells (they sample the same rows). Oracle scores of the baseline rows: timed here, by
    scoring one alone run's stored baseline rows with a fresh target oracle (the part of scoring
@@ -21,8 +22,8 @@ It prints the audit's wall time against the 30-minute target and
 ``audit / (sum of cells alone - sum over settings of (cells - 1) x shared)`` against 1.2, with
 the per-cell times and the audit's own sharing counts (baseline chunks sampled, oracle rows
 scored and reused). ``--json FILE`` writes every figure; ``--keep`` keeps the output folders.
-Methods the audit cannot run in this world (``not run`` cells) have no alone run: both sides
-count the cells that ran.
+Methods the audit could not run (``not run`` cells) have no alone run: both sides count the
+cells that ran.
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ def speed_ratios(audit_s: float, alone_s: Mapping[str, Sequence[float]], shared_
                  target_wall_s: float = TARGET_WALL_S, target_ratio: float = TARGET_RATIO) -> SpeedRatios:
     """The ratios of the issue from the measured seconds.
 
-    alone_s: per setting, the alone wall time of each of its cells; shared_s: per setting, the
-    shared work one alone cell does (baseline sampling + oracle scores of the baseline rows). A
-    setting's k cells repeat it k - 1 times more than the audit, which does it once. ValueError on
-    a negative time, a setting without shared work, or no time left after the subtraction.
+    alone_s: per setting (or any group of cells sharing one baseline and oracle: a setting in one
+    model world), the alone wall time of each of its cells; shared_s: per setting, the shared work
+    one alone cell does (baseline sampling + oracle scores of the baseline rows). A setting's k
+    cells repeat it k - 1 times more than the audit, which does it once. ValueError on a negative
+    time, a setting without shared work, or no time left after the subtraction.
     """
     missing = sorted(set(alone_s) - set(shared_s))
     if missing:
@@ -113,8 +115,8 @@ def baseline_rows(out_dir: Path, case_id: str):  # noqa: ANN201 (a SampleBatch; 
     return concat_batches(batches), sum(float(b.wall_time_s or 0.0) for b in batches)
 
 
-def oracle_seconds(cases_file: Path, rows_dir: Path) -> float:
-    """Seconds a fresh target oracle (the byte world's, as ``speceq run`` builds it) takes to score the
+def oracle_seconds(cases_file: Path, rows_dir: Path, world: str) -> float:
+    """Seconds a fresh target oracle (``world``'s, as ``speceq run`` builds it) takes to score the
     baseline rows stored under ``rows_dir`` for the case of ``cases_file``; 0 for a greedy case."""
     from speceq.engines.registry import resolve_engine
     from speceq.inputs.cases import load_cases
@@ -125,7 +127,7 @@ def oracle_seconds(cases_file: Path, rows_dir: Path) -> float:
     if case.params.greedy:
         return 0.0
     batch, _ = baseline_rows(rows_dir, case.case_id)
-    engine = resolve_engine("hf-sample", options=world_engine_options("byte", "hf-sample", {}))
+    engine = resolve_engine("hf-sample", options=world_engine_options(world, "hf-sample", {}))
     oracle = make_oracle(OracleSpec(), {"baseline": engine, "candidate": engine})
     t0 = time.perf_counter()
     oracle.score(case.prompts, batch, case.params)
@@ -168,19 +170,23 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for c in ran:
             case_id = f"{c['setting']}-{c['shape']}"
+            world = doc.get("method_worlds", {}).get(c["method"]) or doc["world"]
+            cases_dir = audit_dir / Path(c["result"]).parents[3] / "cases"  # <world folder>/cells/<m>/<case>/
+            group = f"{c['setting']} ({world})"  # the cells that share a baseline and an oracle
             out = work / "alone" / c["method"] / case_id
             shutil.rmtree(out, ignore_errors=True)
             out.parent.mkdir(parents=True, exist_ok=True)
-            cmd = [*speceq, "run", "--models", doc["world"], "--baseline", doc["baseline"], "--candidate",
-                   c["method"], "--cases", str(audit_dir / "cases" / f"{case_id}.json"), *budget, "--workers", "1",
+            cmd = [*speceq, "run", "--models", world, "--baseline", doc["baseline"], "--candidate",
+                   c["method"], "--cases", str(cases_dir / f"{case_id}.json"), *budget, "--workers", "1",
                    "--no-progress", "--out", str(out)]
             seconds, rc = timed(cmd, out.parent / f"{case_id}.log")
             if rc == 2:  # noqa: PLR2004
                 print((out.parent / f"{case_id}.log").read_text(encoding="utf-8")[-3000:], file=sys.stderr)
                 return 2
             _, base_sampling = baseline_rows(out, case_id)
-            alone.setdefault(c["setting"], []).append(seconds)
-            cells.append({"method": c["method"], "setting": c["setting"], "audit_s": c["seconds"], "alone_s": seconds,
+            alone.setdefault(group, []).append(seconds)
+            cells.append({"method": c["method"], "setting": c["setting"], "world": world, "group": group,
+                          "cases": str(cases_dir / f"{case_id}.json"), "audit_s": c["seconds"], "alone_s": seconds,
                           "alone_exit": rc, "baseline_sampling_s": base_sampling, "verdict": c["verdict"],
                           "baseline_chunks_sampled": c["baseline_chunks_sampled"],
                           "oracle_rows_scored": c["oracle_rows_scored"], "oracle_rows_reused": c["oracle_rows_reused"]})
@@ -189,15 +195,15 @@ def main(argv: list[str] | None = None) -> int:
 
         shared: dict[str, float] = {}
         shared_parts: dict[str, dict[str, float]] = {}
-        for setting in alone:
-            own = [x for x in cells if x["setting"] == setting]
+        for group in alone:  # a setting in one world
+            own = [x for x in cells if x["group"] == group]
             sampling = sum(x["baseline_sampling_s"] for x in own) / len(own)
-            first = work / "alone" / own[0]["method"] / f"{setting}-{SHAPE}"
-            scoring = oracle_seconds(audit_dir / "cases" / f"{setting}-{SHAPE}.json", first)
-            shared[setting] = sampling + scoring
-            shared_parts[setting] = {"baseline_sampling_s": sampling, "oracle_scoring_s": scoring}
-            print(f"  shared per cell, {setting}: baseline sampling {sampling:.1f} s + oracle scores of its rows "
-                  f"{scoring:.1f} s = {shared[setting]:.1f} s ({len(own)} cells)", flush=True)
+            first = work / "alone" / own[0]["method"] / f"{own[0]['setting']}-{SHAPE}"
+            scoring = oracle_seconds(Path(own[0]["cases"]), first, own[0]["world"])
+            shared[group] = sampling + scoring
+            shared_parts[group] = {"baseline_sampling_s": sampling, "oracle_scoring_s": scoring}
+            print(f"  shared per cell, {group}: baseline sampling {sampling:.1f} s + oracle scores of its rows "
+                  f"{scoring:.1f} s = {shared[group]:.1f} s ({len(own)} cells)", flush=True)
 
         r = speed_ratios(audit_s, alone, shared)
         print(f"bench_audit ({started}, 2 cores shared with other jobs; load average at start {load0:.2f}): "

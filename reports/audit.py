@@ -38,14 +38,18 @@ def audit_view(audit: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"not a speceq audit: missing {key!r}", where="audit")
     cells = {(c["method"], c["setting"], c["shape"]): _cell_view(c) for c in audit["cells"]}
     columns = [(s, h) for s, _ in audit["settings"] for h, _ in audit["shapes"]]
-    rows = [{"method": m, "cells": [cells.get((m, s, h)) for s, h in columns]} for m in audit["methods"]]
+    worlds = audit.get("method_worlds") or {}
+    rows = [{"method": m, "world": worlds.get(m, audit.get("world")), "cells": [cells.get((m, s, h)) for s, h in columns]}
+            for m in audit["methods"]]
+    several = len({r["world"] for r in rows}) > 1
     verdict = audit.get("verdict")
     if verdict is not None:
         verdict = str(Verdict.parse(verdict))
     words = [c["word"] for c in cells.values()]
     counts = [(w, words.count(w)) for w in (*[str(v) for v in Verdict], "not run", "not supported") if words.count(w)]
     return {**audit, "verdict": verdict, "rows": rows, "counts": counts, "shape_labels": dict(audit["shapes"]),
-            "setting_labels": dict(audit["settings"]), "n_shapes": len(audit["shapes"])}
+            "setting_labels": dict(audit["settings"]), "n_shapes": len(audit["shapes"]),
+            "several_worlds": several, "worlds": [str(w) for w in dict.fromkeys(r["world"] for r in rows) if w is not None]}
 
 
 def render_audit_report(audit: Mapping[str, Any]) -> str:

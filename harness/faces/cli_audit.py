@@ -61,8 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--servers", default=None, metavar="FILE",
                    help="openai: a JSON file naming OpenAI-compatible endpoints, exactly one of them plain (the "
                         "baseline); see docs/how-to/audit-an-engine.md")
-    p.add_argument("--models", default="byte", choices=WORLDS,
-                   help="bundled model world the engines and cases use (as speceq run --models). Default: %(default)s")
+    p.add_argument("--models", default=None, choices=WORLDS,
+                   help="bundled model world the engines and cases use (as speceq run --models); a method this "
+                        "world cannot run is a 'not run' row. Default: transformers: each method in its own world "
+                        "(byte, or the one world it runs in: hf-mtp in mtp, ...), one audit per world under "
+                        "OUT/worlds/, joined into one matrix; openai: byte")
     p.add_argument("--methods", type=_names, default=None, metavar="A,B",
                    help="audit only these methods (engine names; an unknown one is a 'not run' row). "
                         "Default: every built-in method of the family")
@@ -86,19 +89,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the audit as JSON instead of the Markdown table")
 
 
-def build_plan(args: argparse.Namespace) -> Any:
-    """The :class:`~speceq.pipeline.audit.AuditPlan` of the command line (ConfigError on bad input)."""
+#: Subfolder of ``--out`` holding one audit per model world when ``--models`` is not given.
+WORLDS_DIR = "worlds"
+
+
+def method_world(name: str) -> str:
+    """The world a method of ``speceq audit transformers`` runs in when no ``--models`` is given: the one
+    world its engine declares it runs in (:func:`speceq.models.worlds.home_world`), else the default."""
+    from speceq.models.worlds import DEFAULT_WORLD, home_world
+
+    return home_world(name) or DEFAULT_WORLD
+
+
+def build_plans(args: argparse.Namespace) -> list[Any]:
+    """The audits of the command line, one :class:`~speceq.pipeline.audit.AuditPlan` per model world:
+    with ``--models`` (or for openai) one plan in ``--out``; else (transformers) the family's methods
+    grouped by :func:`method_world`, each world's plan in ``--out/worlds/<world>`` (default world
+    first, then in :data:`~speceq.models.worlds.WORLDS` order). ConfigError on bad input."""
+    from speceq.models.worlds import DEFAULT_WORLD, WORLDS
+
+    if args.models is not None or args.family == "openai":
+        return [build_plan(args)]
+    names = args.methods if args.methods is not None else family_methods(args.family)
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(method_world(name), []).append(name)
+    rank = {w: i for i, w in enumerate((DEFAULT_WORLD, *WORLDS))}
+    return [build_plan(args, world=w, methods=groups[w], out_dir=Path(args.out) / WORLDS_DIR / w)
+            for w in sorted(groups, key=rank.__getitem__)] or [build_plan(args)]
+
+
+def build_plan(args: argparse.Namespace, *, world: str | None = None, methods: list[str] | None = None,
+               out_dir: Path | None = None) -> Any:
+    """The :class:`~speceq.pipeline.audit.AuditPlan` of the command line (ConfigError on bad input);
+    ``world`` / ``methods`` / ``out_dir``: this world's part of a multi-world audit (default: the
+    command line's ``--models`` (else byte), ``--methods`` and ``--out``)."""
     from speceq.core.defaults import SUPPORT_MARGIN_NATS_BY_WORLD, SUPPORT_MARGIN_OFF
     from speceq.errors import ConfigError
-    from speceq.models.worlds import runs_world_models, world_engine_options
+    from speceq.models.worlds import DEFAULT_WORLD, runs_world_models, world_engine_options
     from speceq.pipeline.audit import SETTINGS, SHAPES, AuditPlan, pick
     from speceq.pipeline.config import RunConfig
 
-    prompt, companion = world_prompts(args.models)
+    world = world or args.models or DEFAULT_WORLD
+    prompt, companion = world_prompts(world)
     if args.family == "openai":
         if args.servers is None:
             raise ConfigError("give the servers file: speceq audit openai --servers FILE", where="--servers")
-        servers = load_servers(args.servers, args.models)
+        servers = load_servers(args.servers, world)
         baseline, baseline_options, oracle = "openai", servers.baseline_options, False  # no local target to score with
         methods = servers.methods
         if args.methods is not None:
@@ -114,20 +151,22 @@ def build_plan(args: argparse.Namespace) -> Any:
         if args.servers is not None:
             raise ConfigError("--servers is for speceq audit openai", where="--servers")
         fam = FAMILIES[args.family]
-        names = args.methods if args.methods is not None else family_methods(args.family)
+        names = methods if methods is not None else args.methods if args.methods is not None \
+            else family_methods(args.family)
         if not names:
             raise ConfigError(f"the registry has no {args.family} method (no built-in engine named {fam.prefix}*)",
                               where="--methods")
-        methods = tuple(_world_method(args.models, n) for n in names)
+        methods = tuple(_world_method(world, n) for n in names)
         own = all(runs_world_models(s, {}) for s in (fam.baseline, *names))
-        margin = SUPPORT_MARGIN_NATS_BY_WORLD.get(args.models, SUPPORT_MARGIN_OFF) if own else SUPPORT_MARGIN_OFF
-        baseline, baseline_options, oracle = fam.baseline, world_engine_options(args.models, fam.baseline, {}), args.oracle
+        margin = SUPPORT_MARGIN_NATS_BY_WORLD.get(world, SUPPORT_MARGIN_OFF) if own else SUPPORT_MARGIN_OFF
+        baseline, baseline_options, oracle = fam.baseline, world_engine_options(world, fam.baseline, {}), args.oracle
     run = RunConfig(samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
                     tolerance=args.tolerance, oracle=oracle, threads=args.threads, workers=1, progress=False,
                     support_margin_nats=margin)
     return AuditPlan(family=args.family, baseline=baseline, baseline_options=baseline_options, methods=methods,
                      prompt_ids=prompt, companion_ids=companion, settings=pick(SETTINGS, args.settings, "setting"),
-                     shapes=pick(SHAPES, args.shapes, "shape"), run=run, out_dir=Path(args.out), world=args.models)
+                     shapes=pick(SHAPES, args.shapes, "shape"), run=run, out_dir=out_dir or Path(args.out),
+                     world=world)
 
 
 def _world_method(world: str, name: str) -> Any:
@@ -243,15 +282,15 @@ def world_prompts(world: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def cell_command(args: argparse.Namespace, plan: Any) -> Any:
-    """The reproducing ``speceq run`` of a cell: the world, baseline, method, its column's cases file,
-    the audit's budget and the cell's folder (its stored samples are reused)."""
+    """The reproducing ``speceq run`` of a cell: the plan's world, baseline, method, its column's cases
+    file, the audit's budget and the cell's folder (its stored samples are reused)."""
     from speceq.pipeline.audit import folder_name
 
     def options(flag: str, opts: Any) -> list[str]:
         return [w for k, v in opts.items() for w in (flag, f"{k}={v if isinstance(v, str) else json.dumps(v)}")]
 
     def command(method: Any, case: Any, cell_dir: Path) -> str:
-        words = ["speceq", "run", "--models", args.models, "--baseline", plan.baseline, "--candidate", method.spec]
+        words = ["speceq", "run", "--models", plan.world, "--baseline", plan.baseline, "--candidate", method.spec]
         if args.family == "openai":  # the servers' options; a world's tokenizer is filled in by --models again
             words += options("--baseline-option", plan.baseline_options) + options("--candidate-option", method.options)
         words += ["--cases", str(plan.out_dir / "cases" / f"{folder_name(case.case_id)}.json"),
@@ -275,8 +314,11 @@ def audit_markdown(result: Any) -> str:
     columns = [(s, h) for s, _ in result.settings for h, _ in result.shapes]
     head = "NO CELL RAN" if result.verdict is None else str(result.verdict).upper()
     versions = ", ".join(f"{k} {v}" for k, v in result.versions.items() if v)
+    worlds = list(dict.fromkeys(w for m in result.methods if (w := result.world_of(m)) is not None))
+    several = len(worlds) > 1
+    where = f"worlds {', '.join(worlds)}" if several else f"world {plain_text(str(result.world))}"
     lines = [f"### speceq audit {plain_text(result.family)}: {head}", "",
-             f"baseline {code_span(result.baseline, table_cell=False)} · world {plain_text(str(result.world))} · "
+             f"baseline {code_span(result.baseline, table_cell=False)} · {where} · "
              f"{result.samples} samples per engine and cell · seed {result.seed} · α = {result.alpha:g} · "
              f"tolerance TV < {result.tolerance:g} · {plain_text(versions)}", "",
              "| method | " + " | ".join(f"{s} · {h}" for s, h in columns) + " |",
@@ -290,7 +332,8 @@ def audit_markdown(result: Any) -> str:
                 cells.append(f"**{c.word()}** TV {fmt(c.tv_estimate)} ≤ {fmt(c.tv_upper_bound)}{accept}")
             else:
                 cells.append(f"{c.word()}: {plain_text(c.reason)}")
-        lines.append(f"| {code_span(m)} | " + " | ".join(cells) + " |")
+        world = f" ({plain_text(str(result.world_of(m)))})" if several else ""
+        lines.append(f"| {code_span(m)}{world} | " + " | ".join(cells) + " |")
     lines += ["", plain_text(result.summary(), table_cell=False)]
     shifted = [c for c in result.cells if str(c.verdict) == "shifted"]
     for c in shifted:
@@ -322,21 +365,35 @@ def write_outputs(result: Any, out_dir: Path) -> list[Path]:
 
 def handle(args: argparse.Namespace) -> int:
     from speceq.faces.cli import check_run_outputs
-    from speceq.pipeline.audit import AUDIT_JSON, run_audit
+    from speceq.pipeline.audit import AUDIT_JSON, join_audits, run_audit
 
-    plan = build_plan(args)
-    check_run_outputs(plan.out_dir)
-    result = run_audit(plan, command=cell_command(args, plan))
-    written = write_outputs(result, plan.out_dir)
+    plans = build_plans(args)
+    out = Path(args.out)
+    check_run_outputs(out)
+    parts = []
+    for plan in plans:
+        if len(plans) > 1:
+            print(f"world {plan.world}: {', '.join(m.name for m in plan.methods)} (in {plan.out_dir})",
+                  file=sys.stderr, flush=True)
+        parts.append((run_audit(plan, command=cell_command(args, plan)), plan.out_dir))
+    if plans[0].out_dir == out:
+        result = parts[0][0]
+    else:  # one audit per world: their rows joined into one matrix in --out
+        from speceq.store import write_json_atomic
+
+        order = args.methods if args.methods is not None else family_methods(args.family)  # as given: rows
+        result = join_audits(parts, out, order=order)
+        write_json_atomic(out / AUDIT_JSON, result.to_dict())
+    written = write_outputs(result, out)
     if args.json:
         print(result.to_json())
     else:
         print(audit_markdown(result), end="")
-        print(f"audit: {', '.join(str(p) for p in [plan.out_dir / AUDIT_JSON, *written])} "
+        print(f"audit: {', '.join(str(p) for p in [out / AUDIT_JSON, *written])} "
               f"({result.wall_s:.0f} s)", file=sys.stderr)
     return result.exit_code
 
 
-__all__ = ["FAMILIES", "HELP", "SERVERS_FILE_KEYS", "SERVER_KEYS", "Family", "Servers", "add_arguments",
-           "audit_markdown", "build_plan", "cell_command", "family_methods", "handle", "load_servers", "world_prompts",
-           "write_outputs"]
+__all__ = ["FAMILIES", "HELP", "SERVERS_FILE_KEYS", "SERVER_KEYS", "WORLDS_DIR", "Family", "Servers", "add_arguments",
+           "audit_markdown", "build_plan", "build_plans", "cell_command", "family_methods", "handle", "load_servers",
+           "method_world", "world_prompts", "write_outputs"]

@@ -30,6 +30,8 @@ from typing import Any
 from speceq.errors import ConfigError
 
 WORLDS: tuple[str, ...] = ("byte", "bpe", "smollm2", "mtp", "gemma4")
+#: The world of ``--models`` when none is named: the bundled byte models.
+DEFAULT_WORLD = "byte"
 
 _TARGET_ONLY = {"baseline", "hf-sample", "hf-prompt-lookup", "hf-early-exit", "hf-dflash", "mutant:draft-is-target"}
 _TARGET_AND_DRAFT = {"reference", "hf-assisted", "hf-ensemble"}
@@ -39,6 +41,8 @@ _OTHER_VOCABULARY_DRAFT = {"hf-universal"}
 _MTP_TARGET = {"hf-mtp"}
 #: engines that need the gemma4 world's pair (a Gemma-4 target and its multi-token assistant)
 _GEMMA4_PAIR = {"hf-multi-token"}
+#: the one world each of the engines above runs in (every other world refuses them)
+_HOME_WORLD = {**dict.fromkeys(_MTP_TARGET, "mtp"), **dict.fromkeys(_GEMMA4_PAIR, "gemma4")}
 
 
 def check_world(world: str) -> str:
@@ -46,6 +50,12 @@ def check_world(world: str) -> str:
     if world not in WORLDS:
         raise ConfigError(f"unknown model world {world!r}; expected one of {', '.join(WORLDS)}", where="--models")
     return world
+
+
+def home_world(spec: str) -> str | None:
+    """The only world built-in engine ``spec`` runs in with the world's own models (``hf-mtp``: ``mtp``,
+    ``hf-multi-token``: ``gemma4``), or None when any world serves it (or it is not a built-in)."""
+    return _HOME_WORLD.get(spec)
 
 
 def runs_world_models(spec: str, options: Mapping[str, Any]) -> bool:
@@ -60,13 +70,13 @@ def world_engine_options(world: str, spec: str, options: Mapping[str, Any]) -> d
     """``options`` with the world's model folders added where the built-in engine ``spec`` takes them."""
     check_world(world)
     out = dict(options)
-    if spec in _MTP_TARGET and world != "mtp" and "target" not in out:
+    if spec in _MTP_TARGET and world != _HOME_WORLD[spec] and "target" not in out:
         raise ConfigError(
             f"{spec} drafts with the target's own MTP layers, which the {world} world's target lacks (and its "
             "baseline would sample another model): add --models mtp (a tiny MTP model built into the cache)",
             where="--models",
         )
-    if spec in _GEMMA4_PAIR and world != "gemma4" and "target" not in out:
+    if spec in _GEMMA4_PAIR and world != _HOME_WORLD[spec] and "target" not in out:
         raise ConfigError(
             f"{spec} drafts with a Gemma-4 assistant that reads a Gemma-4 target's states, which the {world} "
             "world's target is not (and its baseline would sample another model): add --models gemma4 (a tiny "

@@ -246,6 +246,9 @@ class AuditResult:
     settings / shapes: (name, label) pairs; baseline: the baseline spec; samples, seed, alpha,
     tolerance: the runs' shared settings; versions: installed package versions; created: UTC
     time the audit finished; wall_s: its wall time in this process.
+    world: the model world every row ran in (None: rows of several worlds, or no ``--models``);
+    method_worlds: the world each row's cells ran in, by method name (empty: no world named);
+    :meth:`world_of` reads it.
     """
 
     family: str
@@ -262,6 +265,11 @@ class AuditResult:
     versions: dict[str, str | None] = field(default_factory=dict)
     created: str = ""
     wall_s: float = 0.0
+    method_worlds: dict[str, str] = field(default_factory=dict)
+
+    def world_of(self, method: str) -> str | None:
+        """The model world ``method``'s cells ran in (None: none named)."""
+        return self.method_worlds.get(method, self.world)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -300,7 +308,7 @@ class AuditResult:
                 "methods": list(self.methods), "settings": [list(s) for s in self.settings],
                 "shapes": [list(s) for s in self.shapes], "samples": self.samples, "seed": self.seed,
                 "alpha": self.alpha, "tolerance": self.tolerance, "versions": dict(self.versions),
-                "created": self.created, "wall_s": self.wall_s,
+                "created": self.created, "wall_s": self.wall_s, "method_worlds": dict(self.method_worlds),
                 "verdict": None if self.verdict is None else str(self.verdict),
                 "cells": [c.to_dict() for c in self.cells]}
 
@@ -315,7 +323,9 @@ class AuditResult:
                    settings=tuple(tuple(s) for s in d["settings"]), shapes=tuple(tuple(s) for s in d["shapes"]),
                    cells=tuple(AuditCell.from_dict(c) for c in d["cells"]), samples=d["samples"], seed=d["seed"],
                    alpha=d["alpha"], tolerance=d["tolerance"], versions=dict(d.get("versions", {})),
-                   created=d.get("created", ""), wall_s=d.get("wall_s", 0.0))
+                   created=d.get("created", ""), wall_s=d.get("wall_s", 0.0),
+                   method_worlds=dict(d["method_worlds"]) if "method_worlds" in d  # older files: every row in world
+                   else {m: d["world"] for m in d["methods"]} if d["world"] is not None else {})
 
     @classmethod
     def from_json(cls, text: str) -> AuditResult:
@@ -569,11 +579,54 @@ def run_audit(plan: AuditPlan, *, command: Callable[[AuditMethod, Case, Path], s
         settings=tuple((s.name, s.label) for s in plan.settings), shapes=tuple((h.name, h.label) for h in plan.shapes),
         cells=tuple(cells), samples=plan.run.samples, seed=plan.run.seed, alpha=plan.run.alpha,
         tolerance=plan.run.tolerance, versions=audit.versions,
-        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), wall_s=time.perf_counter() - started)
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), wall_s=time.perf_counter() - started,
+        method_worlds={} if plan.world is None else {m.name: plan.world for m in plan.methods})
     from speceq.store import write_json_atomic
 
     write_json_atomic(plan.out_dir / AUDIT_JSON, result.to_dict())
     return result
+
+
+def join_audits(parts: Sequence[tuple[AuditResult, Path]], out_dir: Path,
+                order: Sequence[str] | None = None) -> AuditResult:
+    """One matrix from the audits of one family run in several model worlds (``parts``: each audit and
+    the folder it ran in, inside ``out_dir``), a row per method in ``order`` (default: as the parts
+    give them). Each row keeps the world its cells ran in (:attr:`AuditResult.method_worlds`) and
+    each cell's ``result`` becomes relative to ``out_dir``. ConfigError when the parts are not one
+    audit's (another family, baseline, columns or budget) or share a method.
+    """
+    from dataclasses import replace
+
+    if not parts:
+        raise ConfigError("no audit to join", where="audit worlds")
+    first = parts[0][0]
+    shared = ("family", "baseline", "settings", "shapes", "samples", "seed", "alpha", "tolerance")
+    methods: list[str] = []
+    cells: list[AuditCell] = []
+    worlds: dict[str, str] = {}
+    for result, folder in parts:
+        differ = [k for k in shared if getattr(result, k) != getattr(first, k)]
+        if differ:
+            raise ConfigError(f"the audit in {folder} differs from the first in {', '.join(differ)}",
+                              where="audit worlds")
+        twice = sorted(set(result.methods) & set(methods))
+        if twice:
+            raise ConfigError(f"method(s) {', '.join(twice)} audited in two worlds", where="audit worlds")
+        prefix = Path(folder).resolve().relative_to(Path(out_dir).resolve())
+        methods += result.methods
+        worlds.update({m: w for m in result.methods if (w := result.world_of(m)) is not None})
+        cells += [c if c.result is None else replace(c, result=str(prefix / c.result)) for c in result.cells]
+    if order is not None:
+        if sorted(order) != sorted(methods):
+            raise ConfigError(f"the order {list(order)} does not list the audited methods {methods}",
+                              where="audit worlds")
+        methods = list(order)
+    rank = {m: i for i, m in enumerate(methods)}
+    cells.sort(key=lambda c: rank[c.method])  # stable: each row keeps its columns' order
+    named = set(worlds.values())
+    return replace(first, world=named.pop() if len(named) == 1 and len(worlds) == len(methods) else None,
+                   methods=tuple(methods), cells=tuple(cells), method_worlds=worlds,
+                   wall_s=sum(r.wall_s for r, _ in parts), created=max(r.created for r, _ in parts))
 
 
 def default_command(plan: AuditPlan) -> Callable[[AuditMethod, Case, Path], str]:
@@ -609,5 +662,5 @@ def load_audit(path: str | Path) -> AuditResult:
 __all__ = [
     "AUDIT_JSON", "CELL_FILE", "NOT_RUN", "NOT_SUPPORTED", "RAN", "SETTINGS", "SHAPES", "STATUSES", "AuditCell",
     "AuditMethod", "AuditPlan", "AuditResult", "AuditSetting", "AuditShape", "cell_from_result", "default_command", "eta_seconds",
-    "first_line", "folder_name", "load_audit", "package_versions", "pick", "run_audit",
+    "first_line", "folder_name", "join_audits", "load_audit", "package_versions", "pick", "run_audit",
 ]

@@ -34,9 +34,11 @@ def test_markdown_has_every_cell_and_the_command_of_each_shifted_cell():
 
 
 def test_audit_of_the_byte_world_runs_cells_and_marks_faults(tmp_path, capsys):
-    """Two real methods at a tiny budget (about 40 s on 2 CPU cores): ran, shared, not supported, not run."""
+    """Two real methods at a tiny budget (about 40 s on 2 CPU cores) in the world --models names, all in --out:
+    ran, shared, not supported, not run."""
     out = tmp_path / "audit"
-    code = main(["audit", "transformers", "--methods", "hf-prompt-lookup,hf-early-exit,hf-nope", "--settings", "t1",
+    code = main(["audit", "transformers", "--models", "byte", "--methods", "hf-prompt-lookup,hf-early-exit,hf-nope",
+                 "--settings", "t1",
                  "--shapes", "single,ragged-b4", "--samples", "60", "--chunk-size", "60", "--out", str(out), "--json"])
     printed = json.loads(capsys.readouterr().out)
     result = load_audit(out / AUDIT_JSON)
@@ -85,3 +87,53 @@ def test_a_method_that_needs_another_world_is_not_run_and_the_audit_goes_on() ->
     row = _world_method("byte", "hf-mtp")
     assert row.problem is not None and "--models mtp" in row.problem and row.options == {}
     assert _world_method("byte", "hf-assisted").problem is None
+
+
+def test_without_models_each_method_runs_in_its_own_world_and_the_matrix_joins_them(tmp_path, capsys):
+    """hf-mtp runs in the mtp world, hf-prompt-lookup in byte (about 25 s on 2 CPU cores); one joined matrix."""
+    out = tmp_path / "audit"
+    code = main(["audit", "transformers", "--methods", "hf-mtp,hf-prompt-lookup", "--settings", "t1", "--shapes",
+                 "single", "--samples", "30", "--chunk-size", "30", "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    result = load_audit(out / AUDIT_JSON)
+    assert printed == result.to_dict() and code == result.exit_code
+    assert result.methods == ("hf-mtp", "hf-prompt-lookup")
+    assert result.method_worlds == {"hf-mtp": "mtp", "hf-prompt-lookup": "byte"} and result.world is None
+    mtp, lookup = result.cell("hf-mtp", "t1", "single"), result.cell("hf-prompt-lookup", "t1", "single")
+    assert mtp.status == RAN and lookup.status == RAN, (mtp.reason, lookup.reason)
+    assert mtp.result == "worlds/mtp/cells/hf-mtp/t1-single/result.json"
+    assert mtp.command.startswith(f"speceq run --models mtp --baseline hf-sample --candidate hf-mtp "
+                                  f"--cases {out}/worlds/mtp/cases/t1-single.json")
+    assert lookup.command.startswith("speceq run --models byte --baseline hf-sample --candidate hf-prompt-lookup ")
+    for name in ("audit.md", "audit.html", "worlds/mtp/audit.json", "worlds/byte/audit.json",
+                 "worlds/mtp/cells/hf-mtp/t1-single/report.html"):
+        assert (out / name).is_file(), name
+    md = (out / "audit.md").read_text()
+    assert "worlds mtp, byte" in md and "| `hf-mtp` (mtp) |" in md
+    assert "world mtp: hf-mtp" in captured.err
+    # the mtp cell's command reruns it alone on its stored samples, to the same verdict
+    assert main(mtp.command.split()[1:]) == mtp.verdict.exit_code
+    assert json.loads((out / mtp.result).read_text())["provenance"]["chunks"]["sampled"] == 0
+    # a second run resumes every cell of every world
+    assert main(["audit", "transformers", "--methods", "hf-mtp,hf-prompt-lookup", "--settings", "t1", "--shapes",
+                 "single", "--samples", "30", "--chunk-size", "30", "--out", str(out)]) == code
+    assert all(c.resumed for c in load_audit(out / AUDIT_JSON).cells)
+
+
+def test_an_explicit_world_keeps_the_methods_it_cannot_run_as_not_run_rows(tmp_path):
+    from speceq.faces.cli import build_parser
+    from speceq.faces.cli_audit import build_plans
+
+    args = build_parser().parse_args(["audit", "transformers", "--models", "byte", "--out", str(tmp_path)])
+    (plan,) = build_plans(args)
+    assert plan.world == "byte" and plan.out_dir == tmp_path
+    rows = {m.name: m for m in plan.methods}
+    assert "--models mtp" in rows["hf-mtp"].problem and "--models gemma4" in rows["hf-multi-token"].problem
+    assert rows["hf-assisted"].problem is None
+    # without --models: one plan per world, every row runnable there
+    plans = build_plans(build_parser().parse_args(["audit", "transformers", "--out", str(tmp_path)]))
+    assert [p.world for p in plans] == ["byte", "mtp", "gemma4"]
+    assert [m.name for p in plans[1:] for m in p.methods] == ["hf-mtp", "hf-multi-token"]
+    assert all(m.problem is None for p in plans for m in p.methods)
+    assert [p.out_dir for p in plans] == [tmp_path / "worlds" / w for w in ("byte", "mtp", "gemma4")]

@@ -173,3 +173,42 @@ def test_a_cell_whose_baseline_folder_is_its_own_is_not_run_and_the_others_run(t
     cell = result.cell("a", "t1", "single")
     assert cell.status == NOT_RUN and "is a folder of its own, not the audit's shared baseline" in cell.reason
     assert result.cell("a", "t1", "ragged-b4").status == RAN
+
+
+def test_audits_of_two_worlds_join_into_one_matrix_that_keeps_each_rows_world(tmp_path):
+    """One audit per world (each in its folder), joined: a row per method, its world, paths from the top folder."""
+    from speceq.pipeline.audit import join_audits
+
+    byte = replace(plan(tmp_path / "worlds" / "byte", [AuditMethod("a", FAKE), AuditMethod("c", FAKE)],
+                        shapes=("single",)), world="byte")
+    mtp = replace(plan(tmp_path / "worlds" / "mtp", [AuditMethod("b", FAKE, {"shift": 0.3})], shapes=("single",)),
+                  world="mtp")
+    parts = [(run_audit(p, log=lambda _: None), p.out_dir) for p in (byte, mtp)]
+    assert parts[1][0].method_worlds == {"b": "mtp"}  # a one-world audit records its rows' world too
+    joined = join_audits(parts, tmp_path, order=["a", "b", "c"])
+    assert joined.methods == ("a", "b", "c") and [c.method for c in joined.cells] == ["a", "b", "c"]
+    assert joined.method_worlds == {"a": "byte", "b": "mtp", "c": "byte"} and joined.world is None
+    assert joined.world_of("b") == "mtp" and joined.world_of("a") == "byte"
+    b = joined.cell("b", "t1", "single")
+    assert b.result == "worlds/mtp/cells/b/t1-single/result.json" and (tmp_path / b.result).is_file()
+    assert b.command == parts[1][0].cell("b", "t1", "single").command  # the world's own command, untouched
+    assert joined.verdict == Verdict.SHIFTED
+    assert AuditResult.from_json(joined.to_json()) == joined
+    # parts that are not one audit's, or share a row, are refused
+    with pytest.raises(ConfigError, match="audited in two worlds"):
+        join_audits([parts[0], parts[0]], tmp_path)
+    with pytest.raises(ConfigError, match="differs from the first in samples"):
+        join_audits([parts[0], (replace(parts[1][0], samples=5), parts[1][1])], tmp_path)
+    with pytest.raises(ConfigError, match="does not list the audited methods"):
+        join_audits(parts, tmp_path, order=["a", "b"])
+
+
+def test_an_audit_json_without_method_worlds_loads_with_every_row_in_its_world(tmp_path):
+    """audit.json files written before rows had worlds: every row is in the file's world (none if it named none)."""
+    result = run_audit(replace(plan(tmp_path, [AuditMethod("a", FAKE)], shapes=("single",)), world="byte"),
+                       log=lambda _: None)
+    old = result.to_dict()
+    del old["method_worlds"]
+    assert AuditResult.from_dict(old).method_worlds == {"a": "byte"}
+    assert AuditResult.from_dict({**old, "world": None}).method_worlds == {}
+    assert AuditResult.from_dict({**old, "world": None}).world_of("a") is None

@@ -26,6 +26,16 @@ def test_the_page_has_a_row_per_method_a_column_per_setting_and_shape_escaped() 
     assert html == render_audit_report(audit)
 
 
+def test_rows_of_several_worlds_name_their_world_and_one_world_does_not() -> None:
+    one = render_audit_report(example_audit().to_dict())
+    assert '<span class="world">' not in one and "<tr><th>world</th><td>byte</td></tr>" in one
+    audit = {**example_audit().to_dict(), "world": None, "method_worlds": {"hf-assisted": "byte", "hf-universal": "mtp"}}
+    html = render_audit_report(audit)
+    assert '<th class="method">hf-universal <span class="world">(mtp)</span></th>' in html
+    assert '<th class="method">hf-assisted <span class="world">(byte)</span></th>' in html
+    assert "<tr><th>world</th><td>each method in its own: byte, mtp</td></tr>" in html
+
+
 def test_a_malformed_audit_is_refused() -> None:
     with pytest.raises(ConfigError, match="not a speceq audit: missing 'cells'"):
         render_audit_report({k: v for k, v in example_audit().to_dict().items() if k != "cells"})
