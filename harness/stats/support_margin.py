@@ -16,7 +16,11 @@ then top-p; :mod:`speceq.core.processing`) at the case's declared settings.
 of the deltas at which *every* such l' still excludes x. x is robustly outside the support at
 delta exactly when Delta*(x) > delta; Delta*(x) = 0 when some l' arbitrarily close to l admits
 x (tokens in the support, ties at the top-k edge); +inf when x's logit is -inf (EOS under
-``ignore_eos``), which no finite error admits.
+``ignore_eos``), which no finite error admits. Delta* is exact over perturbations that leave no
+exact tie at the top-k cut. The processing keeps every token tied with the k-th logit (as vLLM
+and transformers do), so an l' that ties two tokens there keeps more than k; with top-p on as
+well, that larger normaliser can admit x at a delta below Delta* (tested): for such l', Delta*
+is an upper bound.
 
 Derivation (scaled logits z = l / T, each moved by at most d / 2 with d = delta / T). The
 perturbation most favourable to x raises x by d/2, lowers every token that stays above x by

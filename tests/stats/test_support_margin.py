@@ -25,8 +25,8 @@ def _favourable(logits: np.ndarray, x: int, delta: float) -> np.ndarray:
             out[j] = logits[j] + h
         elif logits[j] - logits[x] > delta:
             out[j] = logits[j] - h
-        else:  # just below x's new level (float32 processing: a visible gap)
-            out[j] = min(logits[j] + h, logits[x] + h - 1e-4)
+        else:  # just below x's new level (float32 processing: a visible gap), no two at the same level
+            out[j] = min(logits[j] + h, logits[x] + h - 1e-4 * (1 + j / 64))
     return out
 
 
@@ -54,6 +54,29 @@ def test_margin_is_exact_against_the_processing() -> None:
             e = np.where(rng.random(vocab) < 0.5, np.sign(e) * d * 0.99 / 2, e)
             assert not _admitted(logits + e, x, params)
     assert checked > 60
+
+
+def test_a_tie_at_the_top_k_cut_admits_x_below_the_margin_when_top_p_is_on() -> None:
+    """The known limit of Delta*: it is exact over perturbations that leave no exact tie at the top-k cut.
+
+    vLLM and transformers keep every token tied with the k-th logit, so a perturbation that ties two
+    tokens there keeps k + 1 of them; with top-p on, the larger normaliser can admit x at a delta
+    below Delta* (here at 0.99 Delta*). Pinned so that the docstring's claim stays true.
+    """
+    logits = np.array([1.1295, -2.4515, -1.2054, -3.7352, 2.8725])
+    params = SamplingParams(temperature=1.0, top_k=3, top_p=0.5, max_new_tokens=1)
+    d = float(exclusion_margins(logits[None], np.array([1]), temperature=1.0, top_k=3, top_p=0.5,
+                                tail_nats=float("inf"))[0])
+    h = d * 0.99 / 2
+    tied = logits.copy()
+    tied[1] += h  # x up
+    tied[4] -= h  # the forced token down
+    tied[0] = tied[2] = tied[1] - 1e-4  # both just below x, tied with each other at the k-th place
+    tied[3] += h
+    assert np.abs(tied - logits).max() <= h + 1e-9
+    assert _admitted(tied, 1, params)
+    tied[2] -= 1e-3  # the tie broken: exactly k kept, x excluded again
+    assert not _admitted(tied, 1, params)
 
 
 def test_top_k_margin_is_the_gap_to_the_kth_other_logit() -> None:
