@@ -5,6 +5,8 @@ Imported by basename (tests/docs is on sys.path in the tests of this folder). St
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,3 +140,14 @@ def anchors(path: Path) -> set[str]:
         out.add(base if count == 0 else f"{base}-{count}")
         seen[base] = count + 1
     return out
+
+
+def run_commented_prints(block: str, source: Path) -> tuple[list[str], list[str]]:
+    """Run an example ``block``; return (what its ``print(...)  # comment`` lines say it prints,
+    the first as many lines it printed), for the docs tests that check an example's comments."""
+    expected = [m.group(1).strip() for line in block.splitlines()
+                if line.lstrip().startswith("print(") and (m := re.search(r"\)\s*#\s*(.+)$", line))]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, str(source), "exec"), {})
+    return expected, out.getvalue().split("\n")[: len(expected)]

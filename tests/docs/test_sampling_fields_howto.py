@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import textwrap
 
-from docs_support import REPO
+from docs_support import REPO, run_commented_prints
 
 PAGE = REPO / "docs" / "how-to" / "test-your-engine.md"
 
@@ -23,10 +21,6 @@ def section_block() -> str:
 def test_the_sampling_fields_example_prints_what_its_comments_say(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     block = section_block()
-    expected = [m.group(1).strip() for line in block.splitlines()
-                if line.lstrip().startswith("print(") and (m := re.search(r"\)\s*#\s*(.+)$", line))]
+    expected, printed = run_commented_prints(block, PAGE)
     assert len(expected) == 4
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(block, str(PAGE), "exec"), {})
-    assert out.getvalue().split("\n")[: len(expected)] == expected
+    assert printed == expected

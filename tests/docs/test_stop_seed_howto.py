@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import textwrap
 
 import pytest
-from docs_support import REPO
+from docs_support import REPO, run_commented_prints
 
 PAGE = REPO / "docs" / "how-to" / "test-your-engine.md"
 
@@ -26,10 +24,6 @@ def section_block(title: str) -> str:
 def test_the_example_prints_what_its_comments_say(tmp_path, monkeypatch, title: str, prints: int) -> None:
     monkeypatch.chdir(tmp_path)
     block = section_block(title)
-    expected = [m.group(1).strip() for line in block.splitlines()
-                if line.lstrip().startswith("print(") and (m := re.search(r"\)\s*#\s*(.+)$", line))]
+    expected, printed = run_commented_prints(block, PAGE)
     assert len(expected) == prints
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(block, str(PAGE), "exec"), {})
-    assert out.getvalue().split("\n")[: len(expected)] == expected
+    assert printed == expected
