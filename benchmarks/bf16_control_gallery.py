@@ -26,6 +26,7 @@ p of the cases and of the pooled tests), the numerics drift finding and the wall
 
 Usage: python benchmarks/bf16_control_gallery.py [--samples 3000] [--out DIR] [--mutants a,b]
        [--seed 0] [--workers 1] [--request-fields] [--lossless] [--no-reference]
+       python benchmarks/bf16_control_gallery.py --render DIR/*/result.json   (the rows of saved results)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -49,6 +51,8 @@ SHARED_ROLES = ("baseline", "control")
 REFERENCE = "reference"
 #: The run-level test that decides the subtlest mutant (biased-ratio): always printed.
 POOLED_RATIO = "pooled draft ratio comparison"
+#: How the reason of a case shifted against the control begins (speceq.verdicts.numerics_drift.against_control).
+CONTROL_PREFIX = "speculation shift against the numerics control"
 #: Tokens and batch of a request-field mutant's own case (as in docs/measurements/power.md).
 FIELD_TOKENS, FIELD_BATCH = 6, 64
 
@@ -117,36 +121,47 @@ def run_one(candidate: str, out: Path, samples: int, seed: int, workers: str, ca
     return RunResult.from_json((out / "result.json").read_text()), wall
 
 
-def _short(reason: str) -> str:
-    """A case reason up to its evidence: the deciding test and its Holm-adjusted p, or the hard failure's count."""
-    head = reason.split(": ", 2)
-    if reason.startswith("hard failure") and len(head) >= 2:
-        return f"hard failure: {head[1].split(' (', 1)[0].split(', the baseline', 1)[0]}"
+def _decider(reason: str) -> tuple[str, float | None]:
+    """The deciding evidence of a shifted case's reason: the test's name and its Holm-adjusted p (None: a hard
+    failure or a row-dependence finding, named in the words)."""
+    if reason.startswith(CONTROL_PREFIX):  # every shifted reason of a controlled run: what it compared, then the test
+        reason = reason.split("in what follows): ", 1)[-1]
+    if reason.startswith("hard failure"):
+        return "hard failure", None
     if reason.startswith("rows are not independent"):
-        return reason.split(";", 1)[0]
-    return reason.split(" <= alpha", 1)[0]
+        return "rows are not independent (row independence)", None
+    name, _, rest = reason.partition(" rejects, Holm-adjusted p=")
+    try:
+        p = float(rest.split(" ", 1)[0])
+    except ValueError:
+        p = None
+    return re.sub(r"prompt \d+ ", "", name), p
 
 
 def evidence(result: RunResult) -> tuple[int, str]:
-    """How many cases are shifted, and the deciding evidence in words."""
+    """How many cases are shifted, and the deciding evidence in words: each deciding test with the number of cases
+    it decided and its largest Holm-adjusted p there; the run-level pooled rejection; otherwise the smallest p's."""
     shifted = [c for c in result.cases if str(c.verdict) == "shifted"]
-    parts = [f"{c.case_id}: {_short(c.reason)}" for c in shifted]
+    by_test: dict[str, list[float | None]] = {}
+    for c in shifted:
+        name, p = _decider(c.reason)
+        by_test.setdefault(name, []).append(p)
+    parts = []
+    for name, ps in sorted(by_test.items(), key=lambda kv: -len(kv[1])):
+        known = [p for p in ps if p is not None]
+        worst = f", Holm p <= {max(known):.2g}" if known else ""
+        parts.append(f"{name} ({len(ps)}{worst})")
     pooled = [t for t in result.pooled_tests if t.adjusted_pvalue is not None]
     best_pooled = min(pooled, key=lambda t: t.adjusted_pvalue, default=None)
-    if result.pooled_reason:
-        z = f", Z {best_pooled.statistic:.2f}" if best_pooled is not None else ""
-        parts.append(f"run level: {result.pooled_reason.split(' <= alpha', 1)[0]}{z}")
+    if result.pooled_reason and best_pooled is not None:
+        parts.append(f"run level: {best_pooled.name}, Z {best_pooled.statistic:.2f}, Holm p {best_pooled.adjusted_pvalue:.2g}")
     ratio = next((t for t in pooled if t.name == POOLED_RATIO), None)
-    if ratio is not None and not any(t is ratio for t in pooled if result.pooled_reason.startswith(t.name)):
+    if ratio is not None and not (result.pooled_reason and best_pooled is ratio):
         parts.append(f"{POOLED_RATIO} Z {ratio.statistic:.2f}, Holm p {ratio.adjusted_pvalue:.2g}")
-    if not parts or all(p.startswith(POOLED_RATIO) for p in parts):
+    if not shifted and not result.pooled_reason:
         case_ps = [t.adjusted_pvalue for c in result.cases for t in c.tests if t.primary and t.adjusted_pvalue is not None]
         smallest = min(case_ps, default=None)
-        parts.append("nothing rejects: smallest case-level Holm p "
-                     + ("-" if smallest is None else f"{smallest:.2g}")
-                     + ("" if best_pooled is None else
-                        f", smallest pooled Holm p {best_pooled.adjusted_pvalue:.2g} ({best_pooled.name}, "
-                        f"Z {best_pooled.statistic:.2f})"))
+        parts.append("nothing rejects: smallest case-level Holm p " + ("-" if smallest is None else f"{smallest:.2g}"))
     return len(shifted), "; ".join(parts)
 
 
@@ -168,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1")
     parser.add_argument("--request-fields", action="store_true", help="also the request-field mutants, on their cases")
     parser.add_argument("--lossless", action="store_true", help="also the lossless mutants (must not be shifted)")
+    parser.add_argument("--render", type=Path, nargs="+", metavar="RESULT_JSON",
+                        help="only print the rows of saved result.json files (the candidate read from each)")
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the reference run (its folder must hold the baseline and control chunks)")
     args = parser.parse_args(argv)
@@ -176,6 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MUTANTS]
     if unknown:
         parser.error(f"unknown mutants {unknown}; known: {', '.join(MUTANTS)}")
+    if args.render:
+        print("| candidate | samples per engine | run verdict | cases shifted | deciding evidence | numerics drift |")
+        print("|---|---|---|---|---|---|")
+        for path in args.render:
+            result = RunResult.from_json(path.read_text())
+            k, words = evidence(result)
+            n = result.cases[0].n_candidate if result.cases else 0
+            print(f"| `{result.engines.get('candidate', {}).get('spec', path.parent.name)}` | {n} | {result.verdict} | "
+                  f"{k} of {len(result.cases)} | {words} | {drift(result)} |")
+        return 0
     pool = args.out / REFERENCE
     rows: list[dict[str, Any]] = []
     print("| candidate | samples per engine | run verdict | cases shifted | deciding evidence | numerics drift | wall |")
