@@ -121,13 +121,14 @@ def run_one(candidate: str, out: Path, samples: int, seed: int, workers: str, ca
     return RunResult.from_json((out / "result.json").read_text()), wall
 
 
-def _decider(reason: str) -> tuple[str, float | None]:
-    """The deciding evidence of a shifted case's reason: the test's name and its Holm-adjusted p (None: a hard
-    failure or a row-dependence finding, named in the words)."""
+def _decider(reason: str) -> tuple[str, float | str | None]:
+    """The deciding evidence of a shifted case's reason: the test's name and its Holm-adjusted p (a hard failure:
+    the number of candidate rows beyond the margin; None: a row-dependence finding, or a p not found in the words)."""
     if reason.startswith(CONTROL_PREFIX):  # every shifted reason of a controlled run: what it compared, then the test
         reason = reason.split("in what follows): ", 1)[-1]
     if reason.startswith("hard failure"):
-        return "hard failure", None
+        rows = re.match(r"hard failure: (\d+) candidate row", reason)
+        return "hard failure", (rows.group(1) if rows else None)
     if reason.startswith("rows are not independent"):
         return "rows are not independent (row independence)", None
     name, _, rest = reason.partition(" rejects, Holm-adjusted p=")
@@ -142,14 +143,15 @@ def evidence(result: RunResult) -> tuple[int, str]:
     """How many cases are shifted, and the deciding evidence in words: each deciding test with the number of cases
     it decided and its largest Holm-adjusted p there; the run-level pooled rejection; otherwise the smallest p's."""
     shifted = [c for c in result.cases if str(c.verdict) == "shifted"]
-    by_test: dict[str, list[float | None]] = {}
+    by_test: dict[str, list[tuple[str, float | str | None]]] = {}
     for c in shifted:
         name, p = _decider(c.reason)
-        by_test.setdefault(name, []).append(p)
+        by_test.setdefault(name, []).append((c.case_id, p))
     parts = []
     for name, ps in sorted(by_test.items(), key=lambda kv: -len(kv[1])):
-        known = [p for p in ps if p is not None]
-        worst = f", Holm p <= {max(known):.2g}" if known else ""
+        known = [p for _, p in ps if isinstance(p, float)]
+        rows = [f"{case} {p} rows" for case, p in ps if isinstance(p, str)]
+        worst = f", Holm p <= {max(known):.2g}" if known else (f": {', '.join(rows)}" if rows else "")
         parts.append(f"{name} ({len(ps)}{worst})")
     pooled = [t for t in result.pooled_tests if t.adjusted_pvalue is not None]
     best_pooled = min(pooled, key=lambda t: t.adjusted_pvalue, default=None)
