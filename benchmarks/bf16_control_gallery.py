@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             result = RunResult.from_json(path.read_text())
             k, words = evidence(result)
             n = result.cases[0].n_candidate if result.cases else 0
-            print(f"| `{result.engines.get('candidate', {}).get('spec', path.parent.name)}` | {n} | {result.verdict} | "
+            name = str(result.provenance.get("settings", {}).get("candidate") or path.parent.name)
+            print(f"| `{name}` | {n} | {result.verdict} | "
                   f"{k} of {len(result.cases)} | {words} | {drift(result)} |")
         return 0
     pool = args.out / REFERENCE
