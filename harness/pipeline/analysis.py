@@ -77,7 +77,7 @@ from speceq.verdicts.decide import CaseDecision, decide_run_pooled, declare_loss
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind, named_effect
-from speceq.verdicts.notes import Note, NoteKind, offset_notes, sampling_time_note
+from speceq.verdicts.notes import BOTH_ROLES, Note, NoteKind, offset_notes, sampling_time_note
 from speceq.verdicts.reasons import TokenLabels, failure_lines, settings_rerun_command
 from speceq.verdicts.result import (
     CaseResult,
@@ -681,6 +681,8 @@ def _independence(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[lis
             continue
         tests.append(dataclasses.replace(_outcome(name, "row independence", primary, res, TestKind.ROW_INDEPENDENCE),
                                          position=res.position))
+    if len(notes) == 2 and {**notes[0].values, "role": ""} == {**notes[1].values, "role": ""}:
+        notes = [Note(kind=NoteKind.INDEPENDENCE_UNTESTED, values={**notes[0].values, "role": BOTH_ROLES})]
     return tests, notes
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from speceq.stats.results import Effect
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind
-from speceq.verdicts.notes import Note, NoteKind, OffsetReading, sampling_time_note
+from speceq.verdicts.notes import BOTH_ROLES, Note, NoteKind, OffsetReading, sampling_time_note
 from speceq.verdicts.numerics_drift import CONTROL_NOTE, drift_words, numerics_differ_hint
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
@@ -634,7 +634,8 @@ def note_line(note: Note, labels: TokenLabels | None = None) -> str:
 def _independence_untested_line(v: Mapping[str, Any]) -> str:
     """An ``independence untested`` note in words: the test's limit when the rows are one call (a single forward
     batch of it has nothing independent to compare its rows with), else the pairs it lacked."""
-    head = f"the {v['role']}'s row independence: not tested"
+    who = "the candidate's and the baseline's" if v["role"] == BOTH_ROLES else f"the {v['role']}'s"
+    head = f"{who} row independence: not tested"
     calls, batch = v.get("sample_calls"), v.get("batch_size")
     if calls == 1 and batch is not None:
         rows, batch = int(v["rows"]), max(int(batch), 1)
@@ -643,7 +644,8 @@ def _independence_untested_line(v: Mapping[str, Any]) -> str:
         else:
             where = (f"come from one sample() call, {math.ceil(rows / batch)} forward batches of {batch} row(s), too "
                      "few in a batch to set a pair of one batch against a pair of two")
-        return (f"{head}: all {rows} rows {where}, so there is nothing independent to compare them with; randomness "
+        each = " of each" if v["role"] == BOTH_ROLES else ""
+        return (f"{head}: all {rows} rows{each} {where}, so there is nothing independent to compare them with; randomness "
                 "they share cannot be seen, and every token-law test's p-value assumes they share none (rows from "
                 "two or more calls, or more rows than batch_size, make it testable)")
     return (f"{head} ({v['rows']} rows in {v['calls']} call(s): no pair of rows of one call to set against a pair "
