@@ -77,7 +77,7 @@ from speceq.verdicts.decide import CaseDecision, decide_run_pooled, declare_loss
 from speceq.verdicts.evidence import CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind, named_effect
-from speceq.verdicts.notes import Note, NoteKind, offset_notes, sampling_time_note
+from speceq.verdicts.notes import BOTH_ROLES, Note, NoteKind, offset_notes, sampling_time_note
 from speceq.verdicts.reasons import TokenLabels, failure_lines, settings_rerun_command
 from speceq.verdicts.result import (
     CaseResult,
@@ -675,11 +675,14 @@ def _independence(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[lis
         res = stats.row_independence(batch.tokens, batch.lengths, row_groups(batch, case.batch_size),
                                      np.asarray(batch.prompt_index), name=name, level=EFFECT_LEVEL)
         if not res.tested:
-            notes.append(Note(kind=NoteKind.INDEPENDENCE_UNTESTED, values={"role": role, "rows": res.rows,
-                                                                          "calls": res.groups}))
+            notes.append(Note(kind=NoteKind.INDEPENDENCE_UNTESTED, values={
+                "role": role, "rows": res.rows, "calls": res.groups,
+                "sample_calls": int(np.unique(row_calls(batch)).size), "batch_size": int(case.batch_size)}))
             continue
         tests.append(dataclasses.replace(_outcome(name, "row independence", primary, res, TestKind.ROW_INDEPENDENCE),
                                          position=res.position))
+    if len(notes) == 2 and {**notes[0].values, "role": ""} == {**notes[1].values, "role": ""}:
+        notes = [Note(kind=NoteKind.INDEPENDENCE_UNTESTED, values={**notes[0].values, "role": BOTH_ROLES})]
     return tests, notes
 
 
@@ -788,7 +791,8 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
                       pit_law_positions=0 if pit_law is None else len(pit_law.positions),
                       pooled_counts=None if not bounds else pc.counts_baseline + pc.counts_candidate,
                       vocabulary=None if oracle is None else oracle.vocab_size + 1, positions=max(1, len(bounds)),
-                      size=size)
+                      size=size, independence_untested=tuple(n for n in notes
+                                                             if n.kind is NoteKind.INDEPENDENCE_UNTESTED))
     return ev, details, differences
 
 

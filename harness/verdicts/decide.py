@@ -26,7 +26,10 @@ Every verdict, greedy ones included, is decided here and only here:
 - Row independence (:data:`TestKind.ROW_INDEPENDENCE`): the candidate's test is primary and, when it
   rejects, its finding leads the ``shifted`` reason ("rows are not independent: ..."): rows sharing
   randomness are not i.i.d. draws of the target law. A dependent baseline (its test a diagnostic,
-  at a case test's first Holm step) is said at the end of any reason (:func:`dependence_note`).
+  at a case test's first Holm step) is said at the end of any reason (:func:`dependence_note`). An engine whose
+  test could not run (every row from a single forward batch of a single call: nothing independent to compare) is
+  said at the end of a detected difference's reason (:func:`untested_note`), from its ``independence untested``
+  note.
 - Run: the worst of its cases (:meth:`speceq.verdicts.verdict.Verdict.worst`): ``shifted``, then
   ``inconclusive``, ``within-tolerance``, ``equivalent``; a rejecting pooled test makes it ``shifted``.
 - Certificate ``pit-law`` (opt-in): a sampling case is ``equivalent`` iff no primary test
@@ -66,7 +69,7 @@ from speceq.stats.sample_size import required_n_equivalence_two_sample, required
 from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import HardFailure
 from speceq.verdicts.kinds import TestKind
-from speceq.verdicts.reasons import effect_bound, failure_lines, size_words
+from speceq.verdicts.reasons import effect_bound, failure_lines, note_line, size_words
 from speceq.verdicts.result import TestOutcome
 from speceq.verdicts.verdict import Verdict
 
@@ -344,6 +347,7 @@ def _decide_case(
                 f"rows are not independent: {dep.name} rejects, Holm-adjusted p={dep.adjusted_pvalue:.3g} <= "
                 f"alpha={alpha:g}: {dep.summary}; the candidate's rows of one call share randomness, so they are not "
                 f"independent draws of the target law (whatever each row's own law){also}{sized}"), size=size, **common)
+        dependent += untested_note(case)  # a detected difference: it may be randomness the rows share, unseen
         rejects = f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}"
         rejecting = [t for t in primary if t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha]
         if (size is not None and 0.0 < numerics_tolerance and size.high is not None and size.high < numerics_tolerance
@@ -366,6 +370,14 @@ def _decide_case(
         decided = _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
         return dataclasses.replace(decided, reason=decided.reason + dependent)
     return _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
+
+
+def untested_note(case: CaseEvidence) -> str:
+    """``"; the candidate's row independence: not tested: ..."`` for each engine whose independence test could not
+    run (every row from a single forward batch of a single call, say), worded by
+    :func:`speceq.verdicts.reasons.note_line`, else ''. Said in the reason of a detected difference: the tests that
+    detected it assume independent rows, and nothing here could check that they are."""
+    return "".join(f"; {note_line(n)}" for n in case.independence_untested)
 
 
 def dependence_note(tests: Sequence[TestOutcome], alpha: float, first_level: float) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from speceq.stats.tv_interval import TVInterval
 from speceq.verdicts.failures import HardFailure
+from speceq.verdicts.notes import Note
 from speceq.verdicts.result import TestOutcome
 
 #: What an ``equivalent`` sampling verdict certifies, said in every such verdict's reason.
@@ -100,7 +101,9 @@ class CaseEvidence:
     largest TV of the case prompt's per-position token laws and of its first two tokens' joint law, held-out estimate with [low, high] at level
     1 - alpha over its positions (:func:`speceq.stats.max_tv_size`); what a ``shifted`` verdict says
     the difference's size is, and what ``within-tolerance`` compares with the numerics tolerance
-    (None: not computed).
+    (None: not computed). independence_untested: the ``independence untested`` notes of the engines whose
+    row-independence test could not run (e.g. every row from one forward batch of one call); the reason of a
+    detected difference names them, since every token-law test assumes independent rows.
     """
 
     case_id: str
@@ -119,6 +122,7 @@ class CaseEvidence:
     vocabulary: int | None = None
     positions: int = 1
     size: TVInterval | None = None
+    independence_untested: tuple[Note, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,8 +46,13 @@ class NoteKind(enum.StrEnum):
     FIXED_SIZE_VERDICT = "fixed-size verdict"
     # a sequential run (run note): tests, the e-processes of the run
     SEQUENTIAL_MODE = "sequential mode"
-    # an engine's row-independence test could not run: role ("candidate" / "baseline"), rows, calls (the
-    # groups its rows came in: no pair of rows of one call to set against a pair of rows of two calls)
+    # an engine's row-independence test could not run: role ("candidate" / "baseline", or BOTH_ROLES when both
+    # engines' tests could not run for the same numbers), rows (per engine), calls (the
+    # groups its rows came in: no pair of rows of one call to set against a pair of rows of two calls),
+    # sample_calls (the engine's sample() calls the rows came from) and batch_size (the case's rows per forward
+    # batch; both None in results written before they were recorded): one call of one forward batch is the
+    # limit of the test, rows with nothing independent to compare them with, which a detected difference's
+    # reason names too (speceq.verdicts.decide)
     INDEPENDENCE_UNTESTED = "independence untested"
     # the engines declare different numerics and the run has no control: baseline, candidate (their numerics in words)
     NUMERICS_DIFFER = "numerics differ"
@@ -56,6 +61,10 @@ class NoteKind(enum.StrEnum):
     # the run's numerics control finding: drift_found (1/0), cases (comma-separated case ids with drift, '' when
     # pooled or none), baseline, candidate (the numerics in words)
     NUMERICS_DRIFT = "numerics drift"
+
+
+#: ``role`` of an ``independence untested`` note that stands for both engines (the same rows, calls and batch size).
+BOTH_ROLES = "both"
 
 
 class OffsetReading(enum.StrEnum):

@@ -25,7 +25,7 @@ from typing import Any
 from speceq.stats.results import Effect
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind
-from speceq.verdicts.notes import Note, NoteKind, OffsetReading, sampling_time_note
+from speceq.verdicts.notes import BOTH_ROLES, Note, NoteKind, OffsetReading, sampling_time_note
 from speceq.verdicts.numerics_drift import CONTROL_NOTE, drift_words, numerics_differ_hint
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
 
@@ -616,8 +616,7 @@ def note_line(note: Note, labels: TokenLabels | None = None) -> str:
         return (f"the fixed-size analysis of the same rows would say {v['verdict']} ({bound}); it is shown for "
                 "comparison only, since it is not valid after looking at the data along the way")
     if kind is NoteKind.INDEPENDENCE_UNTESTED:
-        return (f"the {v['role']}'s row independence: not tested ({v['rows']} rows in {v['calls']} call(s): no pair "
-                "of rows of one call to set against a pair of rows of two calls)")
+        return _independence_untested_line(v)
     if kind is NoteKind.NUMERICS_DIFFER:
         return numerics_differ_hint(str(v["baseline"]), str(v["candidate"]))
     if kind is NoteKind.AGAINST_CONTROL:
@@ -630,6 +629,27 @@ def note_line(note: Note, labels: TokenLabels | None = None) -> str:
         return (f"sequential mode: {k} e-processes at level alpha/{k} each (e-value Bonferroni, valid at every look); "
                 "TV bounds time-uniform over the look grid")
     return f"{kind.value}: {dict(v)}"  # a kind whose record lacks its example: its values as they are
+
+
+def _independence_untested_line(v: Mapping[str, Any]) -> str:
+    """An ``independence untested`` note in words: the test's limit when the rows are one call (a single forward
+    batch of it has nothing independent to compare its rows with), else the pairs it lacked."""
+    who = "the candidate's and the baseline's" if v["role"] == BOTH_ROLES else f"the {v['role']}'s"
+    head = f"{who} row independence: not tested"
+    calls, batch = v.get("sample_calls"), v.get("batch_size")
+    if calls == 1 and batch is not None:
+        rows, batch = int(v["rows"]), max(int(batch), 1)
+        if rows <= batch:
+            where = f"come from a single forward batch (batch_size {batch}) of a single sample() call"
+        else:
+            where = (f"come from one sample() call, {math.ceil(rows / batch)} forward batches of {batch} row(s), too "
+                     "few in a batch to set a pair of one batch against a pair of two")
+        each = " of each" if v["role"] == BOTH_ROLES else ""
+        return (f"{head}: all {rows} rows{each} {where}, so there is nothing independent to compare them with; randomness "
+                "they share cannot be seen, and every token-law test's p-value assumes they share none (rows from "
+                "two or more calls, or more rows than batch_size, make it testable)")
+    return (f"{head} ({v['rows']} rows in {v['calls']} call(s): no pair of rows of one call to set against a pair "
+            "of rows of two calls)")
 
 
 def note_lines(notes: Sequence[Note], labels: TokenLabels | None = None) -> tuple[str, ...]:

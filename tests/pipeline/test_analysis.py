@@ -500,3 +500,36 @@ def test_a_case_naming_its_tokenizer_stores_token_ids_and_its_text() -> None:
     plain = run([case("bytes-moved")], {"bytes-moved": sample(law(0), 1, 5000, 4, 1)},
                 {"bytes-moved": sample(law(0, shift=0.05), 1, 5000, 4, 2)}).cases[0]
     assert next(t for t in plain.top_tokens if t.token == 70).text == "'F'"  # no tokenizer named: bytes, as before
+
+
+def test_a_shift_in_rows_of_one_forward_batch_of_one_call_says_independence_was_not_tested() -> None:
+    """300 rows per engine from one call of one forward batch (batch_size 512): the row-independence test has
+    nothing to compare, so the case's notes record it with its numbers, and the shifted reason names it (the
+    chi-square that decides assumes independent rows). With the rows from two calls the test runs: not said."""
+    from speceq.verdicts.notes import NoteKind
+
+    p, q = law(0), law(0, shift=0.3)
+    c = case("one", batch_size=512)
+    r = run([c], {"one": sample(p, 1, 300, 4, 1)}, {"one": sample(q, 1, 300, 4, 2)})
+    cr = r.cases[0]
+    untested = [n for n in cr.notes if n.kind is NoteKind.INDEPENDENCE_UNTESTED]
+    # both engines untested for the same numbers: one note for both
+    assert [dict(n.values) for n in untested] == [
+        {"role": "both", "rows": 300, "calls": 1, "sample_calls": 1, "batch_size": 512}]
+    assert cr.verdict == "shifted"
+    assert ("; the candidate's and the baseline's row independence: not tested: all 300 rows of each come from a "
+            "single forward batch (batch_size 512) of a single sample() call") in cr.reason
+    # only the candidate's rows in one batch (the baseline's from two calls): its note alone
+    from speceq.pipeline.plan import concat_batches
+
+    two = concat_batches([sample(p, 1, 150, 4, 1), sample(p, 1, 150, 4, 11)])
+    r1 = run([c], {"one": two}, {"one": sample(q, 1, 300, 4, 2)})
+    assert [n.values["role"] for n in r1.cases[0].notes if n.kind is NoteKind.INDEPENDENCE_UNTESTED] == ["candidate"]
+    assert "; the candidate's row independence: not tested: all 300 rows come from" in r1.cases[0].reason
+    assert "baseline's row independence" not in r1.cases[0].reason
+
+    split = {k: concat_batches([sample(law_, 1, 150, 4, s), sample(law_, 1, 150, 4, s + 10)])
+             for k, law_, s in (("base", p, 1), ("cand", q, 2))}
+    r2 = run([c], {"one": split["base"]}, {"one": split["cand"]})
+    assert r2.cases[0].verdict == "shifted" and "independence" not in r2.cases[0].reason
+    assert not any(n.kind is NoteKind.INDEPENDENCE_UNTESTED for n in r2.cases[0].notes)

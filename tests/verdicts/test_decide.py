@@ -393,3 +393,37 @@ def test_a_token_law_reason_says_when_rows_are_dependent() -> None:
     (f,) = decide_run([_with(_case("c", [0.5]), _independence(0.3, primary=True), _independence(0.01, primary=False))],
                       alpha=1e-3, tolerance=0.05)
     assert f.verdict == "equivalent" and "independent" not in f.reason
+
+
+def _untested(rows: int, *, calls: int = 1, batch_size: int = 512, role: str = "candidate"):
+    from speceq.verdicts.notes import Note, NoteKind
+
+    return Note(kind=NoteKind.INDEPENDENCE_UNTESTED, values={"role": role, "rows": rows, "calls": 1,
+                                                            "sample_calls": calls, "batch_size": batch_size})
+
+
+def test_a_detected_difference_says_when_the_rows_are_one_forward_batch_of_one_call() -> None:
+    """Rows of a single forward batch of a single call cannot be tested for independence: a shift the token-law
+    tests detect there may be randomness the rows share, so its reason says the test could not run, with the
+    note's numbers (the same words as the case's note)."""
+    import dataclasses
+
+    from speceq.verdicts.reasons import note_line
+
+    note = _untested(300)
+    one_batch = dataclasses.replace(_case("a", [1e-12]), independence_untested=(note,))
+    (d,) = decide_run([one_batch], alpha=1e-3, tolerance=0.05)
+    assert d.verdict == "shifted" and d.reason.startswith("a t0 rejects")
+    assert d.reason.endswith(f"; {note_line(note)}")
+    assert ("the candidate's row independence: not tested: all 300 rows come from a single forward batch "
+            "(batch_size 512) of a single sample() call, so there is nothing independent to compare them with") in d.reason
+    # not said where nothing was detected (the case's notes say it), nor where the rows were tested
+    (e,) = decide_run([dataclasses.replace(_case("b", [0.5]), independence_untested=(note,))], alpha=1e-3,
+                      tolerance=0.05)
+    assert e.verdict == "equivalent" and "independence" not in e.reason
+    (f,) = decide_run([_case("c", [1e-12])], alpha=1e-3, tolerance=0.05)
+    assert f.verdict == "shifted" and "independence" not in f.reason
+    # a hard failure rests on impossible tokens, not on independent rows
+    (h,) = decide_run([dataclasses.replace(_case("h", [0.5], hard=(_MISMATCH,)), independence_untested=(note,))],
+                      alpha=1e-3, tolerance=0.05)
+    assert h.verdict == "shifted" and "independence" not in h.reason

@@ -201,3 +201,25 @@ def test_failure_lines_word_every_kind_of_record_from_its_token_ids() -> None:
 
     for f in (outside, mismatch, off):
         assert HardFailure.from_dict(json.loads(json.dumps(dataclasses.asdict(f)))) == f
+
+
+def test_the_untested_independence_note_names_the_limit_of_one_forward_batch_of_one_call() -> None:
+    from speceq.verdicts.notes import Note, NoteKind
+    from speceq.verdicts.reasons import note_line
+
+    def line(**values) -> str:
+        return note_line(Note(kind=NoteKind.INDEPENDENCE_UNTESTED, values={"role": "candidate"} | values))
+
+    one = line(rows=300, calls=1, sample_calls=1, batch_size=512)
+    assert one.startswith("the candidate's row independence: not tested: all 300 rows come from a single forward batch "
+                          "(batch_size 512) of a single sample() call, so there is nothing independent to compare them")
+    assert "every token-law test's p-value assumes they share none" in one
+    both = line(rows=300, calls=1, sample_calls=1, batch_size=512, role="both")  # one note for both engines
+    assert both.startswith("the candidate's and the baseline's row independence: not tested: all 300 rows of each "
+                           "come from a single forward batch (batch_size 512)")
+    few = line(rows=10, calls=1, sample_calls=1, batch_size=1)  # single-row batches: grouped by call, one group
+    assert "all 10 rows come from one sample() call, 10 forward batches of 1 row(s)" in few
+    # two calls too small to pair, and a note saved before the call count and batch size were recorded
+    assert line(rows=4, calls=2, sample_calls=2, batch_size=1) == line(rows=4, calls=2) == (
+        "the candidate's row independence: not tested (4 rows in 2 call(s): no pair of rows of one call to set "
+        "against a pair of rows of two calls)")
