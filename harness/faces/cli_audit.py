@@ -25,14 +25,16 @@ HELP = "run the conformance matrix of an engine family: every method x sampling 
 
 @dataclass(frozen=True, slots=True)
 class Family:
-    """An engine family: its plain sampler (the baseline) and the registry-name prefix of its methods."""
+    """An engine family: its plain sampler (the baseline), the registry-name prefix of its methods and
+    the processing order its engines apply request fields in (the request-field settings use it)."""
 
     baseline: str
     prefix: str
+    processing: str = "vllm"
 
 
 #: The families ``speceq audit`` knows.
-FAMILIES: dict[str, Family] = {"transformers": Family(baseline="hf-sample", prefix="hf-")}
+FAMILIES: dict[str, Family] = {"transformers": Family(baseline="hf-sample", prefix="hf-", processing="hf")}
 
 
 def family_methods(family: str) -> list[str]:
@@ -53,7 +55,7 @@ def _names(text: str) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from speceq.core.defaults import DEFAULT_ALPHA, DEFAULT_TOLERANCE
     from speceq.models.worlds import WORLDS
-    from speceq.pipeline.audit import SETTINGS, SHAPES
+    from speceq.pipeline.audit import FIELD_SETTINGS, SETTINGS, SHAPES
 
     p.add_argument("family", choices=[*FAMILIES, "openai"],
                    help="engine family to audit: transformers (the registry's hf-* engines against hf-sample) or "
@@ -70,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="audit only these methods (engine names; an unknown one is a 'not run' row). "
                         "Default: every built-in method of the family")
     p.add_argument("--settings", type=_names, default=None, metavar="S,T",
-                   help=f"only these settings, of {', '.join(s.name for s in SETTINGS)}. Default: all")
+                   help=f"these settings, of {', '.join(s.name for s in SETTINGS)} and the request-field settings "
+                        f"{', '.join(s.name for s in FIELD_SETTINGS)}. Default: all but the request-field ones")
     p.add_argument("--shapes", type=_names, default=None, metavar="S,T",
                    help=f"only these shapes, of {', '.join(s.name for s in SHAPES)}. Default: all")
     p.add_argument("--samples", type=int, default=1000, metavar="N",
@@ -127,10 +130,11 @@ def build_plan(args: argparse.Namespace, *, world: str | None = None, methods: l
     from speceq.core.defaults import SUPPORT_MARGIN_NATS_BY_WORLD, SUPPORT_MARGIN_OFF
     from speceq.errors import ConfigError
     from speceq.models.worlds import DEFAULT_WORLD, runs_world_models, world_engine_options
-    from speceq.pipeline.audit import SETTINGS, SHAPES, AuditPlan, pick
+    from speceq.pipeline.audit import SHAPES, AuditPlan, pick, pick_settings
     from speceq.pipeline.config import RunConfig
 
     world = world or args.models or DEFAULT_WORLD
+    processing = "vllm"  # openai: the servers apply the fields in vLLM's order
     prompt, companion = world_prompts(world)
     if args.family == "openai":
         if args.servers is None:
@@ -160,13 +164,14 @@ def build_plan(args: argparse.Namespace, *, world: str | None = None, methods: l
         own = all(runs_world_models(s, {}) for s in (fam.baseline, *names))
         margin = SUPPORT_MARGIN_NATS_BY_WORLD.get(world, SUPPORT_MARGIN_OFF) if own else SUPPORT_MARGIN_OFF
         baseline, baseline_options, oracle = fam.baseline, world_engine_options(world, fam.baseline, {}), args.oracle
+        processing = fam.processing
     run = RunConfig(samples=args.samples, chunk_size=args.chunk_size, seed=args.seed, alpha=args.alpha,
                     tolerance=args.tolerance, oracle=oracle, threads=args.threads, workers=1, progress=False,
                     support_margin_nats=margin)
     return AuditPlan(family=args.family, baseline=baseline, baseline_options=baseline_options, methods=methods,
-                     prompt_ids=prompt, companion_ids=companion, settings=pick(SETTINGS, args.settings, "setting"),
+                     prompt_ids=prompt, companion_ids=companion, settings=pick_settings(args.settings),
                      shapes=pick(SHAPES, args.shapes, "shape"), run=run, out_dir=out_dir or Path(args.out),
-                     world=world)
+                     world=world, processing=processing)
 
 
 def _world_method(world: str, name: str) -> Any:

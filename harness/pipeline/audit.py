@@ -37,7 +37,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,25 @@ SETTINGS: tuple[AuditSetting, ...] = (
     AuditSetting("greedy", SamplingParams(temperature=0.0, max_new_tokens=4), "greedy, 4 tokens"),
     AuditSetting("long64", SamplingParams(temperature=1.0, max_new_tokens=64), "T = 1.0, 64 tokens"),
 )
+#: Request-field settings (issue 45's fields), run when named in ``--settings``: min-p, a repetition
+#: penalty over 8 tokens (its history matters), a logit bias (+3 on id 101, -100 on id 32: ids every
+#: bundled world has). They run in the plan's processing order (:attr:`AuditPlan.processing`).
+FIELD_SETTINGS: tuple[AuditSetting, ...] = (
+    AuditSetting("minp01", SamplingParams(temperature=1.0, min_p=0.1, max_new_tokens=4),
+                 "T = 1.0, min-p 0.1, 4 tokens"),
+    AuditSetting("rep13", SamplingParams(temperature=1.0, repetition_penalty=1.3, max_new_tokens=8),
+                 "T = 1.0, repetition penalty 1.3, 8 tokens"),
+    AuditSetting("bias", SamplingParams(temperature=1.0, logit_bias=((101, 3.0), (32, -100.0)), max_new_tokens=4),
+                 "T = 1.0, logit bias +3 on id 101 and -100 on id 32, 4 tokens"),
+)
+
+
+def pick_settings(names: Sequence[str] | None) -> tuple[AuditSetting, ...]:
+    """The settings named (of :data:`SETTINGS` and :data:`FIELD_SETTINGS`), in the order given; None:
+    :data:`SETTINGS` (the request-field settings only when named)."""
+    return SETTINGS if names is None else pick((*SETTINGS, *FIELD_SETTINGS), names, "setting")
+
+
 #: The shapes: one request at a time; a ragged batch of 4 (the prompt with a longer companion).
 SHAPES: tuple[AuditShape, ...] = (
     AuditShape("single", 1, False, "one request at a time"),
@@ -149,6 +168,7 @@ class AuditPlan:
     run: RunConfig
     out_dir: Path
     world: str | None = None
+    processing: str = "vllm"
 
     def __post_init__(self) -> None:
         if not self.methods:
@@ -162,8 +182,13 @@ class AuditPlan:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
 
     def case(self, setting: AuditSetting, shape: AuditShape) -> Case:
-        """The case of one column: ``<setting>-<shape>``, the same for every method."""
-        return Case(case_id=f"{setting.name}-{shape.name}", prompt_ids=tuple(self.prompt_ids), params=setting.params,
+        """The case of one column: ``<setting>-<shape>``, the same for every method; a setting with
+        request fields runs in the plan's processing order (the others keep the default, so their
+        stored cases are what they always were)."""
+        params = setting.params
+        if params.extra_fields and self.processing != params.processing:
+            params = replace(params, processing=self.processing)
+        return Case(case_id=f"{setting.name}-{shape.name}", prompt_ids=tuple(self.prompt_ids), params=params,
                     batch_size=shape.batch_size, companions=(tuple(self.companion_ids),) if shape.ragged else ())
 
     def cell_dir(self, method: AuditMethod, case: Case) -> Path:
@@ -660,7 +685,8 @@ def load_audit(path: str | Path) -> AuditResult:
 
 
 __all__ = [
-    "AUDIT_JSON", "CELL_FILE", "NOT_RUN", "NOT_SUPPORTED", "RAN", "SETTINGS", "SHAPES", "STATUSES", "AuditCell",
-    "AuditMethod", "AuditPlan", "AuditResult", "AuditSetting", "AuditShape", "cell_from_result", "default_command", "eta_seconds",
-    "first_line", "folder_name", "join_audits", "load_audit", "package_versions", "pick", "run_audit",
+    "AUDIT_JSON", "CELL_FILE", "FIELD_SETTINGS", "NOT_RUN", "NOT_SUPPORTED", "RAN", "SETTINGS", "SHAPES", "STATUSES",
+    "AuditCell", "AuditMethod", "AuditPlan", "AuditResult", "AuditSetting", "AuditShape", "cell_from_result",
+    "default_command", "eta_seconds", "first_line", "folder_name", "join_audits", "load_audit", "package_versions",
+    "pick", "pick_settings", "run_audit",
 ]

@@ -20,7 +20,7 @@ def _blocks(kind: str) -> list[str]:
 def test_the_page_command_runs_as_documented(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from speceq.faces.cli import main
 
-    (command,) = [b.strip() for b in _blocks("sh") if b.startswith("speceq audit")]
+    command = [b.strip() for b in _blocks("sh") if b.startswith("speceq audit")][0]  # the page's first example
     argv = shlex.split(command)[1:]
     out = tmp_path / "speceq-audit"
     argv[argv.index("--samples") + 1] = "20"  # the page's 200, cut to keep the test short (about 15 s of CPU)
@@ -41,3 +41,18 @@ def test_the_page_command_runs_as_documented(tmp_path: Path, capsys: pytest.Capt
     cell = words[("hf-assisted", "t1", "single")]["command"]
     documented = next(b.strip() for b in _blocks("text") if b.startswith("speceq run"))
     assert cell.replace(str(out), "speceq-audit").replace("--samples 20", "--samples 200") == documented
+
+
+def test_the_request_field_settings_command_runs_every_cell(tmp_path: Path) -> None:
+    """The page's request-field example: every cell runs (no field refused), in the hf order, never shifted."""
+    from speceq.faces.cli import main
+
+    (command,) = [b.strip() for b in _blocks("sh") if b.startswith("speceq audit") and "minp01" in b]
+    argv = shlex.split(command)[1:]
+    out = tmp_path / "fields"
+    argv[argv.index("--samples") + 1] = "20"
+    argv[argv.index("--out") + 1] = str(out)
+    code = main(argv)
+    audit = json.loads((out / "audit.json").read_text())
+    assert code in (0, 3) and len(audit["cells"]) == 6
+    assert all(c["status"] == "ran" and c["verdict"] in ("equivalent", "inconclusive") for c in audit["cells"])

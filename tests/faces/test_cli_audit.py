@@ -66,6 +66,22 @@ def test_audit_of_the_byte_world_runs_cells_and_marks_faults(tmp_path, capsys):
     assert rerun["cases"][0]["verdict"] == single.verdict
 
 
+def test_request_field_settings_run_in_the_familys_order_when_named(tmp_path, capsys):
+    """min-p, penalty and bias settings reach the hf engines in the hf order (else they would be refused), and the
+    cell's cases file keeps that order, so its command reproduces it."""
+    out = tmp_path / "fields"
+    code = main(["audit", "transformers", "--models", "byte", "--methods", "hf-prompt-lookup", "--settings",
+                 "minp01,rep13,bias", "--shapes", "single", "--samples", "40", "--chunk-size", "40", "--out", str(out),
+                 "--json"])
+    result = load_audit(out / AUDIT_JSON)
+    assert code in (0, 3)
+    for setting in ("minp01", "rep13", "bias"):
+        cell = result.cell("hf-prompt-lookup", setting, "single")
+        assert cell.status == RAN and cell.n == 40, (setting, cell.reason)
+        (case,) = json.loads((out / "cases" / f"{setting}-single.json").read_text())["cases"]
+        assert case["processing"] == "hf", case
+
+
 def test_bad_input_is_one_line_naming_the_option(tmp_path, capsys):
     assert main(["audit", "transformers", "--settings", "t1,hot", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

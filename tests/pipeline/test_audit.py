@@ -11,6 +11,7 @@ from audit_fakes import ROW_LIMIT_MESSAGE
 from speceq.errors import ConfigError
 from speceq.pipeline.audit import (
     AUDIT_JSON,
+    FIELD_SETTINGS,
     NOT_RUN,
     NOT_SUPPORTED,
     RAN,
@@ -22,6 +23,7 @@ from speceq.pipeline.audit import (
     eta_seconds,
     load_audit,
     pick,
+    pick_settings,
     run_audit,
 )
 from speceq.pipeline.config import RunConfig
@@ -212,3 +214,15 @@ def test_an_audit_json_without_method_worlds_loads_with_every_row_in_its_world(t
     assert AuditResult.from_dict(old).method_worlds == {"a": "byte"}
     assert AuditResult.from_dict({**old, "world": None}).method_worlds == {}
     assert AuditResult.from_dict({**old, "world": None}).world_of("a") is None
+
+
+def test_request_field_settings_are_named_to_run_and_take_the_plans_processing_order(tmp_path):
+    assert pick_settings(None) == SETTINGS and not set(FIELD_SETTINGS) & set(SETTINGS)
+    assert [s.name for s in pick_settings(["bias", "t1"])] == ["bias", "t1"]
+    with pytest.raises(ConfigError, match="expected some of t1, .*minp01, rep13, bias"):
+        pick_settings(["nope"])
+    p = replace(plan(tmp_path, [AuditMethod("m", FAKE)]), settings=pick_settings(["t1", "minp01"]), processing="hf")
+    t1, minp = p.settings
+    assert p.case(minp, SHAPES[0]).params.processing == "hf" and p.case(minp, SHAPES[0]).params.min_p == 0.1
+    assert p.case(t1, SHAPES[0]).params == t1.params  # no field: the stored case is what it always was
+    assert replace(p, processing="vllm").case(minp, SHAPES[0]).params.processing == "vllm"
