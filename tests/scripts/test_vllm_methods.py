@@ -213,7 +213,7 @@ def test_a_later_run_replaces_its_rows_and_keeps_the_others_in_row_order(methods
 def test_the_conformance_pages_commands_parse_and_name_known_methods_and_settings(methods) -> None:
     import shlex
 
-    from speceq.pipeline.audit import SETTINGS, SHAPES
+    from speceq.pipeline.audit import FIELD_SETTINGS, SETTINGS, SHAPES
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "measurements" / "conformance.md").read_text()
     commands = [shlex.split(line.split("python scripts/vllm/methods.py", 1)[1], comments=True)
@@ -222,5 +222,5 @@ def test_the_conformance_pages_commands_parse_and_name_known_methods_and_setting
     for words in commands:
         args = methods.build_parser().parse_args(words)
         assert set(args.methods.split(",")) <= set(methods.METHODS)
-        assert set(args.settings.split(",")) <= {s.name for s in SETTINGS}
+        assert set(args.settings.split(",")) <= {s.name for s in (*SETTINGS, *FIELD_SETTINGS)}
         assert set(args.shapes.split(",")) <= {s.name for s in SHAPES}
