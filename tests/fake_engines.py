@@ -40,10 +40,13 @@ class FakeEngine:
     Options: ``shift`` (mass moved to token 0), ``name``, ``fail_on_call`` (raise
     RuntimeError on that call, 1-based), ``bad_output_on_call`` (return a batch with a
     token outside the vocabulary), ``sigint_on_calls`` (send SIGINT to this process during
-    those calls), ``kill_on_call`` (SIGKILL this process during that call), ``kill_once_marker`` (a file path:
+    those calls), ``sigterm_on_call`` (send SIGTERM to this process during that call), ``calls_dir``
+    (a folder: each call first writes an empty file ``<pid>-<call>`` there, so a test sees which process is
+    inside a call), ``kill_on_call`` (SIGKILL this process during that call), ``kill_once_marker`` (a file path:
     SIGKILL this process on its first call unless the file exists, creating it first, so only
     the first process that tries dies), ``sigint_parent_on_call`` (send SIGINT to the parent
-    process during that call: a worker's driver), ``delay_s``.
+    process during that call: a worker's driver), ``sigterm_parent_on_call`` (the same with SIGTERM: a
+CI runner cancelling the job), ``delay_s``.
     """
 
     vocab_size = VOCAB
@@ -52,7 +55,8 @@ class FakeEngine:
     def __init__(self, *, shift: float = 0.0, name: str = "fake", fail_on_call: int | None = None,
                  bad_output_on_call: int | None = None, sigint_on_calls: tuple[int, ...] = (),
                  kill_on_call: int | None = None, delay_s: float = 0.0, kill_once_marker: str | None = None,
-                 sigint_parent_on_call: int | None = None) -> None:
+                 sigint_parent_on_call: int | None = None, sigterm_parent_on_call: int | None = None,
+                 sigterm_on_call: int | None = None, calls_dir: str | None = None) -> None:
         self.shift = float(shift)
         self.name = name
         self.fail_on_call = fail_on_call
@@ -62,6 +66,9 @@ class FakeEngine:
         self.delay_s = delay_s
         self.kill_once_marker = kill_once_marker
         self.sigint_parent_on_call = sigint_parent_on_call
+        self.sigterm_parent_on_call = sigterm_parent_on_call
+        self.sigterm_on_call = sigterm_on_call
+        self.calls_dir = calls_dir
         self.calls = 0
 
     def describe(self) -> dict[str, Any]:
@@ -69,6 +76,8 @@ class FakeEngine:
 
     def sample(self, request: SampleRequest) -> SampleBatch:
         self.calls += 1
+        if self.calls_dir is not None:
+            open(os.path.join(self.calls_dir, f"{os.getpid()}-{self.calls}"), "w").close()
         if self.kill_on_call == self.calls:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.kill_once_marker is not None and not os.path.exists(self.kill_once_marker):
@@ -80,6 +89,10 @@ class FakeEngine:
             os.kill(os.getpid(), signal.SIGINT)
         if self.sigint_parent_on_call == self.calls:  # Ctrl-C reaching the driver of a worker process
             os.kill(os.getppid(), signal.SIGINT)
+        if self.sigterm_on_call == self.calls:
+            os.kill(os.getpid(), signal.SIGTERM)
+        if self.sigterm_parent_on_call == self.calls:
+            os.kill(os.getppid(), signal.SIGTERM)
         if self.fail_on_call == self.calls:
             raise RuntimeError("simulated engine crash")
         if self.delay_s:

@@ -23,9 +23,8 @@ from typing import Any
 
 from speceq.errors import SpeceqError, StoreError
 from speceq.verdicts.result import RunResult
-from speceq.verdicts.verdict import EXIT_USAGE, Verdict
+from speceq.verdicts.verdict import EXIT_INTERRUPTED, EXIT_USAGE, Verdict
 
-EXIT_INTERRUPTED = 130
 AddArguments = Callable[[argparse.ArgumentParser], None]
 Handler = Callable[[argparse.Namespace], int]
 
@@ -575,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except RunInterrupted as e:
         print(f"\nspeceq: {e.message}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return e.exit_code
     except KeyboardInterrupt:
         print("\nspeceq: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 #: Exit code of a usage, input or engine error (no verdict was reached).
 EXIT_USAGE = 2
-#: Exit code of a run stopped by the user (Ctrl-C): 128 + SIGINT, as shells report it.
+#: Exit code of a run stopped by the user (Ctrl-C): 128 + SIGINT, as shells report it (SIGTERM: 143).
 EXIT_INTERRUPTED = 130
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ TESTS = Path(__file__).resolve().parents[1]  # fake_engines.py (on sys.path thro
 
 from speceq.faces import cli  # noqa: E402
 from speceq.faces.cli import EXIT_INTERRUPTED, main  # noqa: E402
+from speceq.store import SampleStore  # noqa: E402
 from speceq.verdicts.result import CaseResult, RunResult  # noqa: E402
 
 REPO = TESTS.parent
@@ -182,6 +184,16 @@ def test_ctrl_c_exit_130_says_how_to_resume(tmp_path, capsys):
     assert main(fake_run(tmp_path, "--candidate-option", "sigint_on_calls=[1]")) == EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert "interrupted: 3 of 8 chunks are stored" in err and "to resume" in err
+
+
+def test_sigterm_exit_143_keeps_the_stored_chunks_and_a_rerun_resumes(tmp_path, capsys):
+    assert main(fake_run(tmp_path, "--candidate-option", "sigterm_on_call=2")) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    stored = re.search(r"interrupted: (\d+) of 8 chunks are stored", err)
+    assert "SIGTERM: stopping now" in err and stored and "to resume" in err
+    n = int(stored.group(1))
+    assert 0 < n < 8 and len(SampleStore(tmp_path / "out").keys()) == n  # the second call abandoned, the rest kept
+    # (resuming them is tested on the collector: tests/pipeline/collect/test_collect_executors.py)
 
 
 def test_report_subcommand_renders_a_saved_result(tmp_path, capsys):

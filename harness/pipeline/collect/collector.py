@@ -23,6 +23,7 @@ A failure stops the run and keeps every chunk stored before it.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,9 @@ class ChunkCollector:
         if exc_type is KeyboardInterrupt:
             raise self._interrupted() from None
 
-    def _interrupted(self) -> RunInterrupted:
-        return RunInterrupted(interrupted_message(self._out_dir, self.reused + self.sampled, self.requested))
+    def _interrupted(self, signum: int = signal.SIGINT) -> RunInterrupted:
+        return RunInterrupted(interrupted_message(self._out_dir, self.reused + self.sampled, self.requested),
+                              signum=signum)
 
     def gather(self, chunks: Sequence[Any]) -> list[SampleBatch]:
         """The stored batch of every chunk of ``chunks`` (in order), sampling and storing those not yet stored."""
@@ -116,9 +118,9 @@ class ChunkCollector:
                     executor.run(missing, progress.started, store_chunk, stop, timeout_s=self._timeout,
                                  on_rows=progress.rows)
                 except KeyboardInterrupt:
-                    raise self._interrupted() from None
+                    raise self._interrupted(stop.signum) from None
             if stop.requested and self.sampled - before < len(missing):
-                raise self._interrupted()
+                raise self._interrupted(stop.signum)
         return [self.store.get(c.key) for c in chunks]  # exactly what is stored, reused or just written
 
     @property

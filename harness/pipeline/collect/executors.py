@@ -218,7 +218,7 @@ class ProcessExecutor:
         path = os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)
         try:
             process = subprocess.Popen([sys.executable, "-m", "speceq.pipeline.collect.worker", str(to_child_r),
-                                        str(from_child_w)], pass_fds=(to_child_r, from_child_w),
+                                        str(from_child_w), str(os.getpid())], pass_fds=(to_child_r, from_child_w),
                                        env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
         finally:
             os.close(to_child_r)

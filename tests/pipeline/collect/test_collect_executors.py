@@ -3,6 +3,7 @@ worker that dies, report engine errors, and fall back to serial for engines they
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -185,6 +186,93 @@ def test_ctrl_c_with_workers_stores_the_running_chunks_and_resume_gives_the_seri
     got = collect(config(tmp_path), cases(), *spec_engines()[:1])
     assert (got.chunks_reused, got.chunks_sampled) == (stored, 18 - stored)
     assert_same_samples(got, serial[1])
+
+
+def worker_pids(driver: int) -> list[int]:
+    """Pids of the speceq worker processes whose parent is ``driver`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == driver and b"speceq.pipeline.collect.worker" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from Linux /proc")
+def test_sigterm_with_workers_stops_now_terminates_them_keeps_stored_chunks_and_exits_143(tmp_path, serial):
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    engines, specs = spec_engines(sigterm_parent_on_call=2)  # a CI runner cancels the job mid-run
+    with pytest.raises(RunInterrupted, match=r"interrupted: \d+ of 18 chunks are stored") as e:
+        collect(config(tmp_path, workers=2), cases(), engines, specs=specs)
+    assert e.value.exit_code == 128 + signal.SIGTERM
+    assert {s: signal.getsignal(s) for s in before} == before  # the handlers in place before are back
+    assert [pid for pid in worker_pids(os.getpid()) if alive(pid)] == []  # no worker lives on
+    stored = len(SampleStore(tmp_path).keys())
+    assert 0 < stored < 18 and f"{stored} of 18" in e.value.message
+    got = collect(config(tmp_path), cases(), *spec_engines()[:1])
+    assert (got.chunks_reused, got.chunks_sampled) == (stored, 18 - stored)
+    assert_same_samples(got, serial[1])
+
+
+DRIVER = """
+import sys
+sys.path[:0] = {paths!r}
+from pathlib import Path
+from fake_engines import FakeEngine
+from test_runner import cases, config
+from speceq.pipeline.fixed import collect
+spec = ("fake_engines:FakeEngine", {{"delay_s": 600.0, "calls_dir": {calls!r}}})  # a hung engine: ten minutes a chunk
+collect(config(Path({out!r}), workers=2), cases(), {{"baseline": FakeEngine(), "candidate": FakeEngine()}},
+        specs={{"baseline": spec, "candidate": spec}})
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from Linux /proc")
+def test_workers_end_themselves_when_their_driver_is_killed_even_inside_a_hung_chunk(tmp_path):
+    import subprocess
+    import time
+
+    paths = [str(TESTS.parent), str(TESTS)]  # fake_engines.py, test_runner.py
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(paths=paths, out=str(tmp_path / "out"),
+                                                                   calls=str(calls))])
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        inside: set[int] = set()  # workers inside a call (a ten-minute chunk)
+        while len(inside) < 2 and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.2)
+            inside = {int(f.name.split("-")[0]) for f in calls.iterdir()}
+        workers = worker_pids(driver.pid)
+        assert len(inside) == 2 and inside == set(workers), "the driver's two workers never started a chunk"
+        driver.kill()  # SIGKILL: the driver cleans nothing up
+        driver.wait()
+        deadline = time.monotonic() + 15
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in workers), "a worker outlived its killed driver"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in [*workers, *worker_pids(driver.pid)]:  # a failed check leaves none behind
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_workers_set_the_thread_variable_speceq_engines_read():
