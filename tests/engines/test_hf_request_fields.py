@@ -261,23 +261,49 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", ["hf-early-exit", "hf-dflash", "hf-prompt-lookup", "hf-universal", "hf-mtp",
-                                  "hf-multi-token"])
-def test_every_path_with_the_fields_is_not_shifted(path: str, model_cache: Any, tmp_path: Path) -> None:
-    """Each other hf-* path against hf-sample of its own target, min_p, repetition_penalty and logit_bias together,
-    400 samples (hf-universal in id order and hf-multi-token with draft_law=argmax: as transformers runs them
-    they are shifted without any field). About 4 minutes in all on the shared 2-core machine."""
+def path_field_run(path: str, out: Path, *, dropped: str | None = None) -> Any:
+    """One hf-* path against hf-sample of its own target, min_p, repetition_penalty and logit_bias together, 400
+    samples (hf-universal in id order and hf-multi-token with draft_law=argmax: as transformers runs them they are
+    shifted without any field). ``dropped``: a generate() argument the candidate puts back to None (a field
+    silently dropped by this path's adapter)."""
     from speceq.models.mtp import mtp_model_folder
     from speceq.models.multi_token import gemma4_folders
 
     options = {"hf-universal": {"vocab_order": "id"}, "hf-multi-token": {"draft_law": "argmax"}}.get(path, {})
     candidate = resolve_engine(path, options=options)
+    if dropped is not None:
+        kwargs = candidate._kwargs
+        candidate._kwargs = lambda params: {**kwargs(params), dropped: None}
     target = {"hf-mtp": lambda: str(mtp_model_folder()), "hf-multi-token": lambda: str(gemma4_folders()[0])}
     baseline = HFSampleEngine(target[path]()) if path in target else resolve_engine("hf-sample")
     params = replace(WORLD_FIELDS, ignore_eos=path in target)  # the tiny random worlds end rows at once otherwise
-    result = field_run(baseline, candidate, tmp_path, 400, params)
+    return field_run(baseline, candidate, out, 400, params)
+
+
+OTHER_PATHS = ["hf-early-exit", "hf-dflash", "hf-prompt-lookup", "hf-universal", "hf-mtp", "hf-multi-token"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", OTHER_PATHS)
+def test_every_path_with_the_fields_is_not_shifted(path: str, model_cache: Any, tmp_path: Path) -> None:
+    """Each other hf-* path with the fields, 400 samples: not shifted. About 4 minutes in all on the shared 2-core
+    machine."""
+    result = path_field_run(path, tmp_path)
     assert result.verdict != "shifted", result.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", OTHER_PATHS)
+def test_every_path_dropping_a_field_is_shifted(path: str, model_cache: Any, tmp_path: Path) -> None:
+    """The planted failure of the check above, per path: the same run with the path's adapter dropping one field is
+    shifted, so each path's not-shifted run above can fail. The byte-world paths drop logit_bias (``sequence_bias``
+    back to None: the -100 token appears); the tiny random worlds (hf-mtp, hf-multi-token) drop min_p, since their
+    laws are nearly flat over their vocabulary and the bias on two ids moves too little mass to see at 400 samples
+    (measured: inconclusive, smallest Holm p 0.005 and 0.001), while min_p cuts most of it (hard failures in 196
+    and 364 of 400 rows)."""
+    dropped = "min_p" if path in ("hf-mtp", "hf-multi-token") else "sequence_bias"
+    result = path_field_run(path, tmp_path, dropped=dropped)
+    assert result.verdict == "shifted", result.reason
 
 
 def test_universal_drafts_bias_the_wrong_token(tmp_path: Path) -> None:
