@@ -126,7 +126,7 @@ class HFEarlyExitEngine(_RowLoopEngine):
 #: Why ``hf-universal`` refuses ``structured_outputs`` (transformers 5.25.0; tested in
 #: tests/engines/test_hf_structured_outputs.py).
 UNIVERSAL_GRAMMAR_REFUSAL = (
-    "hf-universal: transformers hands the call's logits processors to the draft's own generate() "
+    "transformers hands the call's logits processors to the draft's own generate() "
     "(generation/candidate_generator.py:323 in 5.25.0, kept by UniversalSpeculativeDecodingGenerator.get_candidates "
     "unless its translator has its own, :964-965), which runs on the draft tokenizer's ids and the pruned "
     "draft head's indices: a grammar processor built for the target's tokens would mask the wrong tokens there, "
