@@ -29,3 +29,10 @@ class LossyFake(FakeEngine):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "lossless": False}
+
+
+class MinPFake(FakeEngine):
+    """FakeEngine that declares min_p in the hf order (its rows ignore it: enough for the audit's plumbing, which
+    never scores them against a law)."""
+
+    sampling_fields = {"min_p": ("hf",)}

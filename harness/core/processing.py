@@ -9,16 +9,21 @@ Two named orders (``SamplingParams.processing``), on raw next-token logits ``[..
 vllm   ignore_eos, logit_bias, repetition, frequency, presence, [greedy], temperature,
        min_p, top-k, top-p: the order of vLLM's V1 sampler (logits processors, then
        penalties, then temperature and the argmax-invariant min-p, then top-k / top-p)
-hf     ignore_eos, logit_bias, repetition, [greedy], temperature, top-k, top-p, min_p:
-       transformers' ``generate()`` order (SequenceBias, RepetitionPenalty, then the
+hf     ignore_eos, logit_bias, repetition, grammar, [greedy], temperature, top-k, top-p,
+       min_p: transformers' ``generate()`` order (SequenceBias, RepetitionPenalty,
+       SuppressTokens, then a user's logits processors, where a grammar goes, then the
        Temperature, TopK, TopP and MinP warpers); no presence or frequency penalty
 =====  ================================================================================
 
 The steps:
 
 - ``ignore_eos``: the EOS logit is set to -inf.
-- ``structured_outputs`` (both orders, first): the tokens the row's grammar state does not allow
-  (``TokenHistory.allowed``) are set to -inf.
+- ``structured_outputs`` (grammar): the tokens the row's grammar state does not allow
+  (``TokenHistory.allowed``) are set to -inf; first in the vllm order (vLLM applies the
+  structured-output bitmask before its sampler), after the penalties in the hf order (where
+  transformers puts a user's logits processor). Setting -inf commutes with the bias and the
+  penalties (they leave -inf at -inf), so the two places give the same law bit for bit; the
+  order is kept as each library runs it.
 - ``logit_bias``: ``bias[t]`` is added to token t's logit.
 - ``repetition_penalty`` r, over every token of the row's prompt and of its generated
   tokens so far: a positive logit is divided by r, a negative one multiplied by r.
@@ -206,15 +211,18 @@ def process_logits(
     """Return the processed next-token probabilities for ``params`` in its ``processing`` order.
 
     ``history`` (broadcastable to ``logits``) is required when a penalty or a grammar is on; its
-    grammar mask (``history.allowed``) comes first, before every other step, as vLLM applies the
-    structured-output bitmask to the logits before its sampler.
+    grammar mask (``history.allowed``) comes first in the vllm order (vLLM applies the structured-output
+    bitmask to the logits before its sampler) and after the bias and penalties in the hf order (a user's
+    logits processor in transformers' ``generate()``).
     """
     x = logits.float()
     if params.ignore_eos and eos_token_id is not None:
         x = x.clone()
         x[..., eos_token_id] = float("-inf")
-    x = grammar_cut(x, params, history)
-    x = bias_and_penalties(x, params, history)
+    if params.processing == "hf":
+        x = grammar_cut(bias_and_penalties(x, params, history), params, history)
+    else:
+        x = bias_and_penalties(grammar_cut(x, params, history), params, history)
     if params.greedy:
         idx = x.argmax(dim=-1, keepdim=True)  # first maximal index
         return torch.zeros_like(x).scatter_(-1, idx, 1.0)

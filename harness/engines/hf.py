@@ -14,7 +14,9 @@ temperature -> ``temperature`` (0 -> ``do_sample=False``, greedy), top_k -> ``to
 top_p -> ``top_p``, max_new_tokens -> ``max_new_tokens``; ``ignore_eos`` -> ``suppress_tokens=[eos]``
 plus ``min_new_tokens=max_new_tokens``. The request fields transformers has (:data:`GENERATE_FIELDS`):
 min_p -> ``min_p``, repetition_penalty -> ``repetition_penalty`` (over prompt and generated tokens; the
-left padding skipped), logit_bias -> single-token ``sequence_bias``, in the ``hf`` processing order only;
+left padding skipped), logit_bias -> single-token ``sequence_bias``, structured_outputs -> a grammar logits
+processor (:mod:`speceq.engines.hf_grammar`, where transformers puts a user's processor), in the ``hf``
+processing order only;
 an engine declares them (``sampling_fields``) when its path applies them at every verified position, and
 refuses the others with the reason (``refused_fields``). Typical-p, epsilon/eta cut-offs and the rest are
 set to their neutral values.
@@ -89,6 +91,9 @@ GENERATE_FIELDS: Mapping[str, str] = {
     "min_p": "min_p",
     "repetition_penalty": "repetition_penalty",
     "logit_bias": "sequence_bias",
+    # a logits processor masking by the case's grammar (speceq.engines.hf_grammar), after transformers' own
+    # processors and before its warpers: the ``hf`` order
+    "structured_outputs": "logits_processor",
 }
 #: What an ``hf-*`` engine whose path has been checked to apply generate()'s processors at every position it
 #: verifies declares as its ``sampling_fields`` (:func:`speceq.engines.base.sampling_fields`): the fields of
@@ -100,7 +105,6 @@ HF_SAMPLING_FIELDS: Mapping[str, tuple[str, ...]] = {**{name: ("hf",) for name i
 HF_REFUSED_FIELDS: Mapping[str, str] = {
     "presence_penalty": "transformers' generate() has no presence penalty",
     "frequency_penalty": "transformers' generate() has no frequency penalty",
-    "structured_outputs": "transformers' generate() has no grammar constraint",
     "stop": "transformers' stop_strings end a row when a stop string ends the prompt and row together (a stop "
             "string across the prompt's end stops it), speceq's stop only when the row's own text contains it, "
             "so the rows would end elsewhere",
@@ -108,13 +112,19 @@ HF_REFUSED_FIELDS: Mapping[str, str] = {
 }
 
 
-def generation_kwargs(params: SamplingParams, *, eos_token_id: int | None, pad_token_id: int) -> dict[str, Any]:
+def generation_kwargs(params: SamplingParams, *, eos_token_id: int | None, pad_token_id: int,
+                      vocab_size: int | None = None, prompt_ids: Any = None) -> dict[str, Any]:
     """Keyword arguments of ``generate()`` that reproduce ``params`` exactly (every field explicit).
 
     The request fields of :data:`GENERATE_FIELDS` become their generate() arguments (``logit_bias``
-    as single-token ``sequence_bias``); any other field, or one of them outside the ``hf`` order, is
-    a ConfigError naming it (transformers would sample without it).
+    as single-token ``sequence_bias``; ``structured_outputs`` as a grammar logits processor,
+    :class:`speceq.engines.hf_grammar.GrammarLogitsProcessor`, which needs the model's ``vocab_size``
+    and the call's ``input_ids`` as ``prompt_ids``); any other field, or one of them outside the
+    ``hf`` order, is a ConfigError naming it (transformers would sample without it).
     """
+    if params.structured_outputs is not None and (vocab_size is None or prompt_ids is None):
+        raise ConfigError("the grammar processor needs the model's vocab_size and the call's prompt_ids",
+                          where="structured_outputs")
     for name in params.extra_fields:
         if name == "seed":  # not a generate() argument: the engine seeds each call from the request seed
             continue
@@ -162,7 +172,16 @@ def generation_kwargs(params: SamplingParams, *, eos_token_id: int | None, pad_t
     from transformers import GenerationConfig
 
     known = GenerationConfig()
-    return {k: v for k, v in kw.items() if hasattr(known, k)}
+    out = {k: v for k, v in kw.items() if hasattr(known, k)}
+    if params.structured_outputs is not None:
+        from transformers import LogitsProcessorList
+
+        from speceq.engines.hf_grammar import grammar_processor
+
+        assert vocab_size is not None and prompt_ids is not None  # checked above
+        out["logits_processor"] = LogitsProcessorList([grammar_processor(
+            params, vocab_size=vocab_size, eos_token_id=eos_token_id, prompt_ids=prompt_ids)])
+    return out
 
 
 class _HFEngine:
@@ -214,15 +233,17 @@ class _HFEngine:
             "eos_source": self.eos_source,
         }
 
-    def _kwargs(self, params: SamplingParams) -> dict[str, Any]:
-        """generate()'s keywords for ``params``; a request field this engine does not declare is a ConfigError
-        naming the field and the engine (a run refuses it earlier, naming the case too)."""
+    def _kwargs(self, params: SamplingParams, prompt_ids: Any = None) -> dict[str, Any]:
+        """generate()'s keywords for ``params`` on a call of ``input_ids=prompt_ids`` (needed by a grammar: a fresh
+        processor per call); a request field this engine does not declare
+        is a ConfigError naming the field and the engine (a run refuses it earlier, naming the case too)."""
         for name in params.extra_fields:
             if params.processing not in self.sampling_fields.get(name, ()):
                 applies = ", ".join(f"{f} ({'/'.join(o)})" for f, o in self.sampling_fields.items())
                 raise ConfigError(f"engine {self.name!r} cannot apply {name} in the {params.processing!r} processing "
                                   f"order; it applies {applies or 'no request field'}", where=name)
-        return generation_kwargs(params, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id)
+        return generation_kwargs(params, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id,
+                                 vocab_size=self.vocab_size, prompt_ids=prompt_ids)
 
     @contextlib.contextmanager
     def _seeded(self, seed: int) -> Iterator[None]:
@@ -271,7 +292,7 @@ class HFSampleEngine(_HFEngine):
         check_prompts(request.prompts, self.vocab_size, self.name)
         params = request.params
         prompt_of_row = request.rows()
-        kwargs = self._kwargs(params)
+        kwargs = self._kwargs(params) if params.structured_outputs is None else {}
         rows: list[list[int]] = []
         started = time.perf_counter()
         bs = max(1, int(request.batch_size))
@@ -284,7 +305,8 @@ class HFSampleEngine(_HFEngine):
                 ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 mask[i, width - len(p) :] = 1
             with self._seeded(derive_seed(request.seed, start, bs)), torch.inference_mode():
-                out = self.target.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+                call = kwargs or self._kwargs(params, prompt_ids=ids)  # a grammar: its processor per call
+                out = self.target.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **call)
             new = out[:, width:].cpu().tolist()
             rows.extend(self._cut(r, params, start + i) for i, r in enumerate(new))
             report_rows(len(rows))
@@ -356,7 +378,8 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
         check_prompts(request.prompts, self.vocab_size, self.name)
         params = request.params
         prompt_of_row = request.rows()
-        kwargs = {**self._kwargs(params), **self._extra_kwargs()}
+        grammar = params.structured_outputs is not None
+        kwargs = {} if grammar else {**self._kwargs(params), **self._extra_kwargs()}
         rows: list[list[int]] = []
         drafted = accepted = steps = 0
         counted = True
@@ -364,8 +387,9 @@ class _RowLoopEngine(_HFEngine, abc.ABC):
         for i, j in enumerate(prompt_of_row):
             ids = torch.tensor([request.prompts[int(j)]], dtype=torch.long, device=self.device)
             self._start_row()
+            call = {**self._kwargs(params, prompt_ids=ids), **self._extra_kwargs()} if grammar else kwargs
             with self._counting() as counts, self._seeded(derive_seed(request.seed, i)), torch.inference_mode():
-                out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+                out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **call)
             rows.append(self._cut(out[0, ids.shape[1] :].cpu().tolist(), params, i))
             report_rows(len(rows))
             if counts is None:

@@ -49,7 +49,7 @@ from typing import Any
 
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest
-from speceq.engines.hf import HF_SAMPLING_FIELDS, HFAssistedEngine, _model_label, _RowLoopEngine
+from speceq.engines.hf import HF_REFUSED_FIELDS, HF_SAMPLING_FIELDS, HFAssistedEngine, _model_label, _RowLoopEngine
 from speceq.errors import ConfigError
 from speceq.models.hf_utils import load_causal_lm
 
@@ -123,6 +123,15 @@ class HFEarlyExitEngine(_RowLoopEngine):
         }
 
 
+#: Why ``hf-universal`` refuses ``structured_outputs`` (transformers 5.25.0; tested in
+#: tests/engines/test_hf_structured_outputs.py).
+UNIVERSAL_GRAMMAR_REFUSAL = (
+    "transformers hands the call's logits processors to the draft's own generate() "
+    "(generation/candidate_generator.py:323 in 5.25.0, kept by UniversalSpeculativeDecodingGenerator.get_candidates "
+    "unless its translator has its own, :964-965), which runs on the draft tokenizer's ids and the pruned "
+    "draft head's indices: a grammar processor built for the target's tokens would mask the wrong tokens there, "
+    "and transformers has no place for a target-only processor")
+
 #: ``vocab_order`` values of :class:`HFUniversalEngine`.
 VOCAB_ORDERS: tuple[str, ...] = ("tokenizer", "id")
 
@@ -172,6 +181,8 @@ class HFUniversalEngine(_RowLoopEngine):
 
     _limitation = "transformers runs universal speculative decoding at batch size 1 only; rows run one by one"
 
+    refused_fields = {**HF_REFUSED_FIELDS, "structured_outputs": UNIVERSAL_GRAMMAR_REFUSAL}
+
     def __init__(
         self,
         target: Any = None,
@@ -218,7 +229,7 @@ class HFUniversalEngine(_RowLoopEngine):
         self.shared_strings, self.draft_only_strings = shared, draft_only
         # In ``tokenizer`` order a seed's rows change from one process to the next, so a case's seed is not honoured
         self.sampling_fields = {name: orders for name, orders in HF_SAMPLING_FIELDS.items()
-                                if name != "seed" or self.vocab_order == "id"}
+                                if (name != "seed" or self.vocab_order == "id") and name != "structured_outputs"}
         loaded = draft_spec if isinstance(draft_spec, (str, Path)) else copy.deepcopy(draft_spec)
         # not ``.draft``: the oracle scores an engine's ``.draft`` in the target's vocabulary, this one has its own
         self.assistant = load_causal_lm(loaded, role="draft", device=self.device, dtype=self.dtype)

@@ -5,8 +5,8 @@ Prompts go out as token ids; sampled tokens come back as token ids without detok
 ``return_tokens_as_token_ids``); ``"token_ids"`` reads ``choices[i].token_ids`` (vLLM's
 ``return_token_ids`` and servers that copy it). Every sampling field is sent explicitly
 (temperature, top_p, top_k, min_p, penalties) so the server's model-specific defaults (vLLM reads
-``generation_config.json``) never apply; ``logit_bias``, ``stop`` and ``include_stop_str_in_output``
-are sent when the case sets them (a row may then end at a stop string, short of EOS:
+``generation_config.json``) never apply; ``logit_bias``, ``stop``, ``include_stop_str_in_output`` and ``structured_outputs`` (vLLM's
+completions field, ``{"regex": ...}`` and the other kinds) are sent when the case sets them (a row may then end at a stop string, short of EOS:
 :func:`speceq.engines.base.validate_batch` checks that it ends exactly there); ``ignore_eos`` and
 ``min_tokens`` are sent for servers that have them (``min_tokens`` only without stop strings: vLLM
 checks no stop string before ``min_tokens`` tokens, which would keep rows past their stop).
@@ -55,7 +55,7 @@ from typing import Any
 
 from speceq.core.credentials import redact_text, redact_url
 from speceq.core.http_json import TransportFault, get_text, parse_prometheus, request_json
-from speceq.core.params import EXTRA_DEFAULTS, SamplingParams
+from speceq.core.params import EXTRA_DEFAULTS, SamplingParams, structured_value
 from speceq.engines._options import as_int
 from speceq.engines.base import SampleBatch, SampleRequest, batch_from_lists
 from speceq.errors import ConfigError, EngineError
@@ -299,6 +299,10 @@ class OpenAICompletionsEngine:
         if params.stop:
             out["stop"] = list(params.stop)
             out["include_stop_str_in_output"] = bool(params.include_stop_str_in_output)
+        if params.structured_outputs is not None:
+            # vLLM's completions field (StructuredOutputsParams): {"regex": ...}, {"json": schema}, {"choice": [...]}
+            # or {"grammar": ...}, the same names as speceq's
+            out["structured_outputs"] = structured_value(params.structured_outputs)
         if self.token_ids_mode == "vllm":
             out["return_tokens_as_token_ids"] = True
         else:

@@ -45,6 +45,17 @@ _GEMMA4_PAIR = {"hf-multi-token"}
 _HOME_WORLD = {**dict.fromkeys(_MTP_TARGET, "mtp"), **dict.fromkeys(_GEMMA4_PAIR, "gemma4")}
 
 
+#: The portable tokenizer name (:mod:`speceq.models.named_tokenizers`) of each world's target: the mtp and gemma4
+#: worlds' tiny models are built on the byte vocabulary.
+WORLD_TOKENIZERS: dict[str, str] = {"byte": "bytes", "bpe": "bpe", "smollm2": "smollm2", "mtp": "bytes",
+                                    "gemma4": "bytes"}
+
+
+def world_tokenizer(world: str) -> str:
+    """The tokenizer name of ``world``'s target (what a case's ``tokenizer`` names for its grammar or stop strings)."""
+    return WORLD_TOKENIZERS[check_world(world)]
+
+
 def check_world(world: str) -> str:
     """Return ``world`` or raise :class:`ConfigError` listing the known worlds."""
     if world not in WORLDS:

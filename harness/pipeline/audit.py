@@ -19,8 +19,9 @@ sampler (the baseline) on one case: a sampling setting (:data:`SETTINGS`) at one
 - **one cell's fault stays in its cell**: an unknown method, a method the installed library
   lacks, or an engine error mid-run makes the cell ``not run`` with a one-line reason; a batch
   shape the engine declares it cannot run (``describe()["batch_size_limit"]``, with its
-  ``limitation``, as transformers' assisted generation at batch size 1) makes it
-  ``not supported`` with the engine's message; the other cells still run;
+  ``limitation``, as transformers' assisted generation at batch size 1), or a request field it
+  declares it cannot apply (:func:`~speceq.engines.base.check_sampling_support`, with its reason),
+  makes it ``not supported`` with the engine's message; the other cells still run;
 - **a method lossy by design is measured, not judged**: an engine whose ``describe()["lossless"]``
   is False gets ``lossy`` cells (:attr:`Verdict.LOSSY`) with the distance measured, never
   ``shifted``, and they do not enter the audit's verdict.
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from speceq.core.params import SamplingParams
-from speceq.engines.base import Engine
+from speceq.engines.base import Engine, check_sampling_support
 from speceq.errors import ConfigError
 from speceq.inputs.cases import Case, cases_document
 from speceq.oracles.protocol import Oracle
@@ -92,9 +93,14 @@ SETTINGS: tuple[AuditSetting, ...] = (
     AuditSetting("greedy", SamplingParams(temperature=0.0, max_new_tokens=4), "greedy, 4 tokens"),
     AuditSetting("long64", SamplingParams(temperature=1.0, max_new_tokens=64), "T = 1.0, 64 tokens"),
 )
+#: The regex of the ``regex`` setting: words of 1-4 lowercase letters separated by single spaces. Every world's
+#: vocabulary spells it (bytes; BPE and SmolLM2 tokens of letters and a leading space), and its state matters at
+#: every token (after 4 letters only a space or EOS, after a space only a letter), across draft blocks too.
+AUDIT_REGEX = "[a-z]{1,4}( [a-z]{1,4})*"
 #: Request-field settings (issue 45's fields), run when named in ``--settings``: min-p, a repetition
 #: penalty over 8 tokens (its history matters), a logit bias (+3 on id 101, -100 on id 32: ids every
-#: bundled world has). They run in the plan's processing order (:attr:`AuditPlan.processing`).
+#: bundled world has), a grammar (:data:`AUDIT_REGEX` over 8 tokens, compiled against the world's tokenizer,
+#: :meth:`AuditPlan.case`). They run in the plan's processing order (:attr:`AuditPlan.processing`).
 FIELD_SETTINGS: tuple[AuditSetting, ...] = (
     AuditSetting("minp01", SamplingParams(temperature=1.0, min_p=0.1, max_new_tokens=4),
                  "T = 1.0, min-p 0.1, 4 tokens"),
@@ -102,6 +108,9 @@ FIELD_SETTINGS: tuple[AuditSetting, ...] = (
                  "T = 1.0, repetition penalty 1.3, 8 tokens"),
     AuditSetting("bias", SamplingParams(temperature=1.0, logit_bias=((101, 3.0), (32, -100.0)), max_new_tokens=4),
                  "T = 1.0, logit bias +3 on id 101 and -100 on id 32, 4 tokens"),
+    AuditSetting("regex", SamplingParams(temperature=1.0, max_new_tokens=8, tokenizer="bytes",
+                                         structured_outputs={"regex": AUDIT_REGEX}),
+                 f"T = 1.0, structured output regex {AUDIT_REGEX}, 8 tokens"),
 )
 
 
@@ -184,10 +193,15 @@ class AuditPlan:
     def case(self, setting: AuditSetting, shape: AuditShape) -> Case:
         """The case of one column: ``<setting>-<shape>``, the same for every method; a setting with
         request fields runs in the plan's processing order (the others keep the default, so their
-        stored cases are what they always were)."""
+        stored cases are what they always were); a grammar is compiled against the plan's world's
+        tokenizer (:func:`speceq.models.worlds.world_tokenizer`; the byte world's without a world)."""
+        from speceq.models.worlds import DEFAULT_WORLD, world_tokenizer
+
         params = setting.params
         if params.extra_fields and self.processing != params.processing:
             params = replace(params, processing=self.processing)
+        if params.structured_outputs is not None:
+            params = replace(params, tokenizer=world_tokenizer(self.world or DEFAULT_WORLD))
         return Case(case_id=f"{setting.name}-{shape.name}", prompt_ids=tuple(self.prompt_ids), params=params,
                     batch_size=shape.batch_size, companions=(tuple(self.companion_ids),) if shape.ragged else ())
 
@@ -458,6 +472,10 @@ class _Audit:
         if isinstance(limit, int) and case.batch_size > limit:
             why = engine.describe().get("limitation") or f"the engine runs at most {limit} rows per batch"
             return AuditCell(**base, status=NOT_SUPPORTED, reason=str(why))
+        try:  # a request field the method declares it cannot apply (its sampling_fields / refused_fields)
+            check_sampling_support(engine, case.params, case.case_id, role="candidate")
+        except ConfigError as exc:
+            return AuditCell(**base, status=NOT_SUPPORTED, reason=str(exc))
         config = self.config(method, case)
         before = _count_chunks(self.shared_baseline)
         t0 = time.perf_counter()
@@ -685,7 +703,8 @@ def load_audit(path: str | Path) -> AuditResult:
 
 
 __all__ = [
-    "AUDIT_JSON", "CELL_FILE", "FIELD_SETTINGS", "NOT_RUN", "NOT_SUPPORTED", "RAN", "SETTINGS", "SHAPES", "STATUSES",
+    "AUDIT_JSON", "AUDIT_REGEX", "CELL_FILE", "FIELD_SETTINGS", "NOT_RUN", "NOT_SUPPORTED", "RAN", "SETTINGS", "SHAPES",
+    "STATUSES",
     "AuditCell", "AuditMethod", "AuditPlan", "AuditResult", "AuditSetting", "AuditShape", "cell_from_result",
     "default_command", "eta_seconds", "first_line", "folder_name", "join_audits", "load_audit", "package_versions",
     "pick", "pick_settings", "run_audit",

@@ -56,3 +56,26 @@ def test_the_request_field_settings_command_runs_every_cell(tmp_path: Path) -> N
     audit = json.loads((out / "audit.json").read_text())
     assert code in (0, 3) and len(audit["cells"]) == 6
     assert all(c["status"] == "ran" and c["verdict"] in ("equivalent", "inconclusive") for c in audit["cells"])
+
+
+def test_the_regex_setting_command_runs_and_refuses_hf_universal(tmp_path: Path) -> None:
+    """The page's structured-output example: hf-assisted's cell runs in the hf order with the byte tokenizer, never
+    shifted; hf-universal's is not supported, with the reason the page quotes."""
+    pytest.importorskip("llguidance", reason="the regex setting needs the 'structured' extra (llguidance)")
+    from speceq.faces.cli import main
+
+    (command,) = [b.strip() for b in _blocks("sh") if b.startswith("speceq audit") and "regex" in b]
+    argv = shlex.split(command)[1:]
+    out = tmp_path / "regex"
+    argv[argv.index("--samples") + 1] = "20"
+    argv[argv.index("--out") + 1] = str(out)
+    code = main(argv)
+    audit = json.loads((out / "audit.json").read_text())
+    cells = {c["method"]: c for c in audit["cells"]}
+    assert code in (0, 3) and set(cells) == {"hf-assisted", "hf-universal"}
+    assert cells["hf-assisted"]["status"] == "ran" and cells["hf-assisted"]["verdict"] in ("equivalent", "inconclusive")
+    assert cells["hf-universal"]["status"] == "not supported"
+    quoted = re.search(r'`not supported`: "(.*?) \.\.\.', " ".join(PAGE.read_text(encoding="utf-8").split())).group(1)
+    assert cells["hf-universal"]["reason"].startswith(quoted)
+    case = json.loads((out / "cases" / "regex-single.json").read_text())
+    assert "bytes" in json.dumps(case) and '"processing": "hf"' in json.dumps(case)

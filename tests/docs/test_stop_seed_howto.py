@@ -19,7 +19,7 @@ def section_block(title: str) -> str:
     return textwrap.dedent(blocks[0])
 
 
-@pytest.mark.parametrize(("title", "prints"), [("Stop strings", 4), ("Structured output", 4),
+@pytest.mark.parametrize(("title", "prints"), [("Stop strings", 4), ("Structured output", 5),
                                                      ("Per-case seeds", 2), ("Progress inside a chunk", 1)])
 def test_the_example_prints_what_its_comments_say(tmp_path, monkeypatch, title: str, prints: int) -> None:
     monkeypatch.chdir(tmp_path)

@@ -167,8 +167,6 @@ def test_hf_assisted_with_the_fields_is_not_shifted_against_hf_sample(hf_sample,
         ({"presence_penalty": 0.5}, "transformers' generate() has no presence penalty"),
         ({"frequency_penalty": 0.5}, "transformers' generate() has no frequency penalty"),
         ({"stop": ["\n"], "tokenizer": "bytes"}, "transformers' stop_strings end a row when a stop string ends the prompt"),
-        ({"structured_outputs": {"choice": ["a", "b"]}, "tokenizer": "bytes"},
-         "transformers' generate() has no grammar constraint"),
     ],
     ids=lambda v: next(iter(v)) if isinstance(v, dict) else "",
 )
@@ -179,12 +177,8 @@ def test_a_field_transformers_cannot_apply_is_refused_naming_case_field_and_engi
     params = SamplingParams(max_new_tokens=3, processing="vllm" if field.endswith("penalty") else "hf", **extra)
     case = Case(case_id="refused", prompt_ids=CODE_PROMPT, params=params)
     config = RunConfig(samples=20, seed=0, workers=1, out_dir=tmp_path, progress=False)
-    if field == "structured_outputs":  # the grammar is checked (and may need llguidance) before the engines
-        with pytest.raises(ConfigError) as e:
-            check_sampling_support(hf_sample, params, "refused", role="candidate")
-    else:
-        with pytest.raises(ConfigError) as e:
-            run(config, [case], engines={"baseline": resolve_engine("baseline"), "candidate": hf_sample})
+    with pytest.raises(ConfigError) as e:
+        run(config, [case], engines={"baseline": resolve_engine("baseline"), "candidate": hf_sample})
     assert e.value.where == f"case 'refused'.{field}"
     assert f"the candidate engine 'hf-sample' cannot apply {field} ({reason}" in str(e.value)
 
@@ -202,10 +196,11 @@ def test_the_fields_outside_the_hf_order_are_refused(hf_sample) -> None:
 
 def test_the_engines_declare_their_fields_as_data() -> None:
     """Every hf-* path declares min_p / repetition_penalty / logit_bias in the hf order (each checked above or in
-    the not-shifted runs of its own path, at 400-600 samples); hf-universal honours a case's seed only in id order."""
+    the not-shifted runs of its own path, at 400-600 samples) and structured_outputs (test_hf_structured_outputs.py);
+    hf-universal honours a case's seed only in id order and refuses structured_outputs."""
     from speceq.engines import hf_paths
 
-    assert set(GENERATE_FIELDS) == {"min_p", "repetition_penalty", "logit_bias"}
+    assert set(GENERATE_FIELDS) == {"min_p", "repetition_penalty", "logit_bias", "structured_outputs"}
     for cls in (HFSampleEngine, HFAssistedEngine, HFPromptLookupEngine, hf_paths.HFEarlyExitEngine, hf_paths.HFDFlashEngine,
                 hf_paths.HFMTPEngine, hf_paths.HFMultiTokenEngine, hf_paths.HFEnsembleEngine):
         assert sampling_fields(cls) == HF_SAMPLING_FIELDS, cls.__name__

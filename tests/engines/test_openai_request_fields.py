@@ -86,3 +86,23 @@ def test_rows_ending_at_a_stop_string_are_read_and_checked() -> None:
     assert (last[short] == 2).all()
     for r in range(len(batch.lengths)):
         assert 2 not in batch.row_tokens(r)[:-1]
+
+
+@pytest.mark.parametrize(("so", "sent"), [
+    ({"regex": "[a-z]{1,4}( [a-z]{1,4})*"}, {"regex": "[a-z]{1,4}( [a-z]{1,4})*"}),
+    ({"json": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+     {"json": {"type": "object", "properties": {"a": {"type": "integer"}}}}),
+    ({"choice": ["yes", "no"]}, {"choice": ["yes", "no"]}),
+    ({"grammar": 'root ::= "a" | "b"'}, {"grammar": 'root ::= "a" | "b"'}),
+], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
+def test_body_carries_structured_outputs_as_vllm_takes_it(so: dict, sent: dict) -> None:
+    """vLLM's completions request field ``structured_outputs`` (``StructuredOutputsParams``: one of regex, json,
+    choice, grammar; a schema as an object, a choice as a list); absent without a grammar."""
+    params = SamplingParams(max_new_tokens=2, tokenizer="bytes", structured_outputs=so)
+    with FakeOpenAIServer() as server:
+        engine_for(server).sample(SampleRequest(prompts=((1,),), params=params, n=1, seed=3))
+        body = server.bodies[-1]
+    assert body["structured_outputs"] == sent
+    with FakeOpenAIServer() as server:
+        engine_for(server).sample(SampleRequest(prompts=((1,),), params=SamplingParams(max_new_tokens=2), n=1, seed=3))
+        assert "structured_outputs" not in server.bodies[-1]
