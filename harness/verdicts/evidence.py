@@ -15,6 +15,7 @@ import numpy as np
 
 from speceq.stats.tv_interval import TVInterval
 from speceq.verdicts.failures import HardFailure
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.notes import Note
 from speceq.verdicts.result import TestOutcome
 
@@ -140,13 +141,14 @@ class SequentialTestEvidence:
 
     max_evalue: the largest e-value so far; pvalue: its always-valid p-value (1 / max e-value,
     capped at 1); crossing_sample: samples per engine at which it first reached the threshold
-    (None: not reached).
+    (None: not reached); kind: what test it is (None: not known, so no size stands for it).
     """
 
     name: str
     max_evalue: float
     pvalue: float
     crossing_sample: int | None = None
+    kind: TestKind | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -257,6 +257,20 @@ def size_words(size: Effect) -> str:
     return f"size: {what} {size.estimate:.4f} in [{low:.4f}, {high}] ({level}held-out estimate, not the plug-in)"
 
 
+def time_uniform_bound_words(upper: float, grid_n: int | None) -> str:
+    """``"largest per-position TV at most 0.2540 (time-uniform upper bound, data up to n = 900)"``: the bound of a
+    sequential case, which holds at every look at once."""
+    return f"largest per-position TV at most {upper:.4f} (time-uniform upper bound, data up to n = {grid_n})"
+
+
+def time_uniform_size_words(upper: float | None, grid_n: int | None) -> str:
+    """The size a sequential ``shifted`` can state: its time-uniform bound, and why it has no interval."""
+    why = "a sequential run has no size interval: one of a fixed sample size does not hold at a look the data chose"
+    if upper is None:
+        return f"size: no time-uniform TV bound yet ({why})"
+    return f"size: {time_uniform_bound_words(upper, grid_n)}; {why}"
+
+
 def near_tie_words(rows: int) -> str:
     """What a greedy size leaves out: ``"3 more row pairs diverge only at numerical near-ties (not counted)"``."""
     pairs = "row pair diverges" if rows == 1 else "row pairs diverge"
@@ -650,7 +664,7 @@ def note_line(note: Note, labels: TokenLabels | None = None) -> str:
     if kind is NoteKind.INDEPENDENCE_UNTESTED:
         return _independence_untested_line(v)
     if kind is NoteKind.NUMERICS_DIFFER:
-        return numerics_differ_hint(str(v["baseline"]), str(v["candidate"]))
+        return numerics_differ_hint(str(v["baseline"]), str(v["candidate"]), sequential=bool(v.get("sequential")))
     if kind is NoteKind.AGAINST_CONTROL:
         return CONTROL_NOTE
     if kind is NoteKind.NUMERICS_DRIFT:
