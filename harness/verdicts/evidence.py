@@ -141,7 +141,8 @@ class SequentialTestEvidence:
 
     max_evalue: the largest e-value so far; pvalue: its always-valid p-value (1 / max e-value,
     capped at 1); crossing_sample: samples per engine at which it first reached the threshold
-    (None: not reached); kind: what test it is (None: not known, so no size stands for it).
+    (None: not reached); kind: what test it is (None: not known, so no size stands for it); prompt: the prompt of
+    the batch a one-position test is of (None: not one).
     """
 
     name: str
@@ -149,6 +150,7 @@ class SequentialTestEvidence:
     pvalue: float
     crossing_sample: int | None = None
     kind: TestKind | None = None
+    prompt: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

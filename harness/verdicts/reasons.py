@@ -314,7 +314,7 @@ def bound_line(case: CaseResult) -> str | None:
     """The bound that decided ``case`` against its tolerance, naming the certificate, and under ``pit-law`` the TV
     bound it does not certify; None when the case has no bound at all, or none a face shows (:func:`shown_bound`)."""
     name, bound = case_bound_name(case), case.decisive_bound
-    if bound is None and case.tv_upper_bound is None or shown_bound(case) is None and case.greedy is not None:
+    if (bound is None and case.tv_upper_bound is None) or (case.greedy is not None and shown_bound(case) is None):
         return None
     if bound is None:
         met = "none computed"

@@ -31,8 +31,9 @@ __all__ = ["SEQUENTIAL_SIZED_KINDS", "SequentialDecision", "apply_sequential", "
 
 
 #: Sequential tests whose rejection the time-uniform TV bound can stand for, as :data:`speceq.verdicts.decide.SIZED_KINDS`
-#: in a fixed-size run: the pair e-processes of one position's token and of the lengths, and the row-score
-#: comparisons. Not the joint pair e-process of the first two tokens: the time-uniform bound is per position.
+#: in a fixed-size run: the pair e-processes of one position's token (of the case's prompt: the bound is that
+#: prompt's) and of the lengths, and the row-score comparisons. Not the joint pair e-process of the first two
+#: tokens: the time-uniform bound is per position.
 SEQUENTIAL_SIZED_KINDS = frozenset({
     TestKind.SEQ_PAIR_POSITION, TestKind.SEQ_PAIR_LENGTH, TestKind.SEQ_ARGMAX_COMPARISON,
     TestKind.SEQ_LOG_LIKELIHOOD_COMPARISON, TestKind.SEQ_PIT_COMPARISON, TestKind.SEQ_DRAFT_RATIO_COMPARISON,
@@ -60,13 +61,13 @@ def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float,
         size = time_uniform_size_words(ev.tv_upper_bound, ev.bound_grid_n)
         bound = ev.tv_upper_bound
         if numerics_tolerance > 0.0:
-            unsized = sorted({x.name for x in crossed if x.kind not in SEQUENTIAL_SIZED_KINDS})
+            unsized = sorted({x.name for x in crossed if x.kind not in SEQUENTIAL_SIZED_KINDS or x.prompt not in (None, 0)})
             if bound is not None and bound < numerics_tolerance and not unsized:
                 return "within-tolerance", (
                     f"sequential: {at}; a difference is detected ({detected}) but its size is certified below the "
                     f"numerics tolerance: {time_uniform_bound_words(bound, ev.bound_grid_n)} < {numerics_tolerance:g}, "
                     "a bound that holds at every look at once, so at the one the crossing chose")
-            why = (f"{', '.join(unsized)} also crossed and the bound does not stand for it" if unsized else
+            why = (f"the time-uniform bound does not stand for {', '.join(unsized)}" if unsized else
                    "no time-uniform TV bound yet" if bound is None else "the time-uniform bound is not below it")
             size += f" (not within the numerics tolerance {numerics_tolerance:g}: {why})"
         return "shifted", f"sequential: {at}; {detected}; {size}"

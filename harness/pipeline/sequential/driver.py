@@ -249,7 +249,8 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], sli
         hard_failures=failures,
         n=ev.n, look=st.look, looks=len(st.totals), budget=budget,
         tests=tuple(SequentialTestEvidence(name=t.name, max_evalue=t.max_evalue, pvalue=t.pvalue, crossing_sample=c,
-                                           kind=ev.kinds[i] if i < len(ev.kinds) else None)
+                                           kind=ev.kinds[i] if i < len(ev.kinds) else None,
+                                           prompt=ev.places[i][0] if i < len(ev.places) and ev.places[i] else None)
                     for i, (t, c) in enumerate(zip(ev.tests, ev.crossing_samples))),
         tv_upper_bound=None if ev.bound is None else ev.bound.upper,
         bound_grid_n=None if ev.bound is None else ev.bound.grid_n)

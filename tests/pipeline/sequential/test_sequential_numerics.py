@@ -107,8 +107,10 @@ POSITION = _crossed("seq pair prompt 0 position 0", TestKind.SEQ_PAIR_POSITION)
     (_look(POSITION, bound=0.02), 0.01, "shifted", "the time-uniform bound is not below it"),
     (_look(POSITION, bound=None), 0.01, "shifted", "no time-uniform TV bound yet"),
     (_look(POSITION, _crossed("seq pair joint first 2", TestKind.SEQ_PAIR_JOINT)), 0.01, "shifted",
-     "seq pair joint first 2 also crossed and the bound does not stand for it"),
-    (_look(_crossed("seq pair prompt 0 position 0", None)), 0.01, "shifted", "also crossed"),
+     "the time-uniform bound does not stand for seq pair joint first 2"),
+    (_look(_crossed("seq pair prompt 0 position 0", None)), 0.01, "shifted", "does not stand for seq pair prompt 0"),
+    (_look(dataclasses.replace(_crossed("seq pair prompt 1 position 0", TestKind.SEQ_PAIR_POSITION), prompt=1)), 0.01,
+     "shifted", "does not stand for seq pair prompt 1 position 0"),  # a companion: the bound is the case prompt's
     (_look(POSITION), 0.0, "shifted", "size: largest per-position TV at most 0.0040"),
 ])
 def test_decide_look_within_tolerance(look, tolerance, verdict, words) -> None:
