@@ -21,7 +21,8 @@ Every verdict, greedy ones included, is decided here and only here:
   and [low, high] at level 1 - alpha (:func:`speceq.stats.max_tv_size`), in its reason and as
   ``size``. It is ``within-tolerance`` instead when the numerics tolerance is on (> 0), no hard
   failure occurred, every rejecting primary test is one of :data:`SIZED_KINDS` (tests of the
-  per-position and first-two-token laws and of row scores; a kind not listed keeps ``shifted``) and
+  per-position and first-two-token laws and of row scores; a kind not listed, or a test of a companion
+  prompt's position, keeps ``shifted``) and
   the size's upper bound is below the numerics tolerance.
 - A ``shifted`` greedy case carries its size too (:func:`greedy_size`): the share of its row pairs (every prompt of
   the batch) that diverge beyond a numerical near-tie, with its two-sided Clopper-Pearson interval at 1 - alpha;
@@ -361,13 +362,13 @@ def _decide_case(
         rejects = f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}"
         rejecting = [t for t in primary if t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha]
         if (size is not None and 0.0 < numerics_tolerance and size.high is not None and size.high < numerics_tolerance
-                and all(t.kind in SIZED_KINDS for t in rejecting)):
+                and all(_sized(t) for t in rejecting)):
             return CaseDecision(verdict="within-tolerance", reason=(
                 f"a difference is detected ({rejects}) but its size is certified below the numerics tolerance: "
                 f"{size_words(size)}, upper bound < {numerics_tolerance:g}; the size certified is the largest TV of "
                 f"the case prompt's per-position token laws and of the joint law of its first two tokens{dependent}"),
                 size=size, **common)
-        unsized = sorted({t.name for t in rejecting if t.kind not in SIZED_KINDS})
+        unsized = sorted({t.name for t in rejecting if not _sized(t)})
         why = ""
         if size is not None and 0.0 < numerics_tolerance:
             why = (f" (not within the numerics tolerance {numerics_tolerance:g}: "
@@ -380,6 +381,12 @@ def _decide_case(
         decided = _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
         return dataclasses.replace(decided, reason=decided.reason + dependent)
     return _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
+
+
+def _sized(test: TestOutcome) -> bool:
+    """Whether the case's size stands for ``test``'s rejection: a kind of :data:`SIZED_KINDS`, of the case's prompt
+    (a test of a companion prompt's position is not: the size bounds the case prompt's laws only)."""
+    return test.kind in SIZED_KINDS and test.prompt in (None, 0)
 
 
 def greedy_size(g: GreedyEvidence, alpha: float) -> Effect | None:
