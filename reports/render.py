@@ -78,6 +78,7 @@ class CaseView:
     plain: str = ""  # the verdict in plain words (speceq.verdicts.reasons.plain_case_summary)
     z_views: list[why.ZView] = field(default_factory=list)
     notes: tuple[str, ...] = ()  # the case's notes in words (speceq.verdicts.reasons.note_lines)
+    size: str = ""  # the size of a detected difference in words (speceq.verdicts.reasons.size_words), '' when none
 
 
 def _where(case: CaseResult, name: str) -> str:
@@ -232,7 +233,10 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
         pit = PitView(svg.pit_histogram(case.pit_histogram, band), band, svg.pit_axis(case.pit_histogram, band)[0])
     tolerance_ok = isinstance(case.tolerance, (int, float)) and math.isfinite(case.tolerance) and case.tolerance > 0
     tv_chart = None
-    if tolerance_ok and (case.tv_estimate is not None or case.tv_upper_bound is not None):
+    if tolerance_ok and case.greedy is not None:  # no TV estimate; the row bound only where it means something
+        bound = reasons.shown_bound(case)
+        tv_chart = None if bound is None else svg.tv_scale(None, bound, float(case.tolerance))
+    elif tolerance_ok and (case.tv_estimate is not None or case.tv_upper_bound is not None):
         tv_chart = svg.tv_scale(case.tv_estimate, case.tv_upper_bound, float(case.tolerance))
     pit_law_chart = None
     if tolerance_ok and case.certificate == "pit-law" and case.greedy is None and case.pit_law_upper_bound is not None:
@@ -258,6 +262,7 @@ def _case_view(index: int, case: CaseResult, run: RunResult) -> CaseView:
         plain=reasons.plain_case_summary(case, alpha),
         z_views=z_views,
         notes=reasons.note_lines(case.notes, reasons.case_token_labels(case)),
+        size="" if case.size is None else reasons.size_words(case.size),
     )
 
 

@@ -357,7 +357,7 @@ def print_summary(result: RunResult, *, out_dir: Path | None = None, report: str
         speed = "—" if c.speedup_per_token is None else f"{c.speedup_per_token:.2f}x"
         why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
         table.add_row(escape(c.case_id), label, f"[{style.get(c.verdict, '')}]{c.verdict}[/]", _fmt(c.tv_estimate),
-                      _fmt(c.decisive_bound), _fmt(c.acceptance_rate, ".2f"), speed, escape(why))
+                      _fmt(reasons.shown_bound(c)), _fmt(c.acceptance_rate, ".2f"), speed, escape(why))
     console = Console(highlight=False)
     if not console.is_terminal:  # a file or a pipe: room for the whole row
         console = Console(highlight=False, width=160)
@@ -445,7 +445,7 @@ def summary_markdown(result: RunResult, *, argv: Sequence[str] = ()) -> str:
     for c in result.cases:
         why = reasons.decided_by(c, result.alpha) or reasons.samples_needed(c)
         lines.append(f"| {code_span(c.case_id)} | {mark.get(c.verdict, plain_text(c.verdict))} | "
-                     f"{_fmt(c.tv_estimate)} | {_fmt(c.decisive_bound)} | {plain_text(why)} |")
+                     f"{_fmt(c.tv_estimate)} | {_fmt(reasons.shown_bound(c))} | {plain_text(why)} |")
     lines += ["", plain_text(result.summary(), table_cell=False)]
     for note in reasons.skipped_tests(result):
         lines += ["", f"> note: {plain_text(note)}"]

@@ -334,7 +334,8 @@ def audit_markdown(result: Any) -> str:
             c = result.cell(m, s, h)
             if c.verdict is not None:
                 accept = "" if c.acceptance is None else f", accept {c.acceptance:.2f}"
-                cells.append(f"**{c.word()}** TV {fmt(c.tv_estimate)} ≤ {fmt(c.tv_upper_bound)}{accept}")
+                tv = "TV" if c.tv_estimate is None else f"TV {fmt(c.tv_estimate)}"  # greedy cells: no TV estimate
+                cells.append(f"**{c.word()}** {tv} ≤ {fmt(c.tv_upper_bound)}{accept}")
             else:
                 cells.append(f"{c.word()}: {plain_text(c.reason)}")
         world = f" ({plain_text(str(result.world_of(m)))})" if several else ""

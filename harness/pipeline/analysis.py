@@ -556,31 +556,34 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
                           test_bins=bins, pit_law=pit_law, differences=found.differences)
 
 
-def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate rows that differ from the baseline's row of the same pair (all prompts), and where they first do."""
-    out: list[tuple[int, int]] = []
+def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch
+                              ) -> tuple[np.ndarray, np.ndarray, list[tuple]]:
+    """Candidate rows that differ from the baseline's row of the same pair (all prompts), where they first do, and
+    each one's first-divergence key (prompt, position, baseline token, candidate token, prefix)."""
+    out: list[tuple[int, int, tuple]] = []
     for j in range(len(case.prompts)):
         ia, ib = np.flatnonzero(np.asarray(base.prompt_index) == j), np.flatnonzero(np.asarray(cand.prompt_index) == j)
         for ra, rb in zip(ia, ib):
             d = first_divergence(base.tokens[ra, : base.lengths[ra]], cand.tokens[rb, : cand.lengths[rb]])
             if d is not None:
-                out.append((int(rb), d.position))
-    out.sort()
-    return np.array([r for r, _ in out], dtype=np.int64), np.array([t for _, t in out], dtype=np.int64)
+                out.append((int(rb), d.position, (j, d.position, d.baseline_token, d.candidate_token, d.prefix)))
+    out.sort(key=lambda x: x[0])
+    return (np.array([r for r, _, _ in out], dtype=np.int64), np.array([t for _, t, _ in out], dtype=np.int64),
+            [k for _, _, k in out])
 
 
 def _teacher_forced(case: Case, cand: SampleBatch, rows: np.ndarray, diverged_at: np.ndarray, oracle: Oracle,
-                    tok: TokenLabels, near_tie_nats: float) -> tuple[int, list[HardFailure]]:
+                    tok: TokenLabels, near_tie_nats: float) -> tuple[np.ndarray, list[HardFailure]]:
     """Score the diverging candidate rows through the oracle: after the divergence, every token must be the
     target's argmax or a near-tie.
 
-    Returns (rows off the argmax path, up to MAX_DIVERGENCES of their tokens off it). A row
+    Returns (the candidate rows off the argmax path, up to MAX_DIVERGENCES of their tokens off it). A row
     that left the baseline's at a near-tie continues on its own prefix, where the baseline's
     row no longer says anything; the oracle still does. Tokens up to the divergence are the
     baseline's too (the divergence itself is classified by its margin).
     """
     if rows.size == 0:
-        return 0, []
+        return rows, []
     sub = SampleBatch(tokens=cand.tokens[rows], lengths=cand.lengths[rows], prompt_index=cand.prompt_index[rows])
     scores = oracle.score(case.prompts, sub, case.params)
     after = np.asarray(scores.position) > diverged_at[np.asarray(scores.row)]
@@ -593,7 +596,7 @@ def _teacher_forced(case: Case, cand: SampleBatch, rows: np.ndarray, diverged_at
                                  token=int(scores.token[idx]), prefix=_prefix(case, sub, r, t),
                                  vocab_size=tok.vocab_size, row=int(rows[r]),
                                  margin_nats=float(scores.raw_top2_margin[idx]), threshold_nats=near_tie_nats))
-    return int(bad_rows.size), found
+    return rows[bad_rows], found
 
 
 def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | None, tok: TokenLabels, *, alpha: float,
@@ -613,20 +616,26 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
                 for d in mismatches[:MAX_DIVERGENCES]]
     if len(mismatches) > MAX_DIVERGENCES:
         failures[0] = dataclasses.replace(failures[0], total=len(mismatches))
-    forced, off_path = 0, 0
+    forced, off_path, beyond = 0, 0, cmp.rows_classified("mismatch")
     if oracle is not None:
-        diverging, diverged_at = _diverging_candidate_rows(case, base, cand)
+        diverging, diverged_at, keys = _diverging_candidate_rows(case, base, cand)
         forced = int(diverging.size)
-        off_path, off = _teacher_forced(case, cand, diverging, diverged_at, oracle, tok, near_tie_nats)
+        off_rows, off = _teacher_forced(case, cand, diverging, diverged_at, oracle, tok, near_tie_nats)
+        off_path = int(off_rows.size)
         failures += off
+        # a row is beyond a near-tie when its first divergence is a mismatch or it leaves the argmax path later
+        classes = {(c.prompt_index, c.divergence.position, c.divergence.baseline_token, c.divergence.candidate_token,
+                    c.divergence.prefix): c.classification for c in cmp.divergences}
+        off_set = set(off_rows.tolist())
+        beyond = sum(1 for r, k in zip(diverging.tolist(), keys) if classes[k] == "mismatch" or r in off_set)
     n_case = max(1, cmp.case_rows)
     evidence = GreedyEvidence(
         rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, mismatches=cmp.rows_classified("mismatch"),
         near_ties=cmp.rows_classified("near-tie"), unexplained=cmp.rows_classified("unexplained"),
-        near_tie_nats=near_tie_nats, tv_estimate=cmp.case_rows_diverging / n_case,
+        near_tie_nats=near_tie_nats, differ_rate=cmp.case_rows_diverging / n_case,
         tv_upper_bound=stats.tv_upper_bound_row_mismatch(cmp.case_rows_diverging, n_case, alpha),
         rows_teacher_forced=forced, rows_off_argmax=off_path, case_rows=cmp.case_rows,
-        case_rows_diverging=cmp.case_rows_diverging,
+        case_rows_diverging=cmp.case_rows_diverging, rows_beyond_near_tie=beyond,
     )
     shown = tuple(
         GreedyDivergence(prompt_index=d.prompt_index, position=d.divergence.position,
@@ -638,7 +647,8 @@ def _greedy(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Oracle | N
     )
     summary = GreedySummary(rows_compared=cmp.rows_compared, rows_equal=cmp.rows_equal, near_tie_threshold=near_tie_nats,
                             divergences=shown, mismatches=evidence.mismatches, near_ties=evidence.near_ties,
-                            unexplained=evidence.unexplained, distinct_divergences=len(cmp.divergences))
+                            unexplained=evidence.unexplained, distinct_divergences=len(cmp.divergences),
+                            rows_beyond_near_tie=beyond)
     return evidence, summary, tuple(failures)
 
 
@@ -738,7 +748,8 @@ def _analyse_case(case: Case, base: SampleBatch, cand: SampleBatch, *, oracle: O
     if case.params.greedy:
         g, summary, failures = _greedy(case, base, cand, oracle, tok, alpha=alpha, near_tie_nats=near_tie_nats)
         failures = (*left, *failures)
-        ev = CaseEvidence(case_id=case.case_id, tests=(), tv_estimate=g.tv_estimate, tv_upper_bound=g.tv_upper_bound,
+        # no TV estimate: the share of row pairs that differ estimates P(rows differ), which only bounds the TV
+        ev = CaseEvidence(case_id=case.case_id, tests=(), tv_estimate=None, tv_upper_bound=g.tv_upper_bound,
                           effective_support=1.0, n_baseline=n_base, n_candidate=n_cand, hard_failures=failures, greedy=g)
         return ev, _replace(details, greedy=summary, tv_reference="greedy rows"), None
 

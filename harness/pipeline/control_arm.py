@@ -16,7 +16,8 @@ others (role ``control``, its own seed stream), so the run resumes like any othe
 
 Without a control, a run whose engines declare different numerics says so before sampling
 (:func:`numerics_warning`) and names the difference and the flag in the reason of every
-``shifted`` (:func:`name_numerics`). Fixed-size runs only (the config refuses a sequential one).
+``shifted`` (:func:`name_numerics`), in a sequential run too, where the words say that the control needs a fixed-size
+run. The control itself runs in fixed-size runs only (the config refuses a sequential one).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from speceq.store import CONTROL_ROLE
 from speceq.verdicts.notes import Note, NoteKind
 from speceq.verdicts.numerics_drift import (
     CONTROL_FLAG,
+    FIXED_SIZE_CONTROL,
     CaseDrift,
     NumericsControl,
     against_control,
@@ -103,27 +105,30 @@ def numerics_warning(config: RunConfig, described: Mapping[str, Mapping[str, Any
     b, c = declared_pair({r: (described.get(r) or {}).get("config") or {} for r in ("baseline", "candidate")})
     if b is None or c is None or b == c:
         return None
+    where = f"{FIXED_SIZE_CONTROL}: " if config.sequential else ""
     return (f"the engines declare different numerics (baseline {numerics_words(b)}, candidate {numerics_words(c)}): "
-            f"a difference found may be numerics drift, not speculation; {CONTROL_FLAG} adds the baseline engine at "
-            "the candidate's numerics and separates the two")
+            f"a difference found may be numerics drift, not speculation; {where}{CONTROL_FLAG} adds the baseline "
+            "engine at the candidate's numerics and separates the two")
 
 
-def name_numerics(result: RunResult) -> RunResult:
+def name_numerics(result: RunResult, *, sequential: bool = False) -> RunResult:
     """``result`` with every ``shifted`` reason naming the engines' numerics difference and the flag, when they
-    declare different numerics and the run has no control (else unchanged)."""
+    declare different numerics and the run has no control (else unchanged); in a ``sequential`` run the words say
+    that the control needs a fixed-size run."""
     if result.numerics_control is not None:
         return result
     b, c = declared_pair(result.engines)
     if b is None or c is None or b == c:
         return result
-    hint = numerics_differ_hint(numerics_words(b), numerics_words(c))
+    hint = numerics_differ_hint(numerics_words(b), numerics_words(c), sequential=sequential)
 
     def named(reason: str) -> str:  # idempotent: a sequential run names the reasons it decided after the analysis did
         return reason if not reason or hint in reason else f"{reason} [{hint}]"
 
     cases = tuple(dataclasses.replace(x, reason=named(x.reason)) if x.verdict == Verdict.SHIFTED else x
                   for x in result.cases)
-    note = Note(kind=NoteKind.NUMERICS_DIFFER, values={"baseline": numerics_words(b), "candidate": numerics_words(c)})
+    note = Note(kind=NoteKind.NUMERICS_DIFFER, values={"baseline": numerics_words(b), "candidate": numerics_words(c),
+                                                       **({"sequential": 1} if sequential else {})})
     notes = result.notes if note in result.notes else (*result.notes, note)
     return dataclasses.replace(result, cases=cases, pooled_reason=named(result.pooled_reason), notes=notes)
 

@@ -72,7 +72,7 @@ def analyse_rows(prepared: PreparedRun, baseline: Mapping[str, SampleBatch], can
         seed=config.seed, engines={r: prepared.described[r]["config"] for r in ROLES}, provenance=provenance,
         progress=config.progress, near_tie_nats=config.near_tie_nats, certificate=config.certificate,
         support_margin_nats=config.support_margin_nats, numerics_tolerance=config.numerics_tolerance,
-    ))
+    ), sequential=config.sequential)
 
 
 __all__ = ["EngineSpecs", "PreparedRun", "analyse_rows"]

@@ -18,6 +18,8 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
   :func:`min_detectable_tv` (:func:`estimate_law`)
 - row independence (each engine's rows of one call against rows of different calls, exact):
   :func:`row_independence`
+- a proportion with its exact interval (a greedy case's share of row pairs diverging beyond a near-tie):
+  :func:`clopper_pearson`
 - Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
 
@@ -71,6 +73,7 @@ from speceq.stats.pit import (
     randomized_pit,
 )
 from speceq.stats.pit_law import PITLawBound, PITLawPosition, pit_law_bound, required_n_pit_law
+from speceq.stats.proportion import ProportionInterval, clopper_pearson
 from speceq.stats.results import (
     ComparisonResult,
     ConfidenceInterval,
@@ -124,6 +127,7 @@ __all__ = [
     "HEAD_COUNT", "DetectableTV", "SampleSizePlan", "estimate_law", "expected_plugin_tv", "min_detectable_tv", "samples_for",
     "ComparisonResult", "ConfidenceInterval", "GoodnessOfFitResult", "HomogeneityResult", "IndependenceResult", "PITResult", "PooledComparisonResult", "SupportComparisonResult", "SupportResult",
     "TwoSampleResult", "UniformityResult", "ZTestResult",
+    "ProportionInterval", "clopper_pearson",
     "TokenScores",
     "cramervonmises_2samp_permutation", "ks_2samp_jittered",
     "tv_distance", "tv_to_oracle", "tv_upper_bound_oracle", "tv_upper_bound_row_mismatch", "tv_upper_bound_two_sample",

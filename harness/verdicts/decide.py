@@ -21,8 +21,14 @@ Every verdict, greedy ones included, is decided here and only here:
   and [low, high] at level 1 - alpha (:func:`speceq.stats.max_tv_size`), in its reason and as
   ``size``. It is ``within-tolerance`` instead when the numerics tolerance is on (> 0), no hard
   failure occurred, every rejecting primary test is one of :data:`SIZED_KINDS` (tests of the
-  per-position and first-two-token laws and of row scores; a kind not listed keeps ``shifted``) and
+  per-position and first-two-token laws and of row scores; a kind not listed, or a test of a companion
+  prompt's position, keeps ``shifted``) and
   the size's upper bound is below the numerics tolerance.
+- A ``shifted`` greedy case carries its size too (:func:`greedy_size`): the share of its row pairs (every prompt of
+  the batch) that diverge beyond a numerical near-tie, with its two-sided Clopper-Pearson interval at 1 - alpha;
+  the pairs that diverge only at near-ties are counted apart in its reason. It has no TV estimate (the share of
+  row pairs that differ bounds a TV from above, it does not estimate one) and is never ``within-tolerance`` (a
+  greedy mismatch is a hard failure).
 - Row independence (:data:`TestKind.ROW_INDEPENDENCE`): the candidate's test is primary and, when it
   rejects, its finding leads the ``shifted`` reason ("rows are not independent: ..."): rows sharing
   randomness are not i.i.d. draws of the target law. A dependent baseline (its test a diagnostic,
@@ -64,12 +70,13 @@ from speceq.core.defaults import NUMERICS_TOLERANCE
 from speceq.stats.design import estimate_law, min_detectable_tv, samples_for
 from speceq.stats.multitest import benjamini_hochberg, holm
 from speceq.stats.pit_law import required_n_pit_law
+from speceq.stats.proportion import clopper_pearson
 from speceq.stats.results import Effect
 from speceq.stats.sample_size import required_n_equivalence_two_sample, required_n_two_sample
 from speceq.verdicts.evidence import CERTIFIES, CERTIFIES_PIT_LAW, GREEDY_CERTIFIES, CaseEvidence, GreedyEvidence
 from speceq.verdicts.failures import HardFailure
-from speceq.verdicts.kinds import TestKind
-from speceq.verdicts.reasons import effect_bound, failure_lines, note_line, size_words
+from speceq.verdicts.kinds import EffectName, TestKind, named_effect
+from speceq.verdicts.reasons import effect_bound, failure_lines, near_tie_words, note_line, size_words
 from speceq.verdicts.result import TestOutcome
 from speceq.verdicts.verdict import Verdict
 
@@ -95,7 +102,7 @@ SIZED_KINDS = frozenset({
 })
 
 __all__ = ["DESIGN_POWER", "POOLED_ALPHA_SHARE", "SIZED_KINDS", "CaseDecision", "CaseEvidence", "GreedyEvidence", "PooledDecision",
-           "declare_lossy", "decide_run", "decide_run_pooled", "first_step_levels", "run_verdict"]
+           "declare_lossy", "decide_run", "decide_run_pooled", "first_step_levels", "greedy_size", "run_verdict"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,11 +301,13 @@ def declare_lossy(evidence: Sequence[CaseEvidence], decisions: Sequence[CaseDeci
     """
     out = []
     for case, d in zip(evidence, decisions, strict=True):
-        size = d.size or (None if case.size is None or case.greedy is not None else case.size.effect())
+        size = d.size or _size(case, alpha=None)
         if size is not None:
             distance = size_words(size)
         elif d.tv_estimate is not None and d.tv_upper_bound is not None:
             distance = f"TV estimate {d.tv_estimate:.4f}, upper bound {d.tv_upper_bound:.4f}"
+        elif d.tv_upper_bound is not None:
+            distance = f"TV upper bound {d.tv_upper_bound:.4f} ({'whole greedy rows' if case.greedy else 'no estimate'})"
         else:
             distance = "no distance computed"
         reason = f"declared lossy by the engine, so measured, not judged: {distance}; the tests said {d.verdict}: {d.reason}"
@@ -324,8 +333,10 @@ def _decide_case(
     certificate: str = "tv", numerics_tolerance: float = 0.0,
 ) -> CaseDecision:
     common = dict(case_id=case.case_id, tests=tests, tv_estimate=case.tv_estimate, tv_upper_bound=case.tv_upper_bound)
-    size = None if case.size is None or case.greedy is not None else case.size.effect()
+    size = _size(case, alpha)
     sized = f"; {size_words(size)}" if size is not None else ""
+    if size is not None and case.greedy is not None:
+        sized += f"; {near_tie_words(case.greedy.rows_near_tie_only)}"
     if case.hard_failures:
         lines = failure_lines(case.hard_failures)
         more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
@@ -351,13 +362,13 @@ def _decide_case(
         rejects = f"{best.name} rejects, Holm-adjusted p={best.adjusted_pvalue:.3g} <= alpha={alpha:g}{detail}"
         rejecting = [t for t in primary if t.adjusted_pvalue is not None and t.adjusted_pvalue <= alpha]
         if (size is not None and 0.0 < numerics_tolerance and size.high is not None and size.high < numerics_tolerance
-                and all(t.kind in SIZED_KINDS for t in rejecting)):
+                and all(_sized(t) for t in rejecting)):
             return CaseDecision(verdict="within-tolerance", reason=(
                 f"a difference is detected ({rejects}) but its size is certified below the numerics tolerance: "
                 f"{size_words(size)}, upper bound < {numerics_tolerance:g}; the size certified is the largest TV of "
                 f"the case prompt's per-position token laws and of the joint law of its first two tokens{dependent}"),
                 size=size, **common)
-        unsized = sorted({t.name for t in rejecting if t.kind not in SIZED_KINDS})
+        unsized = sorted({t.name for t in rejecting if not _sized(t)})
         why = ""
         if size is not None and 0.0 < numerics_tolerance:
             why = (f" (not within the numerics tolerance {numerics_tolerance:g}: "
@@ -370,6 +381,31 @@ def _decide_case(
         decided = _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
         return dataclasses.replace(decided, reason=decided.reason + dependent)
     return _decide_sampling(case, tests, alpha, tolerance, first_level, certificate, best, common)
+
+
+def _sized(test: TestOutcome) -> bool:
+    """Whether the case's size stands for ``test``'s rejection: a kind of :data:`SIZED_KINDS`, of the case's prompt
+    (a test of a companion prompt's position is not: the size bounds the case prompt's laws only)."""
+    return test.kind in SIZED_KINDS and test.prompt in (None, 0)
+
+
+def greedy_size(g: GreedyEvidence, alpha: float) -> Effect | None:
+    """The size of a greedy case's difference: the share of its row pairs (every prompt of the batch) that diverge
+    beyond a numerical near-tie, with its two-sided (1 - alpha) Clopper-Pearson interval
+    (:func:`speceq.stats.clopper_pearson`, the row pairs as independent trials). None when a divergence could not be
+    classified (no oracle): the share would then be a guess. Near-ties are not in it (``rows_near_tie_only``)."""
+    if g.unexplained or g.rows_compared < 1:
+        return None
+    p = clopper_pearson(g.rows_beyond_near_tie, g.rows_compared, alpha)
+    return named_effect(EffectName.GREEDY_DIVERGENCE, p.estimate, low=p.low, high=p.high, level=p.level)
+
+
+def _size(case: CaseEvidence, alpha: float | None) -> Effect | None:
+    """What a detected difference of ``case`` says its size is: the greedy share (at ``alpha``; None: none asked)
+    or the sampling case's TV interval."""
+    if case.greedy is not None:
+        return None if alpha is None else greedy_size(case.greedy, alpha)
+    return None if case.size is None else case.size.effect()
 
 
 def untested_note(case: CaseEvidence) -> str:
@@ -466,8 +502,8 @@ def greedy_rows_to_certify(tolerance: float, alpha: float) -> int:
 def _decide_greedy(g: GreedyEvidence, alpha: float, tolerance: float, common: dict) -> CaseDecision:
     """A greedy case without hard failure: unexplained divergences, or equal rows / near-ties and the bound."""
     rows = f"{g.rows_diverging} of {g.rows_compared} greedy row pairs (all prompts of the batch)"
-    bound = (f"row-mismatch TV of the case's prompt {g.tv_estimate:.4f} <= {g.tv_upper_bound:.4f} "
-             f"(confidence 1-{alpha:g})")
+    bound = (f"the case prompt's row pairs differ in {g.case_rows_diverging} of {g.case_rows}, so the TV of its "
+             f"whole greedy rows <= {g.tv_upper_bound:.4f} (confidence 1-{alpha:g})")
     if g.unexplained:
         return CaseDecision(
             verdict="inconclusive",
@@ -485,8 +521,8 @@ def _decide_greedy(g: GreedyEvidence, alpha: float, tolerance: float, common: di
         return CaseDecision(verdict="equivalent", reason=f"{what}; {bound} < tolerance {tolerance:g}; this "
                                                           f"{GREEDY_CERTIFIES}", **common)
     need = greedy_rows_to_certify(tolerance, alpha)
-    if g.tv_estimate >= tolerance:
-        why = (f"the rows differ at near-ties in {g.tv_estimate:.1%} of the case's row pairs, at or above the "
+    if g.differ_rate >= tolerance:
+        why = (f"the rows differ at near-ties in {g.differ_rate:.1%} of the case's row pairs, at or above the "
                f"tolerance {tolerance:g}: more rows will not certify it (the numerics' near-ties, not a mismatch; "
                "a larger --tolerance would)")
         return CaseDecision(verdict="inconclusive", reason=f"{what}; but {bound} >= tolerance {tolerance:g}: {why}",

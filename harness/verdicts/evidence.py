@@ -15,6 +15,7 @@ import numpy as np
 
 from speceq.stats.tv_interval import TVInterval
 from speceq.verdicts.failures import HardFailure
+from speceq.verdicts.kinds import TestKind
 from speceq.verdicts.notes import Note
 from speceq.verdicts.result import TestOutcome
 
@@ -47,13 +48,16 @@ class GreedyEvidence:
     prompt) compared and found equal token for token. mismatches / near_ties / unexplained:
     diverging row pairs whose first divergence is a real mismatch (target top-2 margin above
     ``near_tie_nats``), a numerical near-tie, or could not be classified (no oracle).
-    tv_estimate / tv_upper_bound: the fraction of diverging row pairs of the case's prompt and
-    its upper (1 - alpha) Clopper-Pearson bound; P(rows differ) >= TV for any coupling, so the
-    bound is an upper bound on the TV between the engines' row laws for that prompt.
+    differ_rate / tv_upper_bound: the share of the case prompt's row pairs that differ (an estimate
+    of P(rows differ), not of a TV) and the upper (1 - alpha) Clopper-Pearson bound of that
+    probability; P(rows differ) >= TV for any coupling, so the bound is an upper bound on the TV
+    between the engines' row laws for that prompt (what an ``equivalent`` greedy verdict certifies).
     case_rows / case_rows_diverging: row pairs of the case's prompt compared and diverging.
     rows_teacher_forced: diverging candidate rows scored through the oracle after their
     divergence; rows_off_argmax: those with a later token that is neither the target's argmax
-    nor a near-tie (hard failures).
+    nor a near-tie (hard failures). rows_beyond_near_tie: row pairs (every prompt) whose first
+    divergence is a real mismatch or whose candidate row is off the argmax later: the numerator of
+    a greedy ``shifted``'s size (:func:`speceq.verdicts.decide.greedy_size`).
     """
 
     rows_compared: int
@@ -62,16 +66,22 @@ class GreedyEvidence:
     near_ties: int
     unexplained: int
     near_tie_nats: float
-    tv_estimate: float
+    differ_rate: float
     tv_upper_bound: float
     case_rows: int = 0
     case_rows_diverging: int = 0
     rows_teacher_forced: int = 0
     rows_off_argmax: int = 0
+    rows_beyond_near_tie: int = 0
 
     @property
     def rows_diverging(self) -> int:
         return self.rows_compared - self.rows_equal
+
+    @property
+    def rows_near_tie_only(self) -> int:
+        """Diverging row pairs whose every departure from the target's argmax path is a near-tie."""
+        return self.rows_diverging - self.rows_beyond_near_tie - self.unexplained
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,13 +141,16 @@ class SequentialTestEvidence:
 
     max_evalue: the largest e-value so far; pvalue: its always-valid p-value (1 / max e-value,
     capped at 1); crossing_sample: samples per engine at which it first reached the threshold
-    (None: not reached).
+    (None: not reached); kind: what test it is (None: not known, so no size stands for it); prompt: the prompt of
+    the batch a one-position test is of (None: not one).
     """
 
     name: str
     max_evalue: float
     pvalue: float
     crossing_sample: int | None = None
+    kind: TestKind | None = None
+    prompt: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

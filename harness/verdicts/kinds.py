@@ -94,6 +94,10 @@ class EffectName(enum.StrEnum):
     PER_TOKEN_EXCESS = "per-token excess"  # mean of f minus its mean under the oracle (one-sample z-tests)
     #: share of pairs of rows of one call agreeing at a position minus that of pairs of rows of two calls
     WITHIN_CALL_AGREEMENT_EXCESS = "within-call agreement excess"
+    #: share of a greedy case's row pairs (every prompt of its batch) that diverge beyond a numerical near-tie: the
+    #: first divergence a real mismatch, or the candidate row off the target's argmax later (no TV: greedy rows are
+    #: compared pair by pair, and their share is the size of a greedy ``shifted``)
+    GREEDY_DIVERGENCE = "greedy row pairs diverging beyond a near-tie"
 
 
 #: The unit of each effect, stored as ``effect.unit`` (what each measures: the comments of EffectName).
@@ -104,6 +108,7 @@ EFFECT_UNITS = {
     EffectName.ROW_RATE_DIFFERENCE: "share of rows",
     EffectName.PER_TOKEN_EXCESS: "f units per token",
     EffectName.WITHIN_CALL_AGREEMENT_EXCESS: "share of pairs",
+    EffectName.GREEDY_DIVERGENCE: "share of row pairs",
 }
 
 

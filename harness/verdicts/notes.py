@@ -54,7 +54,8 @@ class NoteKind(enum.StrEnum):
     # limit of the test, rows with nothing independent to compare them with, which a detected difference's
     # reason names too (speceq.verdicts.decide)
     INDEPENDENCE_UNTESTED = "independence untested"
-    # the engines declare different numerics and the run has no control: baseline, candidate (their numerics in words)
+    # the engines declare different numerics and the run has no control: baseline, candidate (their numerics in words),
+    # sequential (1 in a sequential run, which cannot have the control; absent in older results and fixed-size runs)
     NUMERICS_DIFFER = "numerics differ"
     # a case of a run with a numerics control: its tests compare the candidate with the control (no values)
     AGAINST_CONTROL = "against control"

@@ -126,12 +126,18 @@ CONTROL_NOTE = ("numerics control: this case's tests compare the candidate with 
                 "control against the baseline is the run's numerics drift finding")
 
 
-def numerics_differ_hint(baseline: str, candidate: str) -> str:
-    """What a shifted reason adds when the engines declare different numerics and the run has no control."""
+def numerics_differ_hint(baseline: str, candidate: str, *, sequential: bool = False) -> str:
+    """What a shifted reason adds when the engines declare different numerics and the run has no control; in a
+    sequential run it says that the control needs a fixed-size run (a sequential run refuses it)."""
+    where = f"{FIXED_SIZE_CONTROL}: " if sequential else ""
     return (f"the engines declare different numerics (baseline {baseline}, candidate {candidate}): this shift may be "
-            f"numerics drift, not speculation; {CONTROL_FLAG} adds the baseline at the candidate's numerics "
+            f"numerics drift, not speculation; {where}{CONTROL_FLAG} adds the baseline at the candidate's numerics "
             "and tells the two apart")
 
 
-__all__ = ["CONTROL_FLAG", "CONTROL_NOTE", "CaseDrift", "NumericsControl", "against_control", "drift_words", "numerics_differ_hint",
+#: Where the control runs, said in a sequential run's numerics words (the config refuses it with --sequential).
+FIXED_SIZE_CONTROL = "the numerics control needs a fixed-size run (rerun without --sequential)"
+
+
+__all__ = ["CONTROL_FLAG", "CONTROL_NOTE", "FIXED_SIZE_CONTROL", "CaseDrift", "NumericsControl", "against_control", "drift_words", "numerics_differ_hint",
            "numerics_words", "pooled_against_control"]

@@ -27,7 +27,7 @@ from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind
 from speceq.verdicts.notes import BOTH_ROLES, Note, NoteKind, OffsetReading, sampling_time_note
 from speceq.verdicts.numerics_drift import CONTROL_NOTE, drift_words, numerics_differ_hint
-from speceq.verdicts.result import CaseResult, RunResult, TestOutcome, TokenFrequency
+from speceq.verdicts.result import CaseResult, GreedySummary, RunResult, TestOutcome, TokenFrequency
 
 #: Said wherever a fixed-size rerun with more samples is advised.
 SECOND_LOOK = ("the rerun is a second look at the same cases: k such reruns spend up to k x alpha; "
@@ -244,12 +244,37 @@ def effect_bound(test: TestOutcome) -> str:
 
 def size_words(size: Effect) -> str:
     """A shift's size in words: ``"size: largest TV of 5 laws 0.0120 in [0.0040, 0.0510] (confidence 1-0.001;
-    held-out estimate, not the plug-in)"``."""
-    what = size.name.removesuffix(" (held-out estimate)")
+    held-out estimate, not the plug-in)"``; a greedy case's: ``"size: 100.0% of the greedy row pairs diverge beyond
+    a near-tie, in [94.6%, 100.0%] (confidence 1-0.001; Clopper-Pearson)"``."""
     level = "" if size.level is None else f"confidence 1-{1.0 - size.level:.2g}; "
     low = 0.0 if size.low is None else size.low
+    if size.name == EffectName.GREEDY_DIVERGENCE:
+        high = "?" if size.high is None else f"{size.high:.1%}"
+        return (f"size: {size.estimate:.1%} of the greedy row pairs (every prompt of the batch) diverge beyond a "
+                f"near-tie, in [{low:.1%}, {high}] ({level}Clopper-Pearson)")
+    what = size.name.removesuffix(" (held-out estimate)")
     high = "?" if size.high is None else f"{size.high:.4f}"
     return f"size: {what} {size.estimate:.4f} in [{low:.4f}, {high}] ({level}held-out estimate, not the plug-in)"
+
+
+def time_uniform_bound_words(upper: float, grid_n: int | None) -> str:
+    """``"largest per-position TV at most 0.2540 (time-uniform upper bound, data up to n = 900)"``: the bound of a
+    sequential case, which holds at every look at once."""
+    return f"largest per-position TV at most {upper:.4f} (time-uniform upper bound, data up to n = {grid_n})"
+
+
+def time_uniform_size_words(upper: float | None, grid_n: int | None) -> str:
+    """The size a sequential ``shifted`` can state: its time-uniform bound, and why it has no interval."""
+    why = "a sequential run has no size interval: one of a fixed sample size does not hold at a look the data chose"
+    if upper is None:
+        return f"size: no time-uniform TV bound yet ({why})"
+    return f"size: {time_uniform_bound_words(upper, grid_n)}; {why}"
+
+
+def near_tie_words(rows: int) -> str:
+    """What a greedy size leaves out: ``"3 more row pairs diverge only at numerical near-ties (not counted)"``."""
+    pairs = "row pair diverges" if rows == 1 else "row pairs diverge"
+    return f"{rows} more {pairs} only at numerical near-ties (not counted)"
 
 
 #: The bound each certificate compares with the tolerance, as faces name it.
@@ -276,11 +301,20 @@ def tolerance_rule(certificate: str, tolerance: float) -> str:
     return f"certificate {certificate}: {bound_name(certificate)} < {tolerance:g}"
 
 
+def shown_bound(case: CaseResult) -> float | None:
+    """The bound a face shows for ``case`` next to its verdict: its decisive bound, except for a shifted greedy case
+    (None): a mismatch decided it, and the bound on the TV of its whole rows (near 1 there) says nothing of how
+    large the difference is; its ``size`` does."""
+    if case.greedy is not None and case.verdict == "shifted":
+        return None
+    return case.decisive_bound
+
+
 def bound_line(case: CaseResult) -> str | None:
     """The bound that decided ``case`` against its tolerance, naming the certificate, and under ``pit-law`` the TV
-    bound it does not certify; None when the case has no bound at all."""
+    bound it does not certify; None when the case has no bound at all, or none a face shows (:func:`shown_bound`)."""
     name, bound = case_bound_name(case), case.decisive_bound
-    if bound is None and case.tv_upper_bound is None:
+    if (bound is None and case.tv_upper_bound is None) or (case.greedy is not None and shown_bound(case) is None):
         return None
     if bound is None:
         met = "none computed"
@@ -298,6 +332,8 @@ def decided_by(case: CaseResult, alpha: float) -> str:
     if case.verdict not in ("shifted", "within-tolerance"):
         return ""
     size = "" if case.size is None else f"; {size_words(case.size)}"
+    if case.size is not None and case.greedy is not None:
+        size += f"; {near_tie_words(greedy_near_tie_only(case.greedy))}"
     if case.hard_failures:
         more = f" (+{len(case.hard_failures) - 1} more)" if len(case.hard_failures) > 1 else ""
         return f"hard failure: {case.hard_failures[0]}{more}{size}"
@@ -306,6 +342,11 @@ def decided_by(case: CaseResult, alpha: float) -> str:
         return case.reason
     plug_in = size and test.effect is not None and test.effect.name == "TV"  # the size replaces a plug-in TV
     return f"{test.name}: Holm p={_fmt_p(test.adjusted_pvalue)}" + ("" if plug_in else f", {effect(test)}") + size
+
+
+def greedy_near_tie_only(g: GreedySummary) -> int:
+    """Diverging row pairs of a greedy summary whose every departure from the target's argmax is a near-tie."""
+    return g.rows_compared - g.rows_equal - g.rows_beyond_near_tie - g.unexplained
 
 
 def meaning(case: CaseResult, alpha: float, engine: str) -> str:
@@ -431,7 +472,8 @@ def plain_case_summary(case: CaseResult, alpha: float) -> str:
             what = "greedy answers the target clearly does not prefer" if case.greedy is not None else \
                 "tokens the baseline can never produce (probability 0 under the processed target)"
             first = with_token_text(case).hard_failures[:1]
-            return f"The candidate produces {what}: {first[0] if first else case.reason}."
+            size = "" if case.size is None else _size_sentence(case.size)
+            return f"The candidate produces {what}: {first[0] if first else case.reason}.{size}"
         test = deciding_test(case, alpha)
         moved = clearly_moved(case, test.position if test is not None and test.prompt in (None, 0) else None)
         if not moved:
@@ -466,6 +508,10 @@ def plain_case_summary(case: CaseResult, alpha: float) -> str:
 
 def _size_sentence(size: Effect) -> str:
     low = 0.0 if size.low is None else size.low
+    if size.name == EffectName.GREEDY_DIVERGENCE:
+        high = "?" if size.high is None else f"{size.high:.1%}"
+        return (f" {size.estimate:.1%} of the greedy answers differ from the baseline's beyond a numerical near-tie "
+                f"(the rate lies in [{low:.1%}, {high}], Clopper-Pearson).")
     high = "" if size.high is None else f" and at most {size.high:.1%}"
     return (f" About {size.estimate:.1%} of the answers' probability moved at the worst position: at least {low:.1%}"
             f"{high} (held-out TV estimate and its bounds).")
@@ -618,7 +664,7 @@ def note_line(note: Note, labels: TokenLabels | None = None) -> str:
     if kind is NoteKind.INDEPENDENCE_UNTESTED:
         return _independence_untested_line(v)
     if kind is NoteKind.NUMERICS_DIFFER:
-        return numerics_differ_hint(str(v["baseline"]), str(v["candidate"]))
+        return numerics_differ_hint(str(v["baseline"]), str(v["candidate"]), sequential=bool(v.get("sequential")))
     if kind is NoteKind.AGAINST_CONTROL:
         return CONTROL_NOTE
     if kind is NoteKind.NUMERICS_DRIFT:

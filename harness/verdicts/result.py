@@ -109,8 +109,11 @@ class GreedySummary:
     """Greedy row comparison of a case over every prompt of its batch.
 
     divergences: the distinct first divergences SHOWN (mismatches first, capped); every
-    diverging row is classified and counted in mismatches / near_ties / unexplained;
-    distinct_divergences: how many distinct first divergences there were in all.
+    diverging row is classified and counted in mismatches / near_ties / unexplained (by its first
+    divergence); distinct_divergences: how many distinct first divergences there were in all.
+    rows_beyond_near_tie: row pairs whose first divergence is a mismatch or whose candidate row,
+    teacher-forced through the oracle, leaves the target's argmax path later beyond a near-tie (the
+    numerator of a shifted greedy case's ``size``; 0 in older results).
     """
 
     rows_compared: int
@@ -121,6 +124,7 @@ class GreedySummary:
     near_ties: int = 0
     unexplained: int = 0
     distinct_divergences: int = 0
+    rows_beyond_near_tie: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,7 +184,7 @@ class CaseResult:
     n_baseline: int
     n_candidate: int
     tests: tuple[TestOutcome, ...] = ()
-    tv_estimate: float | None = None
+    tv_estimate: float | None = None  # None for a greedy case: the share of row pairs that differ is not a TV
     tv_upper_bound: float | None = None
     tv_reference: str = "two-sample"  # or "oracle (position 0) and two-sample", "greedy rows"
     required_n: int | None = None
@@ -203,7 +207,8 @@ class CaseResult:
     certificate: str = "tv"  # what an equivalent verdict of this case rests on: "tv" or "pit-law" (the run's --certificate)
     pit_law_upper_bound: float | None = None  # the PIT-law bound (speceq.stats.pit_law) when the oracle gave one
     #: how large the difference is: the largest TV of the prompt's per-position and first-two-token laws, held-out estimate and [low, high]
-    #: (speceq.stats.max_tv_size); on every shifted and within-tolerance sampling case (None otherwise and in older results)
+    #: (speceq.stats.max_tv_size), on every shifted and within-tolerance sampling case of a fixed-size run; a shifted greedy case's: the
+    #: share of its row pairs diverging beyond a near-tie with its Clopper-Pearson interval (None otherwise and in older results)
     size: Effect | None = None
 
     @property

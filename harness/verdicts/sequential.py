@@ -2,7 +2,9 @@
 
 At each look: a hard failure makes the case ``shifted``; so does any e-process that reached
 the threshold K / alpha (K = sequential tests of the run: e-value Bonferroni, family-wise
-error <= alpha however often one looks); else it is ``equivalent`` when the time-uniform TV
+error <= alpha however often one looks), unless it is ``within-tolerance`` (the time-uniform TV
+upper bound, valid at every look at once, below the numerics tolerance, every crossed e-process
+one that bound stands for); else it is ``equivalent`` when the time-uniform TV
 upper bound is below the tolerance; else it stays open, and at its last look it is
 ``inconclusive``. The reason of every decided case begins with ``sequential:``.
 :func:`apply_sequential` puts those decisions into the run's result (the sequential loop
@@ -21,23 +23,54 @@ from speceq.stats.sequential import EProcessResult
 from speceq.verdicts.evidence import CERTIFIES, SequentialEvidence
 from speceq.verdicts.kinds import EffectName, TestKind, named_effect
 from speceq.verdicts.notes import Note, NoteKind
-from speceq.verdicts.reasons import failure_lines
+from speceq.verdicts.reasons import failure_lines, note_line, time_uniform_bound_words, time_uniform_size_words
 from speceq.verdicts.result import CaseResult, RunResult, TestOutcome
 from speceq.verdicts.verdict import Verdict
 
-__all__ = ["SequentialDecision", "apply_sequential", "decide_look", "eprocess_effect", "sequential_outcomes"]
+__all__ = ["SEQUENTIAL_SIZED_KINDS", "SequentialDecision", "apply_sequential", "decide_look", "eprocess_effect", "sequential_outcomes"]
 
 
-def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float) -> tuple[str | None, str]:
-    """(verdict, reason) of a case after look ``ev.look``; verdict None while the case stays open."""
+#: Sequential tests whose rejection the time-uniform TV bound can stand for, as :data:`speceq.verdicts.decide.SIZED_KINDS`
+#: in a fixed-size run: the pair e-processes of one position's token (of the case's prompt: the bound is that
+#: prompt's) and of the lengths, and the row-score comparisons. Not the joint pair e-process of the first two
+#: tokens: the time-uniform bound is per position.
+SEQUENTIAL_SIZED_KINDS = frozenset({
+    TestKind.SEQ_PAIR_POSITION, TestKind.SEQ_PAIR_LENGTH, TestKind.SEQ_ARGMAX_COMPARISON,
+    TestKind.SEQ_LOG_LIKELIHOOD_COMPARISON, TestKind.SEQ_PIT_COMPARISON, TestKind.SEQ_DRAFT_RATIO_COMPARISON,
+    TestKind.SEQ_DRAFT_LOG_RATIO_COMPARISON, TestKind.SEQ_SUPPORT_COMPARISON,
+})
+
+
+def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float,
+                numerics_tolerance: float = 0.0) -> tuple[str | None, str]:
+    """(verdict, reason) of a case after look ``ev.look``; verdict None while the case stays open.
+
+    A crossing e-process is ``within-tolerance`` instead of ``shifted`` when ``numerics_tolerance`` > 0, no hard
+    failure occurred, every crossed e-process is one of :data:`SEQUENTIAL_SIZED_KINDS` and the time-uniform TV
+    upper bound is below ``numerics_tolerance``: that bound holds at every look at once, so also at the look the
+    crossing chose (a fixed-size interval would not).
+    """
     at = f"decided at n = {ev.n} samples per engine after {ev.look} look{'s' if ev.look > 1 else ''}"
     if ev.hard_failures:
         return "shifted", f"sequential: {at}; hard failure: {failure_lines(ev.hard_failures)[0]}"
     crossed = [t for t in ev.tests if t.crossing_sample is not None]
     if crossed:
         t = min(crossed, key=lambda x: x.crossing_sample)  # type: ignore[arg-type, return-value]
-        return "shifted", (f"sequential: {at}; {t.name} e-value {t.max_evalue:.3g} >= {threshold:.3g} (K/alpha; "
-                           f"always-valid p = {t.pvalue:.3g}), first crossed at sample {t.crossing_sample}")
+        detected = (f"{t.name} e-value {t.max_evalue:.3g} >= {threshold:.3g} (K/alpha; always-valid p = {t.pvalue:.3g}), "
+                    f"first crossed at sample {t.crossing_sample}")
+        size = time_uniform_size_words(ev.tv_upper_bound, ev.bound_grid_n)
+        bound = ev.tv_upper_bound
+        if numerics_tolerance > 0.0:
+            unsized = sorted({x.name for x in crossed if x.kind not in SEQUENTIAL_SIZED_KINDS or x.prompt not in (None, 0)})
+            if bound is not None and bound < numerics_tolerance and not unsized:
+                return "within-tolerance", (
+                    f"sequential: {at}; a difference is detected ({detected}) but its size is certified below the "
+                    f"numerics tolerance: {time_uniform_bound_words(bound, ev.bound_grid_n)} < {numerics_tolerance:g}, "
+                    "a bound that holds at every look at once, so at the one the crossing chose")
+            why = (f"the time-uniform bound does not stand for {', '.join(unsized)}" if unsized else
+                   "no time-uniform TV bound yet" if bound is None else "the time-uniform bound is not below it")
+            size += f" (not within the numerics tolerance {numerics_tolerance:g}: {why})"
+        return "shifted", f"sequential: {at}; {detected}; {size}"
     if ev.tv_upper_bound is not None and ev.tv_upper_bound < tolerance:
         return "equivalent", (f"sequential: {at}; no e-process reached {threshold:.3g} and the time-uniform TV upper "
                               f"bound {ev.tv_upper_bound:.4f} < tolerance {tolerance:g} (data up to grid point "
@@ -55,7 +88,9 @@ def decide_look(ev: SequentialEvidence, *, tolerance: float, threshold: float) -
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SequentialDecision:
     """A sequential case decided by :func:`decide_look`: its verdict and reason, looks, samples per engine,
-    its primary tests (:func:`sequential_outcomes`) and its time-uniform TV bound (None: none yet)."""
+    its primary tests (:func:`sequential_outcomes`) and its time-uniform TV bound (None: none yet). detected: an
+    e-process decided it (``shifted`` or ``within-tolerance`` without a hard failure), so its reason names an
+    engine whose row independence could not be tested: the e-processes assume independent rows too."""
 
     verdict: str
     reason: str
@@ -65,6 +100,7 @@ class SequentialDecision:
     tv_estimate: float | None = None
     tv_upper_bound: float | None = None
     tv_reference: str | None = None
+    detected: bool = False
 
 
 def sequential_outcomes(tests: Sequence[EProcessResult], k_tests: int, kinds: Sequence[TestKind] = (),
@@ -109,7 +145,10 @@ def apply_sequential(fixed: RunResult, decisions: Mapping[str, SequentialDecisio
     """The run's result: the fixed-size analysis of the same rows, with each sequential case's decision in force.
 
     A case in ``decisions`` takes its sequential verdict, reason, tests and bound; its fixed-size
-    tests stay as diagnostics (not primary), with a note of what they would have said. A case
+    tests stay as diagnostics (not primary), with a note of what they would have said, and its fixed-size
+    ``size`` is dropped (its interval holds at a sample size fixed in advance, not at the look the data chose;
+    the reason gives the time-uniform bound instead). When an e-process decided it, the reason names every engine
+    whose row independence could not be tested on the rows (``independence untested`` notes). A case
     not in it (greedy: not sequential) keeps the fixed-size decision. The run takes the worst.
     """
     cases: list[CaseResult] = []
@@ -124,8 +163,12 @@ def apply_sequential(fixed: RunResult, decisions: Mapping[str, SequentialDecisio
             extra = {"tv_estimate": d.tv_estimate, "tv_upper_bound": d.tv_upper_bound, "tv_reference": d.tv_reference}
         note = Note(kind=NoteKind.FIXED_SIZE_VERDICT, values={"verdict": str(c.verdict),
                                                               "tv_upper_bound": c.tv_upper_bound})
-        cases.append(dataclasses.replace(c, verdict=d.verdict, reason=d.reason, tests=d.tests + diag, required_n=None,
+        untested = "".join(f"; {note_line(n)}" for n in c.notes if n.kind is NoteKind.INDEPENDENCE_UNTESTED) \
+            if d.detected else ""
+        cases.append(dataclasses.replace(c, verdict=d.verdict, reason=d.reason + untested, tests=d.tests + diag,
+                                         required_n=None,
                                          min_detectable_tv=None,  # the fixed-size chi-square's, not the e-processes'
+                                         size=None,  # a fixed-size interval does not hold at a look the data chose
                                          notes=(*c.notes, note), **extra))
     notes = (*fixed.notes, Note(kind=NoteKind.SEQUENTIAL_MODE, values={"tests": int(k_tests)}))
     # the fixed analysis's pooled tests looked at rows chosen along the way: shown, never deciding

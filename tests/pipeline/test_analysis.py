@@ -235,7 +235,7 @@ def test_greedy_equal_rows_are_equivalent_once_they_certify_the_tolerance() -> N
     rows = greedy_batch([[65, 66, 67]] * 4)
     few = run([c], {"g": rows}, {"g": rows}).cases[0]
     assert few.verdict == "inconclusive" and "all 4 greedy row pairs" in few.reason and few.required_n == 66
-    assert 0 < few.tv_upper_bound < 1 and few.tv_estimate == 0.0
+    assert 0 < few.tv_upper_bound < 1 and few.tv_estimate is None  # the share of pairs that differ is no TV
     rows = greedy_batch([[65, 66, 67]] * 66)
     enough = run([c], {"g": rows}, {"g": rows}).cases[0]
     assert enough.verdict == "equivalent" and enough.tv_upper_bound < 0.1 and "whole greedy rows" in enough.reason
@@ -262,6 +262,32 @@ def test_greedy_rows_after_a_near_tie_are_teacher_forced() -> None:
     assert divergence.prefix_ids == (100, 101, 65) and divergence.rows == 1
     assert (divergence.baseline_token, divergence.candidate_token, divergence.position) == (66, 70, 1)
     assert RunResult.from_json(run([c], {"g": base}, {"g": wanders}, oracle=oracle).to_json()).cases[0] == bad
+
+
+def test_greedy_shifted_carries_its_size_and_counts_near_ties_apart() -> None:
+    """Issue 46: a shifted greedy case printed "TV 1.000, TV bound 1.000" and no size; its size is the share of
+    row pairs diverging beyond a near-tie (a first mismatch, or off the argmax after a near-tie), with its
+    Clopper-Pearson interval, and the pairs that diverge only at near-ties are counted apart."""
+    from speceq.stats import clopper_pearson
+
+    c = case("g", T=0.0, L=4)
+    top = int(np.argmax(law(0)))
+    base = greedy_batch([[65, 66, top, top]] * 200)
+    cand = greedy_batch([[65, 66, top, top]] * 190
+                        + [[65, 70, top, top]] * 4  # near-tie at 66 -> 70, then the argmax: not counted
+                        + [[65, 70, top, 61]] * 3  # near-tie, then off the argmax: counted
+                        + [[65, 66, 61, top]] * 3)  # a mismatch (margin 5 nats): counted
+    oracle = MarginOracle(law(0), {65: 1e-5}, default=5.0)
+    result = run([c], {"g": base}, {"g": cand}, oracle=oracle)  # alpha 1e-3
+    cr = result.cases[0]
+    assert cr.verdict == "shifted" and cr.tv_estimate is None
+    assert (cr.greedy.mismatches, cr.greedy.near_ties, cr.greedy.rows_beyond_near_tie) == (3, 7, 6)
+    want = clopper_pearson(6, 200, 1e-3)
+    assert cr.size is not None and cr.size.name == "greedy row pairs diverging beyond a near-tie"
+    assert (cr.size.estimate, cr.size.low, cr.size.high, cr.size.level) == (want.estimate, want.low, want.high, want.level)
+    assert "size: 3.0% of the greedy row pairs" in cr.reason and "held-out" not in cr.reason
+    assert "4 more row pairs diverge only at numerical near-ties" in cr.reason
+    assert RunResult.from_json(result.to_json()).cases[0] == cr
 
 
 def test_result_round_trips_through_json() -> None:
@@ -401,7 +427,7 @@ def test_greedy_near_tie_threshold_is_a_setting() -> None:
                           engines={}, provenance={}, near_tie_nats=1e-2).cases[0]
     assert relaxed.verdict == "inconclusive" and relaxed.greedy.near_tie_threshold == 1e-2  # a near-tie, not a mismatch
     assert "more rows will not certify" in relaxed.reason  # 1 of 4 rows differ: TV 0.25 >= the tolerance
-    assert relaxed.tv_estimate == 0.25 and relaxed.tv_upper_bound > 0.25  # rows differ: never a bound of 0
+    assert relaxed.tv_estimate is None and relaxed.tv_upper_bound > 0.25  # 1 of 4 rows differ: never a bound of 0
 
 
 class OffOracle(ExactOracle):

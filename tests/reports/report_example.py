@@ -27,6 +27,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from speceq.pipeline.pictures import thin_path
+from speceq.stats.results import Effect
 from speceq.verdicts.notes import Note
 from speceq.verdicts.result import (
     CaseResult,
@@ -233,7 +234,10 @@ def _greedy_case() -> CaseResult:
         verdict="shifted", reason="1 real mismatch (margin 2.31 nats > 0.01) among 3 divergences in 64 rows",
         tolerance=TOLERANCE, n_baseline=64, n_candidate=64, candidate_tokens=64 * 16,
         acceptance_rate=0.83, baseline_tokens_per_s=455.0, candidate_tokens_per_s=1012.0, speedup_per_token=1012.0 / 455.0,
-        greedy=GreedySummary(rows_compared=64, rows_equal=61, near_tie_threshold=0.01, divergences=divergences),
+        greedy=GreedySummary(rows_compared=64, rows_equal=61, near_tie_threshold=0.01, divergences=divergences,
+                             mismatches=1, near_ties=2, distinct_divergences=3, rows_beyond_near_tie=1),
+        size=Effect(name="greedy row pairs diverging beyond a near-tie", unit="share of row pairs", estimate=1 / 64,
+                    low=7.8144e-06, high=0.14571, level=0.999),  # clopper_pearson(1, 64, 1e-3)
         hard_failures=("greedy rows differ at position 2 where the target's top-2 margin is 2.31 nats (> 0.01): "
                        "“ mat” #17 vs “<script>alert(1)</script>” #21 after ' a <b>dog</b> &'",),
         samples=(SampleText(engine="baseline", prompt_index=23, text=" a <b>dog</b> & the mat.", token_ids=(12, 20, 14, 24, 11, 17, 18)),

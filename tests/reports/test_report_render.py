@@ -158,7 +158,7 @@ def test_inconclusive_greedy_speed_samples_and_howto(example_html: str) -> None:
     assert divergences[0].text.count("numerical near-tie") == 2
     assert divergences[0].text.count("real mismatch") == 1
     assert "2.31" in divergences[0].text and "7.00e-04" in divergences[0].text
-    assert "61 of 64 rows" in greedy and "2.22×" in greedy and "83.0 %" in greedy
+    assert "61 of 64 row pairs" in greedy and "2.22×" in greedy and "83.0 %" in greedy
     assert "1,012 tokens/s" in greedy
     first = page.by_id("case-4").text
     assert "74.0 %" in first and "1.92×" in first

@@ -104,7 +104,7 @@ def test_required_n_certifies_with_probability_0_9() -> None:
 
 
 def _greedy(**kw: float) -> GreedyEvidence:
-    base = dict(rows_compared=40, rows_equal=40, mismatches=0, near_ties=0, unexplained=0, tv_estimate=0.0,
+    base = dict(rows_compared=40, rows_equal=40, mismatches=0, near_ties=0, unexplained=0, differ_rate=0.0,
                 tv_upper_bound=0.16, case_rows=40)
     base.update(kw)
     base["case_rows_diverging"] = base["rows_compared"] - base["rows_equal"]
@@ -132,7 +132,7 @@ def test_greedy_equivalent_needs_the_bound_below_the_tolerance() -> None:
     (d,) = decide_run([_case("few", [], upper=few.tv_upper_bound, greedy=few)], alpha=1e-3, tolerance=0.15)
     assert d.verdict == "inconclusive" and d.required_n == 43  # 1 - 0.001^(1/43) = 0.148 < 0.15
     assert 1 - 1e-3 ** (1 / 43) < 0.15 <= 1 - 1e-3 ** (1 / 42)
-    numerics = _greedy(rows_compared=400, rows_equal=320, near_ties=80, case_rows=400, tv_estimate=0.2,
+    numerics = _greedy(rows_compared=400, rows_equal=320, near_ties=80, case_rows=400, differ_rate=0.2,
                        tv_upper_bound=0.26)
     (d,) = decide_run([_case("bf16", [], upper=0.26, greedy=numerics)], alpha=1e-3, tolerance=0.15)
     assert d.verdict == "inconclusive" and d.required_n is None and "more rows will not certify" in d.reason
@@ -427,3 +427,22 @@ def test_a_detected_difference_says_when_the_rows_are_one_forward_batch_of_one_c
     (h,) = decide_run([dataclasses.replace(_case("h", [0.5], hard=(_MISMATCH,)), independence_untested=(note,))],
                       alpha=1e-3, tolerance=0.05)
     assert h.verdict == "shifted" and "independence" not in h.reason
+
+
+def test_a_shifted_greedy_case_is_sized_by_its_rows_beyond_a_near_tie() -> None:
+    """Issue 46: a greedy ``shifted`` carries the share of row pairs diverging beyond a near-tie, with its
+    Clopper-Pearson interval; near-ties are counted apart, and without an oracle no share is guessed."""
+    from speceq.stats import clopper_pearson
+    from speceq.verdicts.decide import greedy_size
+
+    g = _greedy(rows_equal=30, mismatches=4, near_ties=6, rows_beyond_near_tie=7, rows_off_argmax=3)
+    (d,) = decide_run([_case("m", [], upper=0.16, greedy=g, hard=(_MISMATCH,))], alpha=0.01, tolerance=0.2)
+    want = clopper_pearson(7, 40, 0.01)
+    assert d.verdict == "shifted" and d.size is not None
+    assert (d.size.estimate, d.size.low, d.size.high, d.size.level) == (want.estimate, want.low, want.high, want.level)
+    assert d.size.unit == "share of row pairs" and "size: 17.5% of the greedy row pairs" in d.reason
+    assert "3 more row pairs diverge only at numerical near-ties (not counted)" in d.reason
+    assert "held-out" not in d.reason and "TV" not in d.reason.split("size:")[1]
+    assert greedy_size(_greedy(rows_equal=38, unexplained=2), 0.01) is None
+    (ok,) = decide_run([_case("equal", [], upper=0.16, greedy=_greedy())], alpha=0.01, tolerance=0.2)
+    assert ok.verdict == "equivalent" and ok.size is None  # an equivalent greedy case has a bound, no size

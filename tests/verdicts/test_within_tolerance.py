@@ -88,3 +88,20 @@ def test_the_run_takes_the_worst_case() -> None:
 def test_a_bad_numerics_tolerance_is_refused(bad: object) -> None:
     with pytest.raises(ValueError, match="numerics_tolerance"):
         decide_run([_case("a", 1e-9)], alpha=1e-3, tolerance=0.15, numerics_tolerance=bad)  # type: ignore[arg-type]
+
+
+def test_a_companion_prompts_rejection_is_not_sized_by_the_case_prompts_size() -> None:
+    """The size bounds the laws of the case's prompt only, so a chi-square of a companion prompt that rejects keeps
+    ``shifted`` (before: within-tolerance, whatever the companion's shift)."""
+    companion = Outcome(name="chi2 prompt 1 position 0", family="two-sample", primary=True, statistic=50.0, pvalue=1e-9,
+                        kind=TestKind.CHI2_POSITION, prompt=1, position=0)
+    case = _case("a", 0.5)
+    case = CaseEvidence(**{**{f: getattr(case, f) for f in case.__dataclass_fields__}, "tests": (*case.tests, companion)})
+    (d,) = decide_run([case], alpha=1e-3, tolerance=0.15, numerics_tolerance=0.02)
+    assert d.verdict == Verdict.SHIFTED, d.reason
+    assert "chi2 prompt 1 position 0 also rejects and the size does not stand for it" in d.reason
+    own = Outcome(name="chi2 prompt 0 position 0", family="two-sample", primary=True, statistic=50.0, pvalue=1e-9,
+                  kind=TestKind.CHI2_POSITION, prompt=0, position=0)
+    case = CaseEvidence(**{**{f: getattr(case, f) for f in case.__dataclass_fields__}, "tests": (*_case("a", 0.5).tests, own)})
+    (d,) = decide_run([case], alpha=1e-3, tolerance=0.15, numerics_tolerance=0.02)
+    assert d.verdict == Verdict.WITHIN_TOLERANCE, d.reason

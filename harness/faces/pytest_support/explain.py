@@ -106,7 +106,9 @@ def explain_case(case: CaseResult, alpha: float, *, detail: bool = True) -> str:
         lines.extend(f"    {_token_line(t, case)}" for t in moved)
     if case.greedy is not None:
         g = case.greedy
-        lines.append(f"  greedy: {g.rows_equal} of {g.rows_compared} rows equal")
+        unexplained = f", {g.unexplained} unclassified (no oracle)" if g.unexplained else ""
+        lines.append(f"  greedy: {g.rows_equal} of {g.rows_compared} row pairs equal; by their first divergence "
+                     f"{g.mismatches} at a real mismatch, {g.near_ties} at a near-tie{unexplained}")
         for d in g.divergences[:MAX_FAILURES]:
             margin = "unknown" if d.margin is None else f"{d.margin:.3g} nats"
             base = f"{d.baseline_text} (#{d.baseline_token})" if d.baseline_text else f"#{d.baseline_token}"

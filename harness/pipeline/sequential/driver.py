@@ -10,8 +10,9 @@ from fixed-size runs) and reused on a rerun.
 
 At each look every undecided sampling case is decided by
 :func:`speceq.verdicts.sequential.decide_look` (hard failure or an e-process at K / alpha:
-``shifted``; time-uniform TV bound below the tolerance: ``equivalent``; else it goes on, and a
-case still open at the budget is ``inconclusive``). Greedy cases are not sequential: they are
+``shifted``, or ``within-tolerance`` when the time-uniform TV bound is below the numerics tolerance;
+time-uniform TV bound below the tolerance: ``equivalent``; else it goes on, and a case still open
+at the budget is ``inconclusive``). Greedy cases are not sequential: they are
 compared at the full budget as in a fixed-size run.
 
 Slices are collected by the run's :class:`~speceq.pipeline.collect.collector.ChunkCollector`, the
@@ -75,6 +76,7 @@ class CaseProgress:
     n: int
     reason: str = ""
     evidence: CaseSequentialEvidence | None = None
+    detected: bool = False  # an e-process decided it (no hard failure)
 
 
 def _slice_plan(config: RunConfig, case: Case, role: str, index: int, n: int,
@@ -163,7 +165,7 @@ class SequentialLoop:
         scorer = prepared.prefetch(score_requests(cases, base, cand))  # the diagnostics' scoring, on the workers too
         fixed = analyse_rows(prepared, base, cand, scorer, provenance)
         return name_numerics(apply_sequential(fixed, {cid: _decision(p, k_tests) for cid, p in progress.items()
-                                                      if p.verdict is not None}, k_tests))
+                                                      if p.verdict is not None}, k_tests), sequential=True)
 
 
 @dataclass(slots=True)
@@ -246,15 +248,19 @@ def _look(config: RunConfig, st: _CaseState, new: Mapping[str, SampleBatch], sli
     evidence = SequentialEvidence(
         hard_failures=failures,
         n=ev.n, look=st.look, looks=len(st.totals), budget=budget,
-        tests=tuple(SequentialTestEvidence(name=t.name, max_evalue=t.max_evalue, pvalue=t.pvalue, crossing_sample=c)
-                    for t, c in zip(ev.tests, ev.crossing_samples)),
+        tests=tuple(SequentialTestEvidence(name=t.name, max_evalue=t.max_evalue, pvalue=t.pvalue, crossing_sample=c,
+                                           kind=ev.kinds[i] if i < len(ev.kinds) else None,
+                                           prompt=ev.places[i][0] if i < len(ev.places) and ev.places[i] else None)
+                    for i, (t, c) in enumerate(zip(ev.tests, ev.crossing_samples))),
         tv_upper_bound=None if ev.bound is None else ev.bound.upper,
         bound_grid_n=None if ev.bound is None else ev.bound.grid_n)
-    verdict, reason = decide_look(evidence, tolerance=config.tolerance, threshold=1.0 / level)
+    verdict, reason = decide_look(evidence, tolerance=config.tolerance, threshold=1.0 / level,
+                                  numerics_tolerance=config.numerics_tolerance)
     if verdict is None:
         return None
     n = budget if verdict == "inconclusive" else total
-    return CaseProgress(case_id=case.case_id, verdict=verdict, looks=st.look, n=n, reason=reason, evidence=ev)
+    return CaseProgress(case_id=case.case_id, verdict=verdict, looks=st.look, n=n, reason=reason, evidence=ev,
+                        detected=verdict in ("shifted", "within-tolerance") and not failures)
 
 
 def _decision(p: CaseProgress, k_tests: int) -> SequentialDecision:
@@ -264,7 +270,8 @@ def _decision(p: CaseProgress, k_tests: int) -> SequentialDecision:
                               tests=sequential_outcomes(ev.tests, k_tests, ev.kinds, ev.places) if ev is not None else (),
                               tv_estimate=None if bound is None else bound.tv,
                               tv_upper_bound=None if bound is None else bound.upper,
-                              tv_reference=None if bound is None else f"time-uniform ({bound.reference})")
+                              tv_reference=None if bound is None else f"time-uniform ({bound.reference})",
+                              detected=p.detected)
 
 
 def samples_used(result: RunResult) -> dict[str, int]:
