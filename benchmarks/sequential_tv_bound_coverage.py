@@ -29,7 +29,7 @@ independent positions). Plug-in TVs are computed from exact multinomial count in
 between looks (small vocabularies) or from the individual draws (large vocabularies); both are
 checked against :func:`speceq.stats.tv_distance` on the first paths.
 
-Usage (about 3 minutes on the 2-core CPU machine):
+Usage (about 7 minutes on the 2-core CPU machine, shared, `nice`):
 
     python benchmarks/sequential_tv_bound_coverage.py --json /tmp/seqcov.json
     python benchmarks/sequential_tv_bound_coverage.py --reps 20000 --zipf-reps 2000 --worlds small-0.1
