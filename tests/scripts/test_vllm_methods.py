@@ -218,8 +218,8 @@ def test_the_conformance_pages_commands_parse_and_name_known_methods_and_setting
     page = (Path(__file__).resolve().parents[2] / "docs" / "measurements" / "conformance.md").read_text()
     commands = [shlex.split(line.split("python scripts/vllm/methods.py", 1)[1], comments=True)
                 for line in page.replace("\\\n", " ").splitlines() if line.startswith("python scripts/vllm/methods.py")]
-    assert len(commands) == 7  # t1 and greedy, patched; the other settings, long64 again, patched; the field settings;
-    # the structured-output setting
+    assert len(commands) == 9  # t1 and greedy, patched; the other settings, long64 again, patched; the field settings;
+    # the structured-output setting; suffix, and suffix patched
     for words in commands:
         args = methods.build_parser().parse_args(words)
         assert set(args.methods.split(",")) <= set(methods.METHODS)
