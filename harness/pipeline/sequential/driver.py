@@ -3,7 +3,7 @@
 The schedule is fixed before any data and does not depend on the budget: slices end at the
 points of :func:`speceq.stats.sequential.look_grid` (3, 4, 5, 6, 8, ... 1500, 1875, 2250,
 2625, 3000, ... samples per engine: four steps per doubling); there is a look after every
-slice, up to the first grid point >= the budget (at most 12.5 % past it). Slice i of a case is seeded by :func:`speceq.pipeline.plan.chunk_seed` of its index,
+slice, up to the first grid point >= the budget (at most 25 % past it). Slice i of a case is seeded by :func:`speceq.pipeline.plan.chunk_seed` of its index,
 so the data at a look is always a prefix of the data at the next one, a rerun with a larger
 budget extends the same sequence, and the chunks are stored (in ``<out>/sequential/``, apart
 from fixed-size runs) and reused on a rerun.
@@ -59,8 +59,8 @@ SEED_DERIVATION = "speceq.pipeline.plan.chunk_seed(case seed or run_seed, role, 
 def look_totals(samples: int) -> tuple[int, ...]:
     """Samples per engine at each look for a budget of ``samples``: the look grid up to its first point >= ``samples``.
 
-    The last look may pass the budget by up to a quarter of a doubling step (12.5 %) so that
-    it lies on the grid; the first look is at 3 samples.
+    The last look may pass the budget by up to one grid step (at most 25 %, as from 1 500 to 1 875 for a
+    budget of 1 501) so that it lies on the grid; the first look is at 3 samples.
     """
     grid = seq.look_grid(2 * samples + 6)
     return tuple(g for g in grid if g < samples) + (next(g for g in grid if g >= samples),)
