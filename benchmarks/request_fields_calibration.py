@@ -33,7 +33,8 @@ Usage::
 
     python benchmarks/request_fields_calibration.py --reps 100000 --part counts        # part 1
     python benchmarks/request_fields_calibration.py --outer 100 --part comparisons     # part 2
-    python benchmarks/request_fields_calibration.py --reps 20000 --only "min-p"        # one law family, quicker
+    python benchmarks/request_fields_calibration.py --reps 20000 --only "min-p"        # one case's laws, quicker
+    python benchmarks/request_fields_calibration.py --reps 20000 --kinds joint --tests homogeneity   # the pair laws
 """
 
 from __future__ import annotations
@@ -166,27 +167,37 @@ def length_law(model: aa.ProcessedMarkov, case: Case, rows: int = LENGTH_ROWS, s
     return counts / counts.sum()
 
 
-def field_laws(only: Sequence[str] = ()) -> list[tc.Law]:
-    """The laws the primary chi-square tests see on every oracle path (``only``: name substrings to keep)."""
+#: The kinds of laws of part 1, in the order they run: the laws of one position (first token, grammar states), lengths,
+#: the joint laws of the first two tokens (the costly draws: tens of thousands of labels).
+LAW_KINDS = ("token", "length", "joint")
+
+
+def field_laws(only: Sequence[str] = (), kinds: Sequence[str] = LAW_KINDS) -> list[tc.Law]:
+    """The laws the primary chi-square tests see on every oracle path, kind by kind (:data:`LAW_KINDS`).
+
+    ``only``: case-id substrings to keep.
+    """
     from speceq.models import ByteTokenizer
 
-    out = []
+    out: dict[str, list[tc.Law]] = {k: [] for k in LAW_KINDS}
     tok = ByteTokenizer()
     for model, case in worlds():
         name = case.case_id
         if only and not any(w in name for w in only):
             continue
         first = _law_at(model, case, ())
-        kept = int((first > 0).sum())
-        out.append(tc.Law(f"{name}: first token ({kept} tokens of p > 0)", first))
+        out["token"].append(tc.Law(f"{name}: first token ({int((first > 0).sum())} tokens of p > 0)", first))
         if isinstance(model, GrammarMarkov):
             for text in GRAMMAR_STATES[1:]:
                 law = _law_at(model, case, tok.encode(text, add_bos=False))
-                out.append(tc.Law(f"{name}: after {text!r} ({int((law > 0).sum())} tokens of p > 0)", law))
-        out.append(tc.Law(f"{name}: joint first 2 (pairs)", joint_first_two(model, case, first)))
-        rows = LENGTH_ROWS // 10 if isinstance(model, GrammarMarkov) else LENGTH_ROWS  # the grammar's masks cost
-        out.append(tc.Law(f"{name}: lengths (estimated from {rows} rows)", length_law(model, case, rows), kind="length"))
-    return out
+                out["token"].append(tc.Law(f"{name}: after {text!r} ({int((law > 0).sum())} tokens of p > 0)", law))
+        if "joint" in kinds:
+            out["joint"].append(tc.Law(f"{name}: joint first 2 (pairs)", joint_first_two(model, case, first)))
+        if "length" in kinds:
+            rows = LENGTH_ROWS // 10 if isinstance(model, GrammarMarkov) else LENGTH_ROWS  # the grammar's masks cost
+            out["length"].append(tc.Law(f"{name}: lengths (estimated from {rows} rows)", length_law(model, case, rows),
+                                        kind="length"))
+    return [law for k in LAW_KINDS if k in kinds for law in out[k]]
 
 
 # ------------------------------------------------------------------------------- comparisons
@@ -264,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--outer", type=int, default=100, help="replicates of the comparisons. Default: %(default)s")
     ap.add_argument("--part", choices=PARTS, action="append", help="run only this part (repeatable)")
     ap.add_argument("--only", default="", help="keep only the cases whose id contains one of these comma-separated substrings")
+    ap.add_argument("--kinds", default=",".join(LAW_KINDS), help="kinds of laws of part 1. Default: %(default)s")
     ap.add_argument("--tests", default="homogeneity,gof", help="test families of part 1. Default: %(default)s")
     ap.add_argument("--pairs", default="3000+3000,3000+600", help="two-sample group sizes. Default: %(default)s")
     ap.add_argument("--levels", default="1e-3,1e-4,2e-5", help="levels of part 1. Default: %(default)s")
@@ -281,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         pairs = tuple(tuple(int(x) for x in pr.split("+")) for pr in args.pairs.split(",") if pr.strip())
         levels = tuple(float(x) for x in args.levels.split(","))
         print(tc.HEADER, flush=True)
-        rows = tc.calibration_table(lambda: field_laws(only), reps=args.reps, seed=args.seed, levels=levels,
+        kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+        rows = tc.calibration_table(lambda: field_laws(only, kinds), reps=args.reps, seed=args.seed, levels=levels,
                                     progress=say, pairs=pairs, tests=tuple(args.tests.split(",")),
                                     emit=lambda block: print(tc.format_table(block, header=False), flush=True))
         bad = [r for r in rows if not r.ok]
