@@ -41,8 +41,6 @@ PROMPT = (7, HEADS[2])
 PARAMS = SamplingParams(max_new_tokens=4, temperature=0.8, min_p=0.02, repetition_penalty=1.5, frequency_penalty=0.5,
                         presence_penalty=0.5, logit_bias={HEADS[0]: -100.0, HEADS[3]: 1.0})
 
-pytest.importorskip("llguidance")
-
 
 @pytest.fixture(scope="module")
 def rc():  # noqa: ANN201
@@ -87,6 +85,7 @@ def test_joint_and_length_laws_are_those_of_rows_drawn_through_the_processed_law
 
 
 def test_grammar_laws_are_llguidances_masks_at_each_rows_state(rc) -> None:  # noqa: ANN001
+    pytest.importorskip("llguidance")
     case = rc.grammar_case()
     grammar = rc.GrammarMarkov(*_raw(4), EOS_ID, case.params)
     tok = ByteTokenizer()
