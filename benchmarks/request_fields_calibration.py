@@ -211,7 +211,8 @@ def comparison_sizes(pairs: Sequence[tuple[aa.ProcessedMarkov, Case]], outer: in
     the real test's p-values, one per replicate), ``flagged`` (rows with a token of oracle probability
     0, both engines, all replicates), ``pit`` (the candidate's randomized PIT values, all replicates).
     ``candidate_wrong``: the control of :mod:`request_fields_aa` (``"history"`` or ``"bias"``): the
-    candidate draws from that wrong law, so the sizes must exceed the levels.
+    candidate draws from that wrong law, so the real p-values must be small. (The conditional sizes
+    stay at the level whatever the draws: they measure the test given the magnitudes, valid under H0.)
     """
     levels = tuple(levels)
     sizes: dict[str, list[np.ndarray]] = {}
@@ -248,7 +249,7 @@ def comparison_sizes(pairs: Sequence[tuple[aa.ProcessedMarkov, Case]], outer: in
             "flagged": flagged, "pit": np.concatenate(pits) if pits else np.zeros(0), "levels": levels}
 
 
-def format_comparisons(result: dict[str, object], rows: int = ROWS) -> str:
+def format_comparisons(result: dict[str, object]) -> str:
     """Markdown: each comparison's size / level (mean ± 3 SE over replicates) at every level, and the real p-values' count."""
     levels = result["levels"]
     head = " | ".join(f"size / level at {a:g} (± 3 SE)" for a in levels)

@@ -122,7 +122,7 @@ def test_comparisons_hold_their_size_on_history_dependent_rows_and_see_a_wrong_l
     for name, s in exact["sizes"].items():
         assert s.shape == (4, 2) and (s.mean(axis=0) <= np.array(levels) * 1.0001).all(), (name, s.mean(axis=0))
         assert (exact["pvalues"][name] > LEVEL).all()
-    assert "| NO |" not in rc.format_comparisons(exact, rows=300)
+    assert "| NO |" not in rc.format_comparisons(exact)
     wrong = rc.comparison_sizes([(model, case)], 2, np.random.default_rng(0), rows=300, levels=levels,
                                 candidate_wrong="bias")
     smallest = np.vstack(list(wrong["pvalues"].values())).min(axis=0)  # per replicate, over the comparisons
