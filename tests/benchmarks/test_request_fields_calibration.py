@@ -3,8 +3,9 @@
 The laws are those the primary tests see (checked against rows drawn through the processed law),
 the chi-square size checks are binomial tails as in tests/stats/test_tail_calibration.py (count of
 p <= 1e-3 within the (1 - 1e-6) quantile of Binomial(R, 1.5e-3); R catches a 3x-liberal test w.p.
->= 0.99), and the comparisons' Rao-Blackwellised sizes must stay at the level on exact draws and
-must not on a candidate whose penalties never see its own tokens.
+>= 0.99; a p-value 3x too small fails), the comparisons' Rao-Blackwellised sizes must stay at the
+level on exact draws (the table flags a size 3x its level), and the real comparisons must reject a
+candidate that drops logit_bias.
 """
 
 from __future__ import annotations
