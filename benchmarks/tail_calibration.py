@@ -12,7 +12,8 @@ conditional laws of the bundled target at T = 0.3, 0.7, 1.0, a sparse law over 3
 a peaked law (top-1 0.99), the length law of an EOS-prone case (EOS probability 0.3 per step,
 6 tokens), and first-token laws of the 32 000-token BPE target.
 Other laws plug in through the ``laws`` argument of :func:`calibration_table` (a function
-returning :class:`Law` objects, e.g. the next-token laws of a 32k-vocabulary BPE model).
+returning :class:`Law` objects, e.g. the next-token laws of a 32k-vocabulary BPE model;
+``benchmarks/request_fields_calibration.py`` passes the laws of the request-field and grammar oracle paths).
 
 The pipeline-level A/A check (:func:`pipeline_aa`) runs the whole analysis and decision
 (:func:`speceq.pipeline.analysis.analyse_run`, with an exact oracle) on A/A runs of a Markov model
