@@ -26,6 +26,7 @@ from speceq.stats.blocked import (
     RowBlocks,
     block_rows_by_prompt,
     blocked_comparison,
+    blocked_conditional_size,
     pair_blocks,
     pooled_blocked_comparison,
     row_blocks,
@@ -118,7 +119,7 @@ from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, po
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
-    "RowBlocks", "block_rows_by_prompt", "blocked_comparison", "pair_blocks", "pooled_blocked_comparison", "row_blocks",
+    "RowBlocks", "block_rows_by_prompt", "blocked_comparison", "blocked_conditional_size", "pair_blocks", "pooled_blocked_comparison", "row_blocks",
     "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "pooled_comparison", "row_sums", "support_comparison",
     "COMPARISONS", "OracleComparisons", "SequentialComparisons", "boundary_rows", "compare_oracle_scores", "impossible_rows", "row_scores",
     "sequential_oracle_comparisons",

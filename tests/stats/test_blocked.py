@@ -16,6 +16,7 @@ from speceq.stats import (
     RowBlocks,
     block_rows_by_prompt,
     blocked_comparison,
+    blocked_conditional_size,
     compare_oracle_scores,
     pair_blocks,
     paired_comparison,
@@ -50,12 +51,16 @@ def test_the_blocked_test_is_exact_by_enumeration_both_directions(alternative: s
     values = [list(rng.normal(size=3)), list(rng.normal(size=3)), list(rng.gamma(0.5, size=3)),
               list(rng.normal(size=3)), list(rng.normal(size=2)), list(rng.normal(size=2)), [1.0, 1.0, 1.0]]
     minority = [True, True, True, False, True, True, True]
-    ps = np.array([blocked_comparison(b, name="s", alternative=alternative).pvalue
-                   for b in _assignments(values, minority)])
+    placements = list(_assignments(values, minority))
+    ps = np.array([blocked_comparison(b, name="s", alternative=alternative).pvalue for b in placements])
     assert ps.size == 3 ** 5 * 2 ** 2
     for level in np.unique(ps):
         assert np.mean(ps <= level) <= level + 1e-9, (level, np.mean(ps <= level))
     assert ps.min() < 0.05  # the grid law has a tail: the check above is not vacuous
+    # the conditional size the calibration averages is this share, computed from the law alone
+    levels = sorted({a * (1 + 1e-9) for a in np.unique(ps)[:6]} | {0.01, 0.05})  # above the float noise of sums
+    expected = [np.mean(ps <= a) for a in levels]
+    assert blocked_conditional_size(placements[0], levels, alternative) == pytest.approx(expected, abs=1e-12)
 
 
 def test_a_shifted_candidate_is_found_and_the_direction_is_the_candidates() -> None:
