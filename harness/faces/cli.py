@@ -76,11 +76,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--control-option", action="append", default=[], metavar="K=V",
                    help="numerics control engine option, over the baseline's and the candidate's dtype/device "
                         "(repeatable; needs --numerics-control)")
-    g.add_argument("--control-ratio", type=float, default=None, metavar="R",
-                   help="the numerics control's samples per candidate sample (>= 1; needs --numerics-control): "
+    g.add_argument("--control-ratio", type=float, default=CONTROL_RATIO, metavar="R",
+                   help="the numerics control's samples per candidate sample (1 to 64; needs --numerics-control): "
                         "each candidate row is compared with its share of the control's rows, so more control rows "
                         "(plain sampling, cheaper than the candidate) give the verdict's comparison more power. "
-                        f"Default: {CONTROL_RATIO:g}")
+                        "Default: %(default)g")
     g = p.add_argument_group("sampling")
     g.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N", help="samples per case and engine. Default: %(default)s")
     g.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N", help="samples per stored chunk. Default: %(default)s")
@@ -188,7 +188,7 @@ def handle_run(args: argparse.Namespace) -> int:
     from speceq.pipeline.config import RunConfig
     from speceq.pipeline.runner import run
 
-    if args.control_ratio is not None and args.numerics_control is None:
+    if args.control_ratio != CONTROL_RATIO and args.numerics_control is None:
         raise ConfigError(f"--control-ratio {args.control_ratio:g} sets the numerics control's samples, but the run "
                           "has no control: add --numerics-control", where="--control-ratio")
     config = RunConfig(
@@ -207,7 +207,7 @@ def handle_run(args: argparse.Namespace) -> int:
         support_margin_nats=(default_support_margin(args) if args.support_margin_nats is None
                              else args.support_margin_nats),
         numerics_control=args.numerics_control, control_options=parse_engine_options(args.control_option),
-        control_ratio=CONTROL_RATIO if args.control_ratio is None else args.control_ratio,
+        control_ratio=args.control_ratio,
         certificate=args.certificate, workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     if args.cases:
