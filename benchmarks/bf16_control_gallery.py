@@ -25,7 +25,8 @@ p of the cases and of the pooled tests), the numerics drift finding and the wall
 ``summary.json`` into ``--out``.
 
 Usage: python benchmarks/bf16_control_gallery.py [--samples 3000] [--out DIR] [--mutants a,b]
-       [--seed 0] [--workers 1] [--request-fields] [--lossless] [--no-reference]
+       [--seed 0 [1 ...]] [--control-ratio 2 [1 ...]] [--workers 1] [--request-fields] [--lossless]
+       [--no-reference]
        python benchmarks/bf16_control_gallery.py --render DIR/*/result.json   (the rows of saved results)
 """
 
@@ -104,11 +105,14 @@ def link_shared(pool: Path, out: Path) -> int:
 
 
 def run_one(candidate: str, out: Path, samples: int, seed: int, workers: str, cases: Path | None,
-            options: dict[str, Any]) -> tuple[RunResult, float]:
-    """``speceq run`` of ``candidate`` (bf16, with the control) into ``out``; its result and wall seconds."""
+            options: dict[str, Any], control_ratio: float | None = None) -> tuple[RunResult, float]:
+    """``speceq run`` of ``candidate`` (bf16, with the control) into ``out``; its result and wall seconds.
+    control_ratio: ``--control-ratio`` (None: the default)."""
     cmd = [sys.executable, "-m", "speceq", "run", "--candidate", candidate, "--candidate-option", "dtype=bfloat16",
            "--numerics-control", "--seed", str(seed), "--samples", str(samples), "--workers", workers,
            "--out", str(out), "--no-progress", "--json"]
+    if control_ratio is not None:
+        cmd += ["--control-ratio", f"{control_ratio:g}"]
     for k, v in options.items():
         cmd += ["--candidate-option", f"{k}={json.dumps(v)}"]
     if cases is not None:
@@ -181,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, nargs="+", default=[3000], help="budgets per engine, in order")
     parser.add_argument("--out", type=Path, default=Path("speceq-bf16-gallery"))
     parser.add_argument("--mutants", default="", help="comma-separated gallery names (default: all statistical)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, nargs="+", default=[0],
+                        help="run seeds; each seed's runs go into DIR/seed-S when more than one is given")
+    parser.add_argument("--control-ratio", type=float, nargs="+", default=[None], metavar="R",
+                        help="--control-ratio values, largest first (the smaller ones reuse its stored chunks); "
+                             "default: the run's default")
     parser.add_argument("--workers", default="1")
     parser.add_argument("--request-fields", action="store_true", help="also the request-field mutants, on their cases")
     parser.add_argument("--lossless", action="store_true", help="also the lossless mutants (must not be shifted)")
@@ -206,29 +214,35 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| `{name}` | {n} | {result.verdict} | "
                   f"{k} of {len(result.cases)} | {words} | {drift(result)} |")
         return 0
-    pool = args.out / REFERENCE
     rows: list[dict[str, Any]] = []
-    print("| candidate | samples per engine | run verdict | cases shifted | deciding evidence | numerics drift | wall |")
-    print("|---|---|---|---|---|---|---|")
-    for n in args.samples:
-        plan = ([] if args.no_reference else [REFERENCE]) + names
-        for name in plan:
-            spec = MUTANTS.get(name)
-            own = spec is not None and spec.bug_class == "request-fields"
-            out = args.out / name
-            cases = own_case_file(name, args.out / "cases") if own else None
-            if name != REFERENCE and not own:
-                link_shared(pool, out)
-            result, wall = run_one(REFERENCE if name == REFERENCE else f"mutant:{name}", out, n, args.seed,
-                                   args.workers, cases, dict(spec.options) if own else {})
-            k, words = evidence(result)
-            row = {"candidate": name, "samples": n, "verdict": str(result.verdict), "cases_shifted": k,
-                   "cases": len(result.cases), "evidence": words, "drift": drift(result), "wall_s": round(wall)}
-            rows.append(row)
-            print(f"| `{name}` | {n} | {row['verdict']} | {k} of {len(result.cases)} | {words} | {row['drift']} "
-                  f"| {row['wall_s']} s |", flush=True)
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "summary.json").write_text(json.dumps(rows, indent=1))
+    print("| candidate | seed | samples per engine | control ratio | run verdict | cases shifted | deciding evidence "
+          "| numerics drift | wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for seed in args.seed:
+        root = args.out if len(args.seed) == 1 else args.out / f"seed-{seed}"
+        pool = root / REFERENCE
+        for n in args.samples:
+            for ratio in args.control_ratio:
+                plan = ([] if args.no_reference else [REFERENCE]) + names
+                for name in plan:
+                    spec = MUTANTS.get(name)
+                    own = spec is not None and spec.bug_class == "request-fields"
+                    out = root / name
+                    cases = own_case_file(name, root / "cases") if own else None
+                    if name != REFERENCE and not own:
+                        link_shared(pool, out)
+                    result, wall = run_one(REFERENCE if name == REFERENCE else f"mutant:{name}", out, n, seed,
+                                           args.workers, cases, dict(spec.options) if own else {}, ratio)
+                    k, words = evidence(result)
+                    used = result.provenance.get("settings", {}).get("control_ratio")
+                    row = {"candidate": name, "seed": seed, "samples": n, "control_ratio": used,
+                           "verdict": str(result.verdict), "cases_shifted": k, "cases": len(result.cases),
+                           "evidence": words, "drift": drift(result), "wall_s": round(wall)}
+                    rows.append(row)
+                    print(f"| `{name}` | {seed} | {n} | {used} | {row['verdict']} | {k} of {len(result.cases)} | {words} "
+                          f"| {row['drift']} | {row['wall_s']} s |", flush=True)
+                    args.out.mkdir(parents=True, exist_ok=True)
+                    (args.out / "summary.json").write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -48,6 +48,11 @@ NUMERICS_TOLERANCE: TV below which a detected difference is ``within-tolerance``
     (:data:`NUMERICS_TOLERANCE_BY_WORLD`; 0.01 outside the bundled worlds and in the Python API and
     the pytest plugin). The upper bound is distribution-free, so it falls below 0.01 only past about
     10^5-10^6 draws per engine: at the default budget a detected difference stays ``shifted``, with its size.
+CONTROL_RATIO: rows of the numerics control per candidate row (``--control-ratio``): the control is
+    plain sampling, cheaper than a speculative candidate, and the blocked comparison
+    (``speceq.stats.blocked``) puts each candidate row against its share of the control's rows, so the
+    comparison needs 2r / (r + 1) times fewer candidate rows (1.33 at 2) for the same shift;
+    measured on ``biased-ratio`` in bf16 (docs/measurements/numerics.md).
 SUPPORT_MARGIN_OFF: the default of the Python API and the pytest plugin, and of ``speceq run``
     when an engine or the oracle is not one of the bundled world's models: infinite, i.e. no
     support hard failure (the two-sample support comparison alone judges tokens outside the
@@ -76,6 +81,7 @@ SUPPORT_MARGIN_NATS = 0.5
 SUPPORT_MARGIN_NATS_BY_WORLD = {"byte": SUPPORT_MARGIN_NATS, "bpe": 12.0, "smollm2": 3.0}
 SUPPORT_MARGIN_OFF = float("inf")
 NUMERICS_TOLERANCE = 0.01
+CONTROL_RATIO = 2.0
 #: ``speceq run --models`` world -> its default numerics tolerance (twice the largest mean bf16 per-position
 #: TV measured on its target, rounded up; docs/measurements/numerics.md).
 NUMERICS_TOLERANCE_BY_WORLD = {"byte": NUMERICS_TOLERANCE, "bpe": NUMERICS_TOLERANCE, "smollm2": 0.05}

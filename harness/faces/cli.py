@@ -41,6 +41,7 @@ PLUGIN_COMMANDS: dict[str, str] = {
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from speceq.core.defaults import (
         CERTIFICATES,
+        CONTROL_RATIO,
         DEFAULT_ALPHA,
         DEFAULT_CHUNK_SIZE,
         DEFAULT_CHUNK_TIMEOUT_S,
@@ -74,6 +75,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--control-option", action="append", default=[], metavar="K=V",
                    help="numerics control engine option, over the baseline's and the candidate's dtype/device "
                         "(repeatable; needs --numerics-control)")
+    g.add_argument("--control-ratio", type=float, default=CONTROL_RATIO, metavar="R",
+                   help="the numerics control's samples per candidate sample (1 to 64; needs --numerics-control): "
+                        "each candidate row is compared with its share of the control's rows, so more control rows "
+                        "(plain sampling, cheaper than the candidate) give the verdict's comparison more power. "
+                        "Default: %(default)g")
     g = p.add_argument_group("sampling")
     g.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N", help="samples per case and engine. Default: %(default)s")
     g.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, metavar="N", help="samples per stored chunk. Default: %(default)s")
@@ -173,13 +179,17 @@ def default_support_margin(args: argparse.Namespace) -> float:
 
 
 def handle_run(args: argparse.Namespace) -> int:
-    from speceq.core.defaults import NUMERICS_TOLERANCE, NUMERICS_TOLERANCE_BY_WORLD
+    from speceq.core.defaults import CONTROL_RATIO, NUMERICS_TOLERANCE, NUMERICS_TOLERANCE_BY_WORLD
     from speceq.engines.registry import parse_engine_options
+    from speceq.errors import ConfigError
     from speceq.inputs.cases import bpe_cases, default_cases, load_cases, smollm2_cases
     from speceq.models.worlds import world_engine_options
     from speceq.pipeline.config import RunConfig
     from speceq.pipeline.runner import run
 
+    if args.control_ratio != CONTROL_RATIO and args.numerics_control is None:
+        raise ConfigError(f"--control-ratio {args.control_ratio:g} sets the numerics control's samples, but the run "
+                          "has no control: add --numerics-control", where="--control-ratio")
     config = RunConfig(
         baseline=args.baseline, candidate=args.candidate,
         baseline_options=world_engine_options(args.models, args.baseline, parse_engine_options(args.baseline_option)),
@@ -196,6 +206,7 @@ def handle_run(args: argparse.Namespace) -> int:
         support_margin_nats=(default_support_margin(args) if args.support_margin_nats is None
                              else args.support_margin_nats),
         numerics_control=args.numerics_control, control_options=parse_engine_options(args.control_option),
+        control_ratio=args.control_ratio,
         certificate=args.certificate, workers=args.workers, executor=args.executor, ray_address=args.ray_address,  # parallel collection
     )
     if args.cases:

@@ -137,7 +137,7 @@ class OracleFindings:
     z_paths: tuple[Any, ...] = ()
     test_bins: tuple[Any, ...] = ()
     pit_law: stats.PITLawBound | None = None
-    differences: Mapping[str, np.ndarray] = field(default_factory=dict)
+    differences: Mapping[str, np.ndarray | stats.RowBlocks] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,19 +245,26 @@ def planned_pooled_tests(cases: Sequence[Case], *, oracle: bool) -> int:
     return len(stats.COMPARISONS) if oracle and sampling >= POOLED_MIN_CASES else 0
 
 
-def pooled_tests(differences: Sequence[Mapping[str, np.ndarray]]) -> tuple[TestOutcome, ...]:
+def pooled_tests(differences: Sequence[Mapping[str, np.ndarray | stats.RowBlocks]]) -> tuple[TestOutcome, ...]:
     """The run-level primary tests: each row score's paired comparison pooled over the cases that have it.
 
-    differences: per sampling case with an oracle, its pair differences per row score
-    (``differences`` of :func:`speceq.stats.compare_oracle_scores`). A score is pooled over the cases that
-    have it when they are at least POOLED_MIN_CASES (a single case's own test already counts).
+    differences: per sampling case with an oracle, per row score its pair differences (``differences``
+    of :func:`speceq.stats.compare_oracle_scores`) or, when the engines' row counts differ, its rows in
+    blocks (``blocks``). A score is pooled over the cases that have it when they are at least
+    POOLED_MIN_CASES (a single case's own test already counts): by the sign-flip test when every case
+    is paired, else by the blocked test with each paired case's pairs as blocks of two.
     """
     out = []
     for k in stats.COMPARISONS:
         parts = [d[k] for d in differences if k in d]
         if len(parts) < POOLED_MIN_CASES:
             continue
-        res = stats.pooled_comparison(parts, name=f"pooled {k} comparison")
+        if all(isinstance(x, np.ndarray) for x in parts):
+            res = stats.pooled_comparison(parts, name=f"pooled {k} comparison")
+        else:
+            res = stats.pooled_blocked_comparison(
+                [x if isinstance(x, stats.RowBlocks) else stats.pair_blocks(x) for x in parts],
+                name=f"pooled {k} comparison")
         out.append(_outcome(res.name, "pooled oracle comparison", True, res, TestKind.POOLED_COMPARISON))
     return tuple(out)
 
@@ -553,7 +560,7 @@ def _oracle_tests(case: Case, base: SampleBatch, cand: SampleBatch, oracle: Orac
         pit_u[own], scores.position[own], rows=rows, positions=params.max_new_tokens, alpha=alpha)
     return OracleFindings(tests=tuple(tests), support_failures=tuple(failures), notes=tuple(notes),
                           histogram=tuple(int(h) for h in pit.histogram), z_paths=tuple(martingale_paths(scores)),
-                          test_bins=bins, pit_law=pit_law, differences=found.differences)
+                          test_bins=bins, pit_law=pit_law, differences={**found.differences, **found.blocks})
 
 
 def _diverging_candidate_rows(case: Case, base: SampleBatch, cand: SampleBatch
@@ -864,7 +871,7 @@ def analyse_run(
     mc_level = first_step_levels(alpha, planned, planned_pooled_tests(cases, oracle=oracle is not None))[0]
     evidence: list[CaseEvidence] = []
     details: list[CaseDetails] = []
-    differences: list[Mapping[str, np.ndarray]] = []
+    differences: list[Mapping[str, np.ndarray | stats.RowBlocks]] = []
     iterator: Any = cases
     if progress:
         from rich.progress import track

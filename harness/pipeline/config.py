@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from speceq.core.defaults import (
     CERTIFICATES,
+    CONTROL_RATIO,
     DEFAULT_ALPHA,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_CHUNK_TIMEOUT_S,
@@ -23,6 +25,8 @@ from speceq.errors import ConfigError
 from speceq.oracles.build import OracleSpec
 from speceq.pipeline.collect import EXECUTORS
 
+#: The largest ``control_ratio`` accepted (the blocked comparison's gain 2r / (r + 1) is within 2 % of its limit 2).
+MAX_CONTROL_RATIO = 64
 #: ``numerics_control`` value: the baseline engine with the candidate's dtype and device options.
 CONTROL_AUTO = "auto"
 
@@ -88,6 +92,9 @@ class RunConfig:
     at that second plain endpoint; None (default): no control. The candidate is then compared with
     the control (the verdict) and the control with the baseline (numerics drift, a finding);
     fixed-size runs only. control_options: options set on the control engine over those.
+    control_ratio: the control's samples per candidate sample (a number >= 1; each case's control
+    draws ceil(ratio x samples); default :data:`speceq.core.defaults.CONTROL_RATIO`): the comparisons
+    put each candidate row against its share of the control's rows (:mod:`speceq.stats.blocked`).
     """
 
     baseline: str = "baseline"
@@ -121,6 +128,7 @@ class RunConfig:
     numerics_tolerance: float = NUMERICS_TOLERANCE
     numerics_control: str | None = None
     control_options: Mapping[str, Any] = field(default_factory=dict)
+    control_ratio: float = CONTROL_RATIO
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ConfigError:
@@ -205,6 +213,10 @@ class RunConfig:
             raise bad("control_options", "a mapping of option names to values")
         if self.control_options and self.numerics_control is None:
             raise bad("control_options", "no options without numerics_control")
+        if isinstance(self.control_ratio, bool) or not isinstance(self.control_ratio, (int, float)) \
+                or not 1 <= self.control_ratio <= MAX_CONTROL_RATIO:
+            raise bad("control_ratio", f"a number of control samples per candidate sample, from 1 to "
+                      f"{MAX_CONTROL_RATIO:g} (the control never has fewer rows than the candidate)")
         object.__setattr__(self, "out_dir", Path(self.out_dir))
 
     def settings(self) -> dict[str, Any]:
@@ -224,7 +236,12 @@ class RunConfig:
             "sequential": self.sequential, "certificate": self.certificate,
             "chunk_timeout": self.chunk_timeout, "numerics_tolerance": self.numerics_tolerance,
             "numerics_control": self.numerics_control, "control_options": dict(self.control_options),
+            "control_ratio": self.control_ratio,
         }
+
+    def control_samples(self, samples: int) -> int:
+        """The control's samples of a case whose candidate draws ``samples``: ceil(control_ratio x samples)."""
+        return math.ceil(round(self.control_ratio * samples, 9))
 
     def control_spec(self) -> tuple[str, dict[str, Any]]:
         """(spec, options) of the numerics control engine (ConfigError naming the field when it cannot be built).
@@ -256,4 +273,4 @@ class RunConfig:
                           dtype=self.oracle_dtype, server=self.oracle_server, top_logprobs=self.oracle_top_logprobs)
 
 
-__all__ = ["CONTROL_AUTO", "NUMERICS_OPTIONS", "PROVENANCE_FILE", "RESULT_FILE", "RunConfig"]
+__all__ = ["CONTROL_AUTO", "MAX_CONTROL_RATIO", "NUMERICS_OPTIONS", "PROVENANCE_FILE", "RESULT_FILE", "RunConfig"]

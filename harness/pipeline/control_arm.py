@@ -10,7 +10,11 @@ e.g. one serving the candidate's dtype without speculation). Its chunks are stor
 others (role ``control``, its own seed stream), so the run resumes like any other. Then
 
 - **candidate against control** decides the verdict: same numerics, so a difference is the
-  speculation's (its own Holm family at alpha, every test of a plain run);
+  speculation's (its own Holm family at alpha, every test of a plain run). The control is plain
+  sampling, cheaper than a speculative candidate, so it draws ``control_ratio`` times the
+  candidate's samples (``--control-ratio``, default 2); the row-score comparisons then put each
+  candidate row against its share of the control's rows (:mod:`speceq.stats.blocked`, exact), and the
+  chi-square and support tests take unequal groups as they are;
 - **control against baseline** is the numerics drift, a finding with its size
   (:class:`speceq.verdicts.numerics_drift.NumericsControl`), never the verdict.
 
@@ -208,7 +212,7 @@ def analyse_with_control(config: RunConfig, cases: Sequence[Case], rows: Mapping
         drift=tuple(CaseDrift(case_id=x.case_id, verdict=x.verdict, reason=x.reason, tv_estimate=x.tv_estimate,
                               tv_upper_bound=x.tv_upper_bound, n_baseline=x.n_baseline, n_control=x.n_candidate)
                     for x in drift.cases),
-        pooled_reason=drift.pooled_reason)
+        pooled_reason=drift.pooled_reason, control_ratio=float(config.control_ratio))
     cases_out = tuple(dataclasses.replace(
         x, reason=against_control(x.reason, control_words) if x.verdict == Verdict.SHIFTED else x.reason,
         notes=(Note(kind=NoteKind.AGAINST_CONTROL), *x.notes)) for x in shift.cases)

@@ -25,7 +25,7 @@ from speceq.pipeline.collect.collector import ChunkCollector
 from speceq.pipeline.collect.session import ExecutorSession
 from speceq.pipeline.config import RESULT_FILE, RunConfig
 from speceq.pipeline.control_arm import analyse_with_control, control_score_requests
-from speceq.pipeline.plan import concat_batches, plan_chunks, run_roles, slice_sizes
+from speceq.pipeline.plan import concat_batches, plan_chunks, role_samples, run_roles, slice_sizes
 from speceq.pipeline.prepared import PreparedRun, analyse_rows
 from speceq.store import CONTROL_ROLE, ROLES, SampleStore
 from speceq.verdicts.result import RunResult
@@ -99,8 +99,8 @@ class FixedSizeLoop:
 
     def first_round(self, config: RunConfig, cases: Sequence[Case]) -> int:
         """Chunks the run will sample (all of them): sizes the worker pool started before engines load."""
-        roles = len(ROLES) + (config.numerics_control is not None)
-        return roles * sum(len(slice_sizes(c.samples or config.samples, config.chunk_size)) for c in cases)
+        roles = ROLES + ((CONTROL_ROLE,) if config.numerics_control is not None else ())
+        return sum(len(slice_sizes(role_samples(config, c, r), config.chunk_size)) for c in cases for r in roles)
 
     def run(self, prepared: PreparedRun) -> RunResult:
         """Collect and analyse; the result carries the final provenance."""

@@ -116,12 +116,19 @@ def plan_chunk(config: RunConfig, case: Case, role: str, index: int, n: int,
     return ChunkPlan(role, case, index, n, seed, key)
 
 
+def role_samples(config: RunConfig, case: Case, role: str) -> int:
+    """Samples of ``case`` that ``role`` draws in a fixed-size run: the case's (or the run's) budget; the
+    numerics control ``config.control_samples`` of it (its first slices are those of a smaller ratio's run)."""
+    samples = case.samples or config.samples
+    return config.control_samples(samples) if role == CONTROL_ROLE else samples
+
+
 def plan_chunks(config: RunConfig, cases: Sequence[Case], engines: Mapping[str, Engine]) -> list[ChunkPlan]:
     """Every chunk of a fixed-size run, case by case, baseline before candidate (then the control), slices in order."""
     ident = engine_identities(config, engines)
     return [plan_chunk(config, case, role, i, n, ident)
             for case in cases for role in run_roles(engines)
-            for i, n in enumerate(slice_sizes(case.samples or config.samples, config.chunk_size))]
+            for i, n in enumerate(slice_sizes(role_samples(config, case, role), config.chunk_size))]
 
 
 def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
@@ -162,4 +169,4 @@ def row_calls(batch: SampleBatch) -> np.ndarray:
 
 
 __all__ = ["CHUNK_ROWS", "ChunkPlan", "case_run_seed", "chunk_seed", "concat_batches", "engine_identities", "plan_chunk",
-           "plan_chunks", "role_spec", "row_calls", "run_roles", "slice_sizes"]
+           "plan_chunks", "role_samples", "role_spec", "row_calls", "run_roles", "slice_sizes"]

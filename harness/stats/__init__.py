@@ -10,7 +10,8 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
   :func:`pit_uniformity`, the martingale z-tests, :func:`support_violations`, :func:`chisquare_gof`
 - oracle, candidate vs baseline (valid under any shared oracle error): :func:`paired_comparison`,
   :func:`support_comparison`, :func:`compare_oracle_scores`; over the cases of a run
-  :func:`pooled_comparison` of each case's ``OracleComparisons.differences``
+  :func:`pooled_comparison` of each case's ``OracleComparisons.differences``; engines with unequal row
+  counts (a numerics control sampled more): :func:`blocked_comparison`, :func:`pooled_blocked_comparison``
 - effect sizes: :func:`tv_distance`, :func:`tv_to_oracle` and their upper bounds; the coarser
   certificate a large vocabulary affords, :func:`pit_law_bound` (and :func:`required_n_pit_law`)
 - multiplicity: :func:`holm`, :func:`benjamini_hochberg`; sample sizes: ``required_n_*``, and the
@@ -23,6 +24,15 @@ an effect size where one applies, ``summary()`` and ``to_dict()``.
 - Monte Carlo sized to a level: :func:`mc_draws_for_level`, :func:`sequential_mc_pvalue`
 """
 
+from speceq.stats.blocked import (
+    RowBlocks,
+    block_rows_by_prompt,
+    blocked_comparison,
+    blocked_conditional_size,
+    pair_blocks,
+    pooled_blocked_comparison,
+    row_blocks,
+)
 from speceq.stats.comparison import (
     conditional_size,
     pair_rows_by_prompt,
@@ -112,6 +122,7 @@ from speceq.stats.twosample import DEFAULT_MC_SAMPLES, chisquare_homogeneity, po
 __all__ = [
     "END", "decode_joint", "joint_symbols", "paired_counts", "position_symbols",
     "chisquare_gof", "probability_bins",
+    "RowBlocks", "block_rows_by_prompt", "blocked_comparison", "blocked_conditional_size", "pair_blocks", "pooled_blocked_comparison", "row_blocks",
     "conditional_size", "pair_rows_by_prompt", "paired_comparison", "permutation_comparison", "pooled_comparison", "row_sums", "support_comparison",
     "COMPARISONS", "OracleComparisons", "SequentialComparisons", "boundary_rows", "compare_oracle_scores", "impossible_rows", "row_scores",
     "sequential_oracle_comparisons",

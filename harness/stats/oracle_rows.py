@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from speceq.stats.blocked import RowBlocks, block_rows_by_prompt, blocked_comparison, row_blocks
 from speceq.stats.comparison import (
     PERMUTATION_MAX_PAIRS,
     pair_rows_by_prompt,
@@ -162,7 +163,9 @@ class OracleComparisons(_Result):
 
     differences: per row score, the pair differences candidate - baseline the tests were built
     from (within each prompt, collection order): what :func:`speceq.stats.pooled_comparison`
-    pools over the cases of a run. margin_nats: the numerics margin the support flags and the
+    pools over the cases of a run; empty when the engines' row counts differ in some prompt, and then
+    blocks holds, per row score, the rows in the blocks of :mod:`speceq.stats.blocked` (what
+    :func:`speceq.stats.pooled_blocked_comparison` pools; empty with equal counts). margin_nats: the numerics margin the support flags and the
     scores were built with; baseline_boundary_rows / candidate_boundary_rows: rows holding a
     boundary token at that margin (scored 0, not flagged; both 0 at margin 0).
     """
@@ -170,6 +173,7 @@ class OracleComparisons(_Result):
     tests: tuple[ComparisonResult, ...]
     support: SupportComparisonResult
     differences: Mapping[str, np.ndarray] = field(default_factory=dict)
+    blocks: Mapping[str, RowBlocks] = field(default_factory=dict)
     margin_nats: float = 0.0
     baseline_boundary_rows: int = 0
     candidate_boundary_rows: int = 0
@@ -185,7 +189,9 @@ def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, ca
     """Score both engines' rows and compare them: every row score present in both, and the support.
 
     baseline_prompt / candidate_prompt: the prompt index of every row of each batch (its length
-    is the batch's row count); rows are paired within each prompt in collection order. With
+    is the batch's row count); rows are paired within each prompt in collection order, and when the
+    engines' row counts differ in a prompt the blocked test of :mod:`speceq.stats.blocked` (one row of
+    the smaller engine with its share of the larger's) uses every row instead. With
     fewer than PERMUTATION_MAX_PAIRS pairs (and an ``rng``) the stratified permutation test
     replaces the paired sign-flip test, its Monte Carlo sized to ``level`` (the level the
     p-values are compared at). margin_nats: the engines' numerics margin (module docstring; 0: exact).
@@ -194,15 +200,23 @@ def compare_oracle_scores(baseline: TokenScores, baseline_prompt: np.ndarray, ca
     wb, wc = row_scores(baseline, bp.size, margin_nats), row_scores(candidate, cp.size, margin_nats)
     ib, ic = pair_rows_by_prompt(bp, cp)
     names = [k for k in COMPARISONS if k in wb and k in wc]
+    paired = ib.size == bp.size == cp.size  # every prompt has as many rows of each engine
+    blocks: dict[str, RowBlocks] = {}
     if rng is not None and ib.size < PERMUTATION_MAX_PAIRS:
         tests = tuple(permutation_comparison(wb[k], wc[k], name=f"{k} comparison", level=level, rng=rng,
                                              baseline_strata=bp, candidate_strata=cp) for k in names)
-    else:
+    elif paired:
         tests = tuple(paired_comparison(wb[k][ib], wc[k][ic], name=f"{k} comparison") for k in names)
+    if not paired:  # unequal counts: every row in a block with one row of the smaller engine
+        bb, bc, n_blocks = block_rows_by_prompt(bp, cp)
+        blocks = {k: row_blocks(wb[k], bb, wc[k], bc, n_blocks) for k in names}
+        if rng is None or ib.size >= PERMUTATION_MAX_PAIRS:
+            tests = tuple(blocked_comparison(blocks[k], name=f"{k} comparison") for k in names)
     support = support_comparison(impossible_rows(baseline, bp.size, margin_nats),
                                  impossible_rows(candidate, cp.size, margin_nats),
                                  baseline_strata=bp, candidate_strata=cp)
-    return OracleComparisons(tests=tests, support=support, differences={k: wc[k][ic] - wb[k][ib] for k in names},
+    return OracleComparisons(tests=tests, support=support,
+                             differences={k: wc[k][ic] - wb[k][ib] for k in names} if paired else {}, blocks=blocks,
                              margin_nats=float(margin_nats),
                              baseline_boundary_rows=int(boundary_rows(baseline, bp.size, margin_nats).sum()),
                              candidate_boundary_rows=int(boundary_rows(candidate, cp.size, margin_nats).sum()))

@@ -60,7 +60,8 @@ class NumericsControl:
     baseline / candidate: the numerics each engine declares, in words (``float32 on cpu``;
     ``undeclared`` for a server); control: the control engine's spec and options as run.
     drift: control against baseline per case. pooled_reason: a drift pooled over the cases
-    found (empty when none).
+    found (empty when none). control_ratio: the control's samples per candidate sample (1: as many;
+    results saved before the setting read as 1).
     """
 
     baseline: str
@@ -68,6 +69,7 @@ class NumericsControl:
     control: dict[str, Any]
     drift: tuple[CaseDrift, ...] = ()
     pooled_reason: str = ""
+    control_ratio: float = 1.0
 
     @property
     def drift_found(self) -> bool:
@@ -80,7 +82,12 @@ class NumericsControl:
 
     def words(self) -> str:
         """The finding in plain words, for the run's summary."""
-        return drift_words(self.drift_found, self.drift_cases, self.baseline, self.candidate)
+        words = drift_words(self.drift_found, self.drift_cases, self.baseline, self.candidate)
+        if self.control_ratio == 1:
+            return words
+        rows = ", ".join(f"{d.case_id} {d.n_control}" for d in self.drift)
+        return (f"{words} The control drew {self.control_ratio:g} times the candidate's samples (rows per case: "
+                f"{rows}); each candidate row was compared with its share of them.")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NumericsControl:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from speceq.core.defaults import CONTROL_RATIO
 from speceq.stats.results import Effect
 from speceq.verdicts.failures import FailureKind, HardFailure
 from speceq.verdicts.kinds import EffectName, TestKind
@@ -741,6 +742,9 @@ def settings_rerun_command(settings: Mapping[str, Any], samples: int, case: Any)
         args += ["--numerics-control"] + ([] if control == "auto" else [str(control)])
         for k, v in dict(settings.get("control_options") or {}).items():
             args += ["--control-option", f"{k}={v}"]
+        ratio = settings.get("control_ratio")
+        if ratio is not None and ratio != CONTROL_RATIO:
+            args += ["--control-ratio", f"{ratio:g}"]
     args += ["--samples", str(samples)]
     for key, flag in (("chunk_size", "--chunk-size"), ("seed", "--seed"), ("alpha", "--alpha"),
                       ("tolerance", "--tolerance"), ("numerics_tolerance", "--numerics-tolerance"),

@@ -9,6 +9,8 @@ from pathlib import Path
 from benchmark_scripts import load_script
 
 from speceq.engines.mutants import MUTANTS
+from speceq.verdicts.result import RunResult
+from speceq.verdicts.verdict import Verdict
 
 
 def _gallery():  # noqa: ANN202
@@ -56,3 +58,25 @@ def test_a_request_field_mutant_gets_its_gallery_case(tmp_path: Path) -> None:
     (case,) = json.loads(path.read_text())["cases"]
     assert case["min_p"] == MUTANTS["min-p-untempered"].params["min_p"] and case["batch_size"] == 64
     assert case["max_new_tokens"] == 6 and case["prompt_ids"][-4:] == list(b"def ")
+
+
+def test_each_seed_gets_its_folder_and_each_ratio_its_run_larger_first(tmp_path: Path, monkeypatch) -> None:
+    """main with two seeds and two ratios runs four commands, the ratio flag passed as given, the larger first,
+    each seed in DIR/seed-S; the commands are recorded, not run."""
+    g = _gallery()
+    recorded = []
+
+    def record(candidate, out, samples, seed, workers, cases, options, control_ratio=None):  # noqa: ANN001, ANN202
+        recorded.append((candidate, out.relative_to(tmp_path).as_posix(), seed, control_ratio))
+        return RunResult(verdict=Verdict.EQUIVALENT, alpha=1e-3, tolerance=0.15, seed=seed, engines={}, cases=(),
+                         provenance={"settings": {"control_ratio": control_ratio}}), 1.0
+
+    monkeypatch.setattr(g, "run_one", record)
+    g.main(["--mutants", "biased-ratio", "--no-reference", "--seed", "3", "4", "--control-ratio", "2", "1",
+            "--out", str(tmp_path)])
+    assert recorded == [("mutant:biased-ratio", "seed-3/biased-ratio", 3, 2.0),
+                        ("mutant:biased-ratio", "seed-3/biased-ratio", 3, 1.0),
+                        ("mutant:biased-ratio", "seed-4/biased-ratio", 4, 2.0),
+                        ("mutant:biased-ratio", "seed-4/biased-ratio", 4, 1.0)]
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert [(r["seed"], r["control_ratio"]) for r in rows] == [(3, 2.0), (3, 1.0), (4, 2.0), (4, 1.0)]

@@ -16,5 +16,5 @@ def test_the_numerics_control_example_prints_what_its_comments_say(tmp_path, mon
     (block,) = re.findall(r"```python\n(.*?)^\s*```", section, flags=re.S | re.M)
     block = textwrap.dedent(block)
     expected, printed = run_commented_prints(block, PAGE)
-    assert len(expected) == 3
+    assert len(expected) == 4
     assert printed == expected

@@ -83,7 +83,7 @@ def test_with_the_control_the_drift_is_printed_and_the_verdict_is_not_shifted(en
     assert "candidate against the numerics control" in printed
     html = (tmp_path / "r.html").read_text()
     assert "Numerics drift" in html
-    assert len(list((out / "chunks" / "control").rglob("*.npz"))) == 6  # 3000 samples in chunks of 500
+    assert len(list((out / "chunks" / "control").rglob("*.npz"))) == 12  # 2 x 3000 samples (the default ratio), 500 each
 
 
 def test_a_bug_against_the_control_exits_1_and_says_against_what(engines_file, tmp_path, capsys) -> None:
@@ -97,6 +97,21 @@ def test_a_bug_against_the_control_exits_1_and_says_against_what(engines_file, t
 def test_control_options_need_the_flag(engines_file, tmp_path, capsys) -> None:
     code = main(speceq_run(engines_file, tmp_path / "out", "plain", "--control-option", "dtype=bfloat16"))
     assert code == 2 and "control_options" in capsys.readouterr().err
+
+
+def test_the_control_ratio_needs_the_flag_and_sets_the_controls_rows(engines_file, tmp_path, capsys) -> None:
+    code = main(speceq_run(engines_file, tmp_path / "none", "plain", "--control-ratio", "3"))
+    assert code == 2 and "--control-ratio: --control-ratio 3 sets the numerics control's samples, but the run has no " \
+        "control: add --numerics-control" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    code = main(speceq_run(engines_file, tmp_path / "out", "plain", "--numerics-control", "--control-ratio", "1.5",
+                           "--json"))
+    result = json.loads(capsys.readouterr().out)
+    assert result["numerics_control"]["drift"][0]["n_control"] == 4500 and result["cases"][0]["n_baseline"] == 4500
+    assert result["numerics_control"]["control_ratio"] == 1.5
+    assert len(list((tmp_path / "out" / "chunks" / "control").rglob("*.npz"))) == 9
+    code = main(speceq_run(engines_file, tmp_path / "bad", "plain", "--numerics-control", "--control-ratio", "0.5"))
+    assert code == 2 and "run.control_ratio" in capsys.readouterr().err
 
 
 def test_a_saved_controlled_result_renders(engines_file, tmp_path, capsys) -> None:

@@ -84,7 +84,10 @@ def test_with_the_control_the_same_rows_are_not_shifted_and_the_drift_is_a_findi
     assert control is not None and control.baseline == "float32 on cpu" and control.candidate == "bfloat16 on cpu"
     (drift,) = control.drift
     assert drift.verdict == "shifted" and control.drift_found
-    assert 0 < drift.tv_estimate < drift.tv_upper_bound < 1 and drift.n_baseline == drift.n_control == SAMPLES
+    assert 0 < drift.tv_estimate < drift.tv_upper_bound < 1 and drift.n_baseline == SAMPLES
+    assert drift.n_control == 2 * SAMPLES and control.control_ratio == 2  # the default: twice the candidate's rows
+    assert case.n_baseline == 2 * SAMPLES and case.n_candidate == SAMPLES  # the control in the baseline's place
+    assert f"rows per case: world {2 * SAMPLES}" in control.words()
     assert "Numerics drift" in plain_run_summary(result) and "candidate against the numerics control" in result.summary()
     assert set(result.engines) == {"baseline", "candidate", "control"}
     assert result.engines["control"]["model"]["dtype"] == "bfloat16"
@@ -100,6 +103,25 @@ def test_the_control_arm_resumes_from_the_store(tmp_path: Path) -> None:
     assert chunks["reused"] == chunks["total"] and chunks["sampled"] == 0
     assert again.cases[0].reason == first.cases[0].reason
     assert again.numerics_control == first.numerics_control
+
+
+def test_the_controls_rows_follow_the_ratio_and_a_larger_ratio_resumes_from_the_smaller(tmp_path: Path) -> None:
+    """Chunks of 500, 1 500 samples: 3 chunks per engine; the control's 1 500 rows at ratio 1, 2 250 at 1.5 (4 x 500
+    + 250), 3 000 at 2. Its first slices are the same at every ratio, so a larger ratio samples only what it adds."""
+    one = run_world(tmp_path, control=True, control_ratio=1)
+    assert one.numerics_control.drift[0].n_control == SAMPLES and one.cases[0].n_baseline == SAMPLES
+    assert one.provenance["chunks"]["total"] == 9 and one.provenance["settings"]["control_ratio"] == 1
+    assert "rows per case" not in one.numerics_control.words()
+    grown = run_world(tmp_path, control=True, control_ratio=1.5)
+    assert grown.numerics_control.drift[0].n_control == 2250 and grown.cases[0].n_baseline == 2250
+    assert grown.provenance["chunks"] | {"discarded_unreadable": []} == {
+        "total": 11, "reused": 9, "sampled": 2, "discarded_unreadable": []}
+    two = run_world(tmp_path, control=True)  # the default ratio, 2: slices 4 and 5 at 500 (slice 4 was 250)
+    assert two.numerics_control.drift[0].n_control == 2 * SAMPLES
+    assert (two.provenance["chunks"]["reused"], two.provenance["chunks"]["sampled"]) == (10, 2)
+    again = run_world(tmp_path, control=True, control_ratio=1)
+    assert (again.provenance["chunks"]["reused"], again.provenance["chunks"]["sampled"]) == (9, 0)
+    assert again.cases[0].reason == one.cases[0].reason and again.numerics_control == one.numerics_control
 
 
 def test_a_bug_on_top_of_the_numerics_is_still_shifted_against_the_control(tmp_path: Path) -> None:
@@ -121,10 +143,21 @@ def test_a_control_that_does_not_share_the_candidates_numerics_is_refused_before
     ({"numerics_control": "yes"}, "'auto'"),
     ({"numerics_control": "auto", "sequential": True}, "sequential"),
     ({"control_options": {"dtype": "bfloat16"}}, "without numerics_control"),
+    ({"numerics_control": "auto", "control_ratio": 0.5}, "control_ratio.*from 1 to 64"),
+    ({"numerics_control": "auto", "control_ratio": True}, "control_ratio"),
+    ({"numerics_control": "auto", "control_ratio": "2"}, "control_ratio"),
+    ({"numerics_control": "auto", "control_ratio": float("inf")}, "control_ratio"),
 ])
 def test_bad_control_settings_name_the_field(fields: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as err:
         RunConfig(**fields)
+    assert err.value.where == f"run.{next(k for k in reversed(fields) if k != 'sequential')}"
+
+
+def test_the_controls_samples_are_the_ratio_of_the_candidates_rounded_up() -> None:
+    assert RunConfig(numerics_control="auto").control_samples(3000) == 6000
+    assert RunConfig(numerics_control="auto", control_ratio=1.5).control_samples(3001) == 4502
+    assert RunConfig(numerics_control="auto", control_ratio=1.1).control_samples(1000) == 1100  # not 1101
 
 
 def test_the_control_spec_is_the_baseline_at_the_candidates_numerics_or_endpoint() -> None:
@@ -146,6 +179,10 @@ def test_the_flag_parses_and_the_rerun_command_keeps_it() -> None:
     cfg = RunConfig(numerics_control="auto", control_options={"threads": 2})
     command = settings_rerun_command(cfg.settings(), 900, world_case())
     assert "--numerics-control --control-option threads=2 --samples 900" in command
+    assert parse(["run", "--numerics-control", "--control-ratio", "3"]).control_ratio == 3
+    three = RunConfig(numerics_control="auto", control_ratio=3)
+    assert "--numerics-control --control-ratio 3 --samples 900" in settings_rerun_command(three.settings(), 900,
+                                                                                          world_case())
 
 
 def test_a_sequential_run_names_the_numerics_once_in_its_shifted_reason(tmp_path: Path) -> None:

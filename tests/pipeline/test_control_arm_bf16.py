@@ -61,4 +61,5 @@ def test_the_bf16_temperature_mutant_with_the_control_is_still_shifted(
     assert result.verdict == "shifted"
     assert result.cases[0].reason.startswith("speculation shift against the numerics control")
     chunks = result.provenance["chunks"]
-    assert chunks["reused"] == 2 * SAMPLES // 200 and chunks["sampled"] == SAMPLES // 200  # only the candidate's
+    # reused: the baseline's and the control's (twice the candidate's samples, the default ratio); sampled: the candidate's
+    assert chunks["reused"] == (1 + 2) * SAMPLES // 200 and chunks["sampled"] == SAMPLES // 200
