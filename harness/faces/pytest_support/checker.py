@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from speceq.core.defaults import CONTROL_RATIO
 from speceq.engines.base import Engine, SampleRequest
 from speceq.errors import ConfigError, DistributionMismatch, SpeceqError
 from speceq.faces.pytest_support.explain import explain_run
@@ -203,7 +204,8 @@ class EquivalenceChecker:
                               "baseline as a spec, not an engine instance", where="speceq numerics_control")
         index = len(self._item.stash[ITEM_RESULTS_KEY])
         identity = {"engines": {r: [specs[r], options[r], engines[r].describe()] for r in engines},
-                    "cases": [c.to_dict() for c in case_list], "seed": run_seed, "numerics_control": control}
+                    "cases": [c.to_dict() for c in case_list], "seed": run_seed, "numerics_control": control,
+                    **({"control_ratio": self.settings.control_ratio} if control is not None else {})}
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:10]
         out_dir = self._store_root / f"check{index + 1}-{digest}"
         config = RunConfig(
@@ -218,6 +220,7 @@ class EquivalenceChecker:
             near_tie_nats=self.settings.near_tie(), support_margin_nats=self.settings.support_margin(),
             sequential=self.settings.sequential if sequential is None else sequential,
             numerics_control=control,
+            control_ratio=self.settings.control_ratio if control is not None else CONTROL_RATIO,
         )
         if config.numerics_control is not None:
             engines["control"] = self._session.engine("control", *config.control_spec())

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from speceq.core.defaults import DEFAULT_ALPHA, DEFAULT_WORKERS, NUMERICS_TOLERANCE, PYTEST_TOLERANCE
+from speceq.core.defaults import CONTROL_RATIO, DEFAULT_ALPHA, DEFAULT_WORKERS, NUMERICS_TOLERANCE, PYTEST_TOLERANCE
 
 #: What ``--speceq-inconclusive`` may say: fail the test, skip it, or let it pass. The default
 #: is skip: an inconclusive check found no shift (a shift fails the test) but could not
@@ -185,6 +185,19 @@ def _numerics_control(text: str) -> str | None:
     raise argparse.ArgumentTypeError(f"expected off, auto or an http(s) URL, got {text!r}")
 
 
+def _control_ratio(text: str) -> float:
+    """Control rows per candidate row: a number from 1 to :data:`speceq.pipeline.config.MAX_CONTROL_RATIO`."""
+    from speceq.pipeline.config import MAX_CONTROL_RATIO
+
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to {MAX_CONTROL_RATIO}, got {text!r}") from None
+    if not (math.isfinite(value) and 1 <= value <= MAX_CONTROL_RATIO):
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to {MAX_CONTROL_RATIO}, got {value!r}")
+    return value
+
+
 def _positive_number(text: str) -> float:
     try:
         value = float(str(text).strip())
@@ -311,6 +324,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                     "options (auto), or the baseline server at a second plain endpoint (URL); the candidate is "
                     "compared with it, the control with the baseline is reported as numerics drift "
                     "(docs/how-to/numerics-control.md)."),
+    OptionSpec(name="control_ratio", default=CONTROL_RATIO, convert=_control_ratio, metavar="R",
+               help="with a numerics control: the control's samples per candidate sample (1 to 64); more control "
+                    "rows make the candidate-against-control comparison stronger at little cost, since the control "
+                    "is a plain sampler (as `speceq run --control-ratio`)."),
     OptionSpec(name="kernel_scale", default=1.0, convert=_positive_number, metavar="S",
                help="speceq_kernel.check(): multiplies the default draws of every kernel check."),
     OptionSpec(name="kernel_device", default="cpu", convert=_text, metavar="DEVICE",
@@ -357,6 +374,7 @@ class Settings:
     near_tie_nats: float | None = None  # None: the built-in default, see near_tie()
     support_margin_nats: float | None = None  # None: the built-in default, see support_margin()
     numerics_control: str | None = None  # None: no control; "auto" or a URL (RunConfig.numerics_control)
+    control_ratio: float = CONTROL_RATIO  # the control's samples per candidate sample (RunConfig.control_ratio)
     kernel_scale: float = 1.0
     kernel_device: str = "cpu"
     workers: int | None = DEFAULT_WORKERS  # None: auto (see WorkerPool)
@@ -386,7 +404,8 @@ class Settings:
                 f"tolerance={self.tolerance:g} seed={self.seed} inconclusive={self.inconclusive} "
                 f"workers={'auto' if self.workers is None else self.workers}"
                 + (" sequential=on (anytime-valid: cases stop once decided)" if self.sequential else "")
-                + (f" numerics_control={self.numerics_control}" if self.numerics_control else ""))
+                + (f" numerics_control={self.numerics_control} control_ratio={self.control_ratio:g}"
+                   if self.numerics_control else ""))
 
 
 def _ini_path_base(config: pytest.Config) -> Path:

@@ -78,6 +78,7 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
         speceq_near_tie_nats = 0.01
         speceq_support_margin_nats = 2.5
         speceq_numerics_control = auto
+        speceq_control_ratio = 3
         speceq_kernel_scale = 0.5
         speceq_kernel_device = cpu
         speceq_numerics_tolerance = 0.03
@@ -89,7 +90,7 @@ def test_ini_mirrors_every_option_and_command_line_wins(project: pytest.Pytester
     assert s.candidate_options == {"name": "from-ini"} and s.near_tie() == 0.01 and s.support_margin() == 2.5
     assert s.store == project.path / "stored" and s.report == project.path / "out" / "r.html"  # ini-relative
     assert (s.kernel_scale, s.kernel_device, s.numerics_tolerance, s.numerics_control) == (0.5, "cpu", 0.03, "auto")
-    assert s.workers == 3
+    assert s.workers == 3 and s.control_ratio == 3.0
     assert set(s.sources.values()) == {"ini"}, {k: v for k, v in s.sources.items() if v != "ini"}
 
     s = settings_of(project, "--speceq-samples=7", "--speceq-alpha=0.05", "--speceq-inconclusive=fail",
