@@ -1,26 +1,33 @@
-"""Prompt prefills remembered across rows: the ``hf-*`` engines' one-row-at-a-time loops skip the repeated prefill.
+"""Forwards remembered across rows: the ``hf-*`` engines' one-row-at-a-time loops skip work an earlier row did.
 
 Transformers' speculative paths run one row per ``generate()`` call, so every row of a case
 prefills the same prompt again (the target's forward over the whole prompt, and for assisted
-generation the assistant's too): on a 54-token SmolLM2 chat prompt with a one-word answer that
-prefill is most of a row's time. :func:`remember_prefills` wraps a model's ``forward`` so that a
-prefill (a forward into an empty ``DynamicCache``) it has seen before, with the same inputs,
-returns the remembered logits and refills the new cache with the remembered keys and values
-instead of computing them again.
+generation the assistant's too), and rows that drew the same tokens make the same decoding
+steps: on a 54-token SmolLM2 chat prompt with a one-word answer the prefill is most of a row's
+time. :func:`remember_prefills` wraps a model's ``forward`` so that a forward it has seen before,
+with the same inputs after the same history of its ``DynamicCache``, returns the remembered
+logits and appends the remembered keys and values to the cache instead of computing them again.
+
+The history is the chain of forwards whose positions the cache still holds. A rollback (a crop:
+transformers drops rejected drafts) forgets the forwards wholly above the new length, since the
+positions kept were written before those ran and hold the same bits whatever they were; a forward
+cut through its middle stays in the chain, with its cut. So two rows that drafted different tokens
+and kept the same ones share the steps after the rollback. A cache written or reshaped where the
+memo did not see it (a forward it passed through, a batch reordered) is unknown from then on.
 
 Nothing changes but the time: the remembered tensors are the ones the same forward computed on
-the same inputs (a CPU or GPU forward is deterministic for fixed inputs, shapes and thread
-count), copied, so every later decoding step sees the same cache and logits bit for bit, and the
-random draws of ``generate()`` are untouched (a prefill draws none).
+the same inputs and the same cache contents (a CPU or GPU forward is deterministic for fixed
+inputs, shapes and thread count), copied, so every later step sees the same cache and logits bit
+for bit, and the random draws of ``generate()`` are untouched (a forward draws none).
 ``tests/engines/test_hf_prefill.py`` checks that the rows are identical with and without it.
 
 The key is every keyword of the forward (input ids, attention mask, positions, ...) plus the
 model's config and the identity of its weight tensors, so a draft forward through fewer layers
 (early exit) or a pruned head is never answered with another forward's result.
-Only the plain case is remembered: a ``DynamicCache`` of plain ``DynamicLayer`` layers, empty
-when the forward starts, no hidden states or attentions asked for, every keyword a tensor, a
-number, a string or None. Anything else passes through untouched. At most :data:`MAX_BYTES` of
-tensors are kept per model (least recently used first out).
+Only the plain case is remembered: a ``DynamicCache`` of plain ``DynamicLayer`` layers, no hidden
+states or attentions asked for, every keyword a tensor, a number, a string or None. Anything else
+passes through untouched. At most :data:`MAX_BYTES` of tensors are kept per model (least recently
+used first out).
 
 ``SPECEQ_HF_PREFILL_MEMO=0`` turns it off (``benchmarks/bench_hf_rows.py`` times both).
 """
@@ -39,7 +46,8 @@ MAX_BYTES = 256 * 2**20
 ENV_SWITCH = "SPECEQ_HF_PREFILL_MEMO"
 _CACHE_KEYWORDS = ("cache", "past_key_values")
 _PASS_THROUGH_FLAGS = ("output_hidden_states", "output_attentions")
-#: Attribute of a DynamicCache: (digest of its history, its length then).
+#: Attribute of a DynamicCache: (its forwards as a stack of (key, the cache's length after it), its storage);
+#: None: unknown.
 _HISTORY_ATTR = "_speceq_history"
 
 
@@ -93,6 +101,23 @@ def _model_state(model: Any) -> tuple[str, tuple[int, ...]]:
         model)
 
 
+def _storage(cache: Any) -> tuple[int, int, tuple[int, ...]]:
+    """Where the first layer's keys and values live, and their shape but length: a crop keeps both (a view);
+    anything else that rewrites the cache (a batch reordered, repeated) changes them."""
+    layer = cache.layers[0]
+    return layer.keys.data_ptr(), layer.values.data_ptr(), tuple(layer.keys.shape[:-2])
+
+
+def _forget_caches(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Mark every cache among a forward's arguments as holding an unknown history (the memo won't answer it)."""
+    for value in (*args, *kwargs.values()):
+        if hasattr(value, "get_seq_length") and hasattr(value, "layers"):
+            try:
+                setattr(value, _HISTORY_ATTR, None)
+            except AttributeError:  # a cache type that takes no new attributes is never answered anyway
+                pass
+
+
 class PrefillMemo:
     """The remembered forwards of one model (see the module docstring); ``hits`` / ``misses`` count them.
 
@@ -126,28 +151,48 @@ class PrefillMemo:
 
     @staticmethod
     def _history(cache: Any) -> bytes | None:
-        """The digest of what ``cache`` holds: its forwards since empty and its crops; None: unknown."""
+        """The digest of what ``cache`` holds now; None: unknown (written or reshaped where the memo did not see).
+
+        The cache carries the stack of its forwards' keys with the length after each, and the storage its
+        tensors had after the last one. A crop (transformers rolls rejected drafts back; the tensors become
+        views of the same storage) keeps the forwards wholly below the new length and forgets the ones
+        above it: the positions kept were written before those forwards ran and hold the same bits
+        whatever they were, so rows that drafted different tokens and kept the same ones share the digest.
+        A forward cut through the middle is named with its cut. The cache's stack is set to the one kept.
+        """
         length = cache.get_seq_length()
         if length == 0:
+            setattr(cache, _HISTORY_ATTR, ((), None))
             return b"empty"
         known = getattr(cache, _HISTORY_ATTR, None)
-        if known is None:
+        if known is None or not known[0] or known[1] != _storage(cache) or length > known[0][-1][1]:
             return None
-        digest, recorded = known
-        if length == recorded:
-            return digest
-        if length < recorded:  # transformers cropped it (rejected drafts): a crop of a known history
-            return hashlib.sha256(digest + f"crop {length}".encode()).digest()
-        return None
+        stack = kept = known[0]
+        while kept and kept[-1][1] > length:
+            cut, kept = kept[-1], kept[:-1]
+        if kept is not stack and (not kept or kept[-1][1] < length):
+            # the last forward dropped wrote positions on both sides of the crop: its kept part, by name
+            kept = (*kept, (hashlib.sha256(cut[0] + f"cut {length}".encode()).digest(), length))
+        setattr(cache, _HISTORY_ATTR, (kept, known[1]))
+        return kept[-1][0]
+
+    @staticmethod
+    def _record(cache: Any, key: bytes) -> None:
+        """Push the forward just run (``key``) onto the cache's stack with the cache's length after it."""
+        known = getattr(cache, _HISTORY_ATTR, None)
+        stack = known[0] if known is not None else ()
+        setattr(cache, _HISTORY_ATTR, ((*stack, (key, cache.get_seq_length())), _storage(cache)))
 
     def call(self, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``forward(*args, **kwargs)``, or its remembered result when this forward followed this history before."""
         found = None if args else self._usable_cache(kwargs)
         if found is None:
+            _forget_caches(args, kwargs)  # a cache this forward writes holds what the memo did not see
             return forward(*args, **kwargs)
         name, cache = found
         history = self._history(cache)
         if history is None:
+            setattr(cache, _HISTORY_ATTR, None)
             return forward(*args, **kwargs)
         try:
             parts = (_model_state(self.model), tuple(sorted((k, _key_part(v)) for k, v in kwargs.items() if k != name)))
@@ -163,11 +208,11 @@ class PrefillMemo:
             out_type, fields, layers, _ = entry
             for index, (k, v) in enumerate(layers):
                 cache.update(k.clone(), v.clone(), index)
-            setattr(cache, _HISTORY_ATTR, (key, cache.get_seq_length()))
+            self._record(cache, key)
             return out_type(**{f: v.clone() for f, v in fields.items()}, **{name: cache})
         self.misses += 1
         out = forward(*args, **kwargs)
-        setattr(cache, _HISTORY_ATTR, (key, cache.get_seq_length()))
+        self._record(cache, key)
         self._remember(key, out, name, cache, before)
         return out
 

@@ -159,3 +159,84 @@ def test_weight_addresses_are_the_parameters_and_a_replaced_head_is_not_answered
         expected = reference(input_ids=ids, cache=DynamicCache(config=reference.config)).logits
     assert memo.hits == 0 and memo.misses == 2
     assert torch.equal(second, expected) and not torch.equal(second, first)
+
+
+def _path(model: LlamaForCausalLM, steps: list) -> torch.Tensor:
+    """Run ``steps`` on one fresh cache: a list of token lists (a forward each) and ("crop", n) rollbacks;
+    return the last forward's logits."""
+    cache = DynamicCache(config=model.config)
+    logits = None
+    with torch.inference_mode():
+        for step in steps:
+            if step[0] == "crop":
+                cache.crop(step[1] - cache.get_seq_length())
+            elif step[0] == "unseen":  # a forward the memo passes through (hidden states asked for)
+                model(input_ids=torch.tensor([step[1]]), cache=cache, output_hidden_states=True)
+            else:
+                logits = model(input_ids=torch.tensor([step]), cache=cache).logits
+    assert logits is not None
+    return logits
+
+
+def test_a_crop_back_to_a_forward_boundary_forgets_the_rejected_drafts() -> None:
+    """Two rows draft different tokens one at a time, roll them back to the prompt and go on with the same
+    token: the second row's step is answered from memory, and equals the step of a row that never drafted."""
+    model, reference = tiny_llama(5), tiny_llama(5)
+    memo = remember_prefills(model)
+    assert isinstance(memo, PrefillMemo)
+    prompt = list(PROMPTS[0])
+    rows = [[prompt, [20], [21], ("crop", len(prompt)), [7]], [prompt, [30], [31], ("crop", len(prompt)), [7]]]
+    got = [_path(model, steps) for steps in rows]
+    never_drafted = _path(reference, [prompt, [7]])
+    assert torch.equal(got[0], never_drafted) and torch.equal(got[1], never_drafted)
+    assert memo.hits == 2 and memo.misses == 6  # row 2: the prefill and the step after the crop remembered
+
+
+def test_a_forward_cut_through_its_middle_is_named_by_its_whole_input() -> None:
+    """A crop inside a forward over several tokens keeps positions that forward computed together with the
+    dropped ones: rows whose cut forward differed are not answered from each other; equal ones are."""
+    model, reference = tiny_llama(6), tiny_llama(6)
+    memo = remember_prefills(model)
+    assert isinstance(memo, PrefillMemo)
+    prompt = list(PROMPTS[0])
+    keep = len(prompt) + 1
+    paths = [[[*prompt, 20, 21], ("crop", keep), [7]], [[*prompt, 20, 22], ("crop", keep), [7]]]
+    for steps in paths:
+        assert torch.equal(_path(model, steps), _path(reference, steps))
+    assert memo.hits == 0 and memo.misses == 4
+    assert torch.equal(_path(model, paths[0]), _path(reference, paths[0])) and memo.hits == 2
+
+
+def test_a_forward_the_memo_did_not_see_makes_its_cache_unknown() -> None:
+    """After a crop and a forward the memo passed through, the cache's length says nothing about its
+    history: the next step is computed, not answered with a row that cropped to the same length."""
+    model, reference = tiny_llama(7), tiny_llama(7)
+    memo = remember_prefills(model)
+    assert isinstance(memo, PrefillMemo)
+    prompt = list(PROMPTS[0])
+    plain = [prompt, ("crop", len(prompt) - 1), [7]]
+    unseen = [prompt, ("crop", len(prompt) - 2), ("unseen", [99]), [7]]
+    assert torch.equal(_path(model, plain), _path(reference, plain))
+    got = _path(model, unseen)
+    assert torch.equal(got, _path(reference, unseen))
+    assert not torch.equal(got, _path(reference, plain))
+
+
+def test_a_cache_rewritten_outside_a_forward_is_unknown() -> None:
+    """A cache whose tensors were replaced without a forward (here its batch repeated) is not answered from
+    memory, even where its length is the one recorded: the step after it is computed, and is right."""
+    model, reference = tiny_llama(8), tiny_llama(8)
+    memo = remember_prefills(model)
+    assert isinstance(memo, PrefillMemo)
+    prompt = list(PROMPTS[0])
+
+    def path(m: LlamaForCausalLM) -> torch.Tensor:
+        cache = DynamicCache(config=m.config)
+        with torch.inference_mode():
+            m(input_ids=torch.tensor([prompt]), cache=cache)
+            cache.batch_repeat_interleave(2)
+            return m(input_ids=torch.tensor([[7], [8]]), cache=cache).logits
+
+    expected = path(reference)
+    assert torch.equal(path(model), expected) and torch.equal(path(model), expected)
+    assert memo.hits == 1 and memo.misses == 1  # the second prefill remembered; the steps computed, not kept
