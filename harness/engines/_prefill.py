@@ -121,8 +121,8 @@ def _forget_caches(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
 class PrefillMemo:
     """The remembered forwards of one model (see the module docstring); ``hits`` / ``misses`` count them.
 
-    Each ``DynamicCache`` a forward writes into carries a digest of its history (every forward's
-    keywords since it was empty, and every crop); a forward is answered from memory when the same
+    Each ``DynamicCache`` a forward writes into carries its history (the chain of forwards whose
+    positions it still holds, see :meth:`_history`); a forward is answered from memory when the same
     keywords follow the same history, by appending the remembered new keys and values.
     """
 
@@ -153,12 +153,10 @@ class PrefillMemo:
     def _history(cache: Any) -> bytes | None:
         """The digest of what ``cache`` holds now; None: unknown (written or reshaped where the memo did not see).
 
-        The cache carries the stack of its forwards' keys with the length after each, and the storage its
-        tensors had after the last one. A crop (transformers rolls rejected drafts back; the tensors become
-        views of the same storage) keeps the forwards wholly below the new length and forgets the ones
-        above it: the positions kept were written before those forwards ran and hold the same bits
-        whatever they were, so rows that drafted different tokens and kept the same ones share the digest.
-        A forward cut through the middle is named with its cut. The cache's stack is set to the one kept.
+        The cache carries the stack of its forwards' keys with its length after each, and the storage its
+        tensors had after the last one (a crop keeps it: the tensors become views). A crop keeps the
+        forwards wholly below the new length (why that is exact: the module docstring), names a forward
+        cut through the middle with its cut, and sets the cache's stack to the one kept.
         """
         length = cache.get_seq_length()
         if length == 0:
